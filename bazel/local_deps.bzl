@@ -1,0 +1,122 @@
+"""Repository rules that find third-party code already on this machine.
+
+Nothing is downloaded: LLVM/MLIR come from Debian's llvm-N-dev/libmlir-N-dev,
+Python headers and torch from the python3 on PATH (the pinned torch wheel).
+"""
+
+_SUPPORTED_LLVM = ["19", "16"]  # Debian 13 ships 19, Debian 12 ships 16.
+
+def _fail_missing(what, fix):
+    fail("torch-rbln: %s not found on this machine; %s (scripts/setup installs it)." % (what, fix))
+
+def _local_llvm_impl(rctx):
+    prefix = None
+    version = None
+    for v in _SUPPORTED_LLVM:
+        p = rctx.path("/usr/lib/llvm-%s" % v)
+        if p.get_child("lib").get_child("libMLIR.so").exists:
+            prefix = p
+            version = v
+            break
+    if prefix == None:
+        _fail_missing("libMLIR.so for LLVM %s" % " or ".join(_SUPPORTED_LLVM), "install libmlir-N-dev, mlir-N-tools and llvm-N-dev")
+
+    # Debian's include dirs are partly symlinks; link their real targets so
+    # that glob() sees the headers.
+    for sub in ["llvm", "llvm-c", "mlir", "mlir-c"]:
+        src = prefix.get_child("include").get_child(sub)
+        rctx.symlink(src.realpath, "include/" + sub)
+    rctx.symlink(prefix.get_child("lib").get_child("libMLIR.so").realpath, "lib/libMLIR.so")
+    rctx.symlink(prefix.get_child("lib").get_child("libLLVM-%s.so" % version).realpath, "lib/libLLVM-%s.so" % version)
+    for lib in ["libmlir_c_runner_utils.so", "libmlir_runner_utils.so"]:
+        rctx.symlink(prefix.get_child("lib").get_child(lib).realpath, "lib/" + lib)
+    rctx.file("WORKSPACE", 'workspace(name = "%s")\n' % rctx.name)
+    rctx.file("BUILD", """
+package(default_visibility = ["//visibility:public"])
+
+# LLVM/MLIR {version} from {prefix}.
+cc_library(
+    name = "mlir",
+    srcs = ["lib/libMLIR.so", "lib/libLLVM-{version}.so"],
+    hdrs = glob(["include/**/*.h", "include/**/*.inc", "include/**/*.def", "include/**/*.td"]),
+    includes = ["include"],
+    defines = ["RBLN_MLIR_VERSION={version}"],
+    linkopts = ["-Wl,-rpath,{prefix}/lib"],
+)
+
+filegroup(
+    name = "runner_utils",
+    srcs = ["lib/libmlir_c_runner_utils.so", "lib/libmlir_runner_utils.so"],
+)
+""".format(version = version, prefix = str(prefix)))
+
+local_llvm = repository_rule(
+    implementation = _local_llvm_impl,
+    local = True,
+)
+
+def _python_query(rctx, code):
+    python = rctx.which("python3")
+    if python == None:
+        _fail_missing("python3", "put python3 on PATH")
+    res = rctx.execute([python, "-c", code])
+    if res.return_code != 0:
+        return None
+    return res.stdout.strip()
+
+def _local_python_impl(rctx):
+    inc = _python_query(rctx, "import sysconfig; print(sysconfig.get_paths()['include'])")
+    exe = _python_query(rctx, "import sys; print(sys.executable)")
+    if inc == None or not rctx.path(inc).get_child("Python.h").exists:
+        _fail_missing("Python.h", "install the Python development headers")
+    rctx.symlink(inc, "include")
+    rctx.file("WORKSPACE", 'workspace(name = "%s")\n' % rctx.name)
+    rctx.file("BUILD", """
+package(default_visibility = ["//visibility:public"])
+
+# Headers of {exe}.
+cc_library(
+    name = "headers",
+    hdrs = glob(["include/**/*.h"]),
+    includes = ["include"],
+)
+""".format(exe = exe))
+
+local_python = repository_rule(
+    implementation = _local_python_impl,
+    local = True,
+)
+
+def _local_torch_impl(rctx):
+    out = _python_query(rctx, "import os, torch; print(os.path.dirname(torch.__file__)); print(torch.__version__); print(int(torch.compiled_with_cxx11_abi()))")
+    if out == None:
+        _fail_missing("torch", "pip install torch==2.13.0")
+    torch_dir, version, abi = out.split("\n")
+    rctx.symlink(torch_dir + "/include", "include")
+    rctx.symlink(torch_dir + "/lib", "lib")
+    rctx.file("WORKSPACE", 'workspace(name = "%s")\n' % rctx.name)
+    rctx.file("BUILD", """
+package(default_visibility = ["//visibility:public"])
+
+# torch {version} from {torch_dir} (compiled_with_cxx11_abi={abi}).
+# pybind11 is the copy bundled in torch's headers, to stay ABI-compatible.
+cc_library(
+    name = "torch",
+    srcs = [
+        "lib/libc10.so",
+        "lib/libtorch.so",
+        "lib/libtorch_cpu.so",
+        "lib/libtorch_python.so",
+    ],
+    hdrs = glob(["include/**/*.h", "include/**/*.hpp", "include/**/*.cuh", "include/**/*.inc"]),
+    includes = ["include", "include/torch/csrc/api/include"],
+    defines = ["_GLIBCXX_USE_CXX11_ABI={abi}", "TORCH_API_INCLUDE_EXTENSION_H"],
+    deps = ["@local_python//:headers"],
+)
+""".format(version = version, torch_dir = torch_dir, abi = abi))
+
+local_torch = repository_rule(
+    implementation = _local_torch_impl,
+    local = True,
+    environ = ["PATH", "PYTHONPATH"],
+)

@@ -1,0 +1,39 @@
+// The DMA engine: the only path by which bytes cross between host memory and
+// device memory, or between device buffers. Every copy is counted
+// (runtime/dma_{h2d,d2h,d2d}_{copies,bytes}) for explain() and the profiler.
+#ifndef RBLN_RUNTIME_DMA_ENGINE_H_
+#define RBLN_RUNTIME_DMA_ENGINE_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "rbln/core/counters.h"
+#include "rbln/runtime/address_space.h"
+
+namespace rbln::runtime {
+
+class DmaEngine {
+ public:
+  explicit DmaEngine(const AddressSpace* address_space);
+
+  absl::Status HostToDevice(uintptr_t dst, const void* src, uint64_t nbytes);
+  absl::Status DeviceToHost(void* dst, uintptr_t src, uint64_t nbytes);
+  absl::Status DeviceToDevice(uintptr_t dst, uintptr_t src, uint64_t nbytes);
+
+ private:
+  struct Direction {
+    Counter* copies;
+    Counter* bytes;
+  };
+  static Direction MakeDirection(absl::string_view name);
+  static void Count(const Direction& d, uint64_t nbytes);
+
+  const AddressSpace* const address_space_;
+  const Direction h2d_;
+  const Direction d2h_;
+  const Direction d2d_;
+};
+
+}  // namespace rbln::runtime
+
+#endif  // RBLN_RUNTIME_DMA_ENGINE_H_

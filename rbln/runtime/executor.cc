@@ -1,0 +1,43 @@
+#include "rbln/runtime/executor.h"
+
+#include "absl/strings/str_format.h"
+#include "rbln/core/status_macros.h"
+
+namespace rbln::runtime {
+
+Executor::Executor(const AddressSpace* address_space)
+    : address_space_(address_space),
+      executions_(CounterRegistry::Global().Get("runtime/executions")) {}
+
+absl::Status Executor::Run(const Executable& program,
+                           absl::Span<const DeviceBuffer> args) {
+  const size_t expected = program.num_inputs() + program.num_outputs();
+  if (args.size() != expected) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "rbln: program %s takes %d buffers, got %d", program.DebugName(),
+        expected, args.size()));
+  }
+  std::vector<BufferView> views(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    const DeviceBuffer& arg = args[i];
+    if (arg.sizes.size() != arg.strides.size()) {
+      return absl::InvalidArgumentError("rbln: sizes and strides differ in rank");
+    }
+    for (int64_t stride : arg.strides) {
+      if (stride < 0) {
+        return absl::InvalidArgumentError("rbln: negative strides are not supported");
+      }
+    }
+    const uint64_t nbytes = SpannedBytes(arg.dtype, arg.sizes, arg.strides);
+    RBLN_ASSIGN_OR_RETURN(views[i].data, address_space_->Translate(
+                                              arg.address, nbytes == 0 ? 1 : nbytes));
+    views[i].dtype = arg.dtype;
+    views[i].sizes = arg.sizes;
+    views[i].strides = arg.strides;
+  }
+  RBLN_RETURN_IF_ERROR(program.Execute(views));
+  executions_->Increment();
+  return absl::OkStatus();
+}
+
+}  // namespace rbln::runtime

@@ -1,0 +1,66 @@
+// spec: A9, E7
+#include "rbln/runtime/runtime.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace rbln::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+
+DeviceProfile SmallCard() {
+  DeviceProfile p = DeviceProfile::ForFamily(DeviceFamily::kRebel100);
+  p.memory_per_chiplet = 16 * 4096;
+  p.num_npus = 2;
+  return p;
+}
+
+TEST(RuntimeTest, SpreadsAllocationsOverChiplets) {
+  auto rt = Runtime::Create(SmallCard());
+  ASSERT_TRUE(rt.ok()) << rt.status();
+  std::vector<int> chiplets;
+  for (int i = 0; i < 4; ++i) {
+    auto a = (*rt)->Allocate(1, 100);
+    ASSERT_TRUE(a.ok());
+    EXPECT_EQ(a->npu, 1);
+    EXPECT_EQ(a->size, 4096u);
+    chiplets.push_back(a->chiplet);
+  }
+  EXPECT_THAT(chiplets, ::testing::UnorderedElementsAre(0, 1, 2, 3));
+  EXPECT_EQ((*rt)->UsedBytes(1, 0), 4096u);
+  EXPECT_EQ((*rt)->UsedBytes(0, 0), 0u);
+}
+
+TEST(RuntimeTest, FreeReturnsMemoryToItsChiplet) {
+  auto rt = Runtime::Create(SmallCard());
+  auto a = (*rt)->Allocate(0, 5000);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ((*rt)->UsedBytes(0, a->chiplet), 8192u);
+  ASSERT_TRUE((*rt)->Free(a->address).ok());
+  EXPECT_EQ((*rt)->UsedBytes(0, a->chiplet), 0u);
+  EXPECT_FALSE((*rt)->Free(12345).ok());
+}
+
+TEST(RuntimeTest, OomNamesNpuChipletRequestedAndFree) {
+  auto rt = Runtime::Create(SmallCard());
+  // Total free is 4 x 64 KiB, but no single chiplet has 80 KiB.
+  auto r = (*rt)->Allocate(0, 80 * 1024);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(r.status().message(), HasSubstr("NPU 0 chiplet 0"));
+  EXPECT_THAT(r.status().message(), HasSubstr("81920 bytes"));
+  EXPECT_THAT(r.status().message(), HasSubstr("65536 bytes free"));
+  EXPECT_THAT(r.status().message(), HasSubstr("262144 bytes free in total"));
+}
+
+TEST(RuntimeTest, NpuIndexOutOfRange) {
+  auto rt = Runtime::Create(SmallCard());
+  auto r = (*rt)->Allocate(2, 1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("NPU index 2 is out of range"));
+  EXPECT_THAT(r.status().message(), HasSubstr("0..1"));
+}
+
+}  // namespace
+}  // namespace rbln::runtime
