@@ -1,0 +1,72 @@
+#include "rbln/compiler/bind_outputs_pass.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Interfaces/DestinationStyleOpInterface.h"
+#include "mlir/Pass/Pass.h"
+
+namespace rbln::compiler {
+namespace {
+
+class BindOutputsPass
+    : public mlir::PassWrapper<BindOutputsPass,
+                               mlir::OperationPass<mlir::func::FuncOp>> {
+ public:
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(BindOutputsPass)
+
+  llvm::StringRef getArgument() const final { return "rbln-bind-outputs"; }
+  llvm::StringRef getDescription() const final {
+    return "Compute returned tensors in their writable output arguments";
+  }
+
+  void runOnOperation() override {
+    mlir::func::FuncOp func = getOperation();
+    if (func.isExternal()) return;
+    auto ret = llvm::cast<mlir::func::ReturnOp>(func.getBody().back().getTerminator());
+    const unsigned num_results = ret.getNumOperands();
+    const unsigned first_output = func.getNumArguments() - num_results;
+    for (unsigned i = 0; i < num_results; ++i) {
+      mlir::Value out_arg = func.getArgument(first_output + i);
+      if (!func.getArgAttr(first_output + i, "bufferization.writable")) {
+        ret.emitOpError() << "result " << i
+                          << " has no writable output argument";
+        return signalPassFailure();
+      }
+      if (mlir::failed(Bind(ret.getOperand(i), out_arg))) {
+        ret.emitOpError() << "result " << i
+                          << " is not computed by a destination-style op "
+                             "whose destination chain ends in tensor.empty";
+        return signalPassFailure();
+      }
+    }
+  }
+
+ private:
+  // Follows result -> tied init through DPS ops to the tensor.empty at the
+  // root and binds that operand to `out_arg`.
+  static mlir::LogicalResult Bind(mlir::Value result, mlir::Value out_arg) {
+    while (true) {
+      if (result == out_arg) return mlir::success();  // Already bound.
+      auto op_result = result.dyn_cast<mlir::OpResult>();
+      if (!op_result) return mlir::failure();
+      auto dps = llvm::dyn_cast<mlir::DestinationStyleOpInterface>(
+          op_result.getOwner());
+      if (!dps) return mlir::failure();
+      mlir::OpOperand* init =
+          dps.getDpsInitOperand(op_result.getResultNumber());
+      if (init->get().getDefiningOp<mlir::tensor::EmptyOp>()) {
+        init->set(out_arg);
+        return mlir::success();
+      }
+      result = init->get();
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<mlir::Pass> CreateBindOutputsPass() {
+  return std::make_unique<BindOutputsPass>();
+}
+
+}  // namespace rbln::compiler

@@ -1,0 +1,153 @@
+#include "rbln/compiler/compiled_program.h"
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "llvm/Support/Error.h"
+#include "mlir/ExecutionEngine/ExecutionEngine.h"
+#include "mlir/ExecutionEngine/OptUtils.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "rbln/compiler/frontend.h"
+#include "rbln/compiler/ir/graph_util.h"
+
+namespace rbln::compiler {
+namespace {
+
+DType ToRuntimeDType(ir::DType t) {
+  switch (t) {
+    case ir::FLOAT16:
+      return DType::kFloat16;
+    case ir::BFLOAT16:
+      return DType::kBFloat16;
+    case ir::FLOAT32:
+      return DType::kFloat32;
+    case ir::INT32:
+      return DType::kInt32;
+    case ir::INT64:
+      return DType::kInt64;
+    default:
+      return DType::kBool;
+  }
+}
+
+std::vector<ir::TensorType> ArgTypes(const ir::Graph& graph) {
+  absl::flat_hash_map<std::string, ir::TensorType> defined;
+  std::vector<ir::TensorType> types;
+  for (const ir::Value& v : graph.inputs()) {
+    defined[v.name()] = v.type();
+    types.push_back(v.type());
+  }
+  for (const ir::Node& node : graph.nodes()) {
+    for (const ir::Value& v : node.outputs()) defined[v.name()] = v.type();
+  }
+  for (const std::string& out : graph.outputs()) types.push_back(defined.at(out));
+  return types;
+}
+
+std::string LlvmErrorToString(llvm::Error error) {
+  std::string text;
+  llvm::handleAllErrors(std::move(error), [&](const llvm::ErrorInfoBase& e) {
+    text += e.message();
+  });
+  return text;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::Create(
+    mlir::ModuleOp llvm_module, const ir::Graph& graph) {
+  mlir::ExecutionEngineOptions options;
+  // -O2 with no fast-math flags: LLVM may vectorize but not reassociate.
+  auto transformer = mlir::makeOptimizingTransformer(
+      /*optLevel=*/2, /*sizeLevel=*/0, /*targetMachine=*/nullptr);
+  options.transformer = transformer;
+  options.jitCodeGenOptLevel = llvm::CodeGenOpt::Level::Default;
+  // The JIT'd code is not debugged or profiled through gdb/perf listeners.
+  options.enableGDBNotificationListener = false;
+  options.enablePerfNotificationListener = false;
+  llvm::Expected<std::unique_ptr<mlir::ExecutionEngine>> engine =
+      mlir::ExecutionEngine::create(llvm_module, options);
+  if (!engine) {
+    return absl::InternalError(absl::StrFormat(
+        "JIT compilation of %s failed: %s", graph.name(),
+        LlvmErrorToString(engine.takeError())));
+  }
+  // With llvm.emit_c_interface the kernel has a `_mlir_ciface_kernel` that
+  // takes one pointer to a memref descriptor per argument; lookupPacked
+  // returns its packed wrapper.
+  llvm::Expected<void (*)(void**)> entry = (*engine)->lookupPacked(
+      std::string("_mlir_ciface_") + kKernelName);
+  if (!entry) {
+    return absl::InternalError(absl::StrFormat(
+        "JIT compilation of %s: no entry point: %s", graph.name(),
+        LlvmErrorToString(entry.takeError())));
+  }
+  return std::unique_ptr<CompiledProgram>(
+      new CompiledProgram(std::move(*engine), *entry, graph));
+}
+
+CompiledProgram::CompiledProgram(std::unique_ptr<mlir::ExecutionEngine> engine,
+                                 void (*entry)(void**), ir::Graph graph)
+    : engine_(std::move(engine)),
+      entry_(entry),
+      graph_(std::move(graph)),
+      arg_types_(ArgTypes(graph_)) {}
+
+CompiledProgram::~CompiledProgram() = default;
+
+absl::Status CompiledProgram::Execute(
+    absl::Span<const runtime::BufferView> args) const {
+  if (args.size() != arg_types_.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "program %s takes %d buffers, got %d", graph_.name(), arg_types_.size(),
+        args.size()));
+  }
+  // Ranked memref descriptors {allocated, aligned, offset, sizes[], strides[]},
+  // all 8-byte fields, so a vector<int64_t> per argument lays them out.
+  std::vector<std::vector<int64_t>> descriptors(args.size());
+  std::vector<void*> descriptor_ptrs(args.size());
+  std::vector<void*> packed(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    const runtime::BufferView& arg = args[i];
+    const ir::TensorType& type = arg_types_[i];
+    const int rank = type.shape_size();
+    bool shape_ok = arg.dtype == ToRuntimeDType(type.dtype()) &&
+                    static_cast<int>(arg.sizes.size()) == rank &&
+                    arg.strides.size() == arg.sizes.size();
+    for (int d = 0; shape_ok && d < rank; ++d) {
+      shape_ok = arg.sizes[d] == type.shape(d);
+    }
+    if (!shape_ok) {
+      std::string got = absl::StrFormat("%s[%s]", DTypeName(arg.dtype),
+                                        absl::StrJoin(arg.sizes, ","));
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "program %s: buffer %d is %s, but the program was compiled for %s",
+          graph_.name(), i, got, ir::TypeToText(type)));
+    }
+    std::vector<int64_t>& desc = descriptors[i];
+    desc.resize(3 + 2 * rank);
+    desc[0] = reinterpret_cast<int64_t>(arg.data);
+    desc[1] = reinterpret_cast<int64_t>(arg.data);
+    desc[2] = 0;
+    int64_t expected_stride = 1;
+    for (int d = rank - 1; d >= 0; --d) {
+      // Size-1 dimensions are never stepped over, so their stride is free.
+      if (arg.sizes[d] != 1 && arg.strides[d] != expected_stride) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "program %s: buffer %d is not contiguous (strides [%s]); the "
+            "caller must make it contiguous",
+            graph_.name(), i, absl::StrJoin(arg.strides, ",")));
+      }
+      desc[3 + d] = arg.sizes[d];
+      desc[3 + rank + d] = expected_stride;
+      expected_stride *= arg.sizes[d];
+    }
+    descriptor_ptrs[i] = desc.data();
+    packed[i] = &descriptor_ptrs[i];
+  }
+  entry_(packed.data());
+  return absl::OkStatus();
+}
+
+}  // namespace rbln::compiler

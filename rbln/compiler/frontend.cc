@@ -1,0 +1,394 @@
+#include "rbln/compiler/frontend.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Verifier.h"
+#include "rbln/compiler/ir/graph_util.h"
+
+namespace rbln::compiler {
+namespace {
+
+using ::mlir::OpBuilder;
+using ::mlir::Location;
+using ::mlir::Type;
+using ::mlir::Value;
+using ::mlir::ValueRange;
+
+bool IsFloat(ir::DType t) {
+  return t == ir::FLOAT16 || t == ir::BFLOAT16 || t == ir::FLOAT32;
+}
+
+// Emits the kernel for one graph. Values are tensors of the storage type;
+// scalar computation in linalg bodies uses the compute type (f32 for floats).
+class GraphImporter {
+ public:
+  GraphImporter(const ir::Graph& graph, mlir::MLIRContext* context)
+      : graph_(graph), context_(context), builder_(context) {}
+
+  absl::StatusOr<mlir::OwningOpRef<mlir::ModuleOp>> Import();
+
+  // --- Used by op converters. ---
+  OpBuilder& builder() { return builder_; }
+  Location loc() const { return builder_.getUnknownLoc(); }
+  const ir::TensorType& TypeOf(const std::string& name) const {
+    return types_.at(name);
+  }
+  Value ValueOf(const std::string& name) const { return values_.at(name); }
+  void Define(const ir::Value& v, Value tensor) {
+    values_[v.name()] = tensor;
+    types_[v.name()] = v.type();
+  }
+
+  Type StorageType(ir::DType t) const;
+  Type ComputeType(ir::DType t) const;
+  mlir::RankedTensorType TensorTypeOf(const ir::TensorType& t) const;
+
+  // storage scalar -> compute scalar of `t`.
+  Value ToCompute(OpBuilder& b, Value v, ir::DType t) const;
+  // compute scalar of `t` -> storage scalar of `t`.
+  Value FromCompute(OpBuilder& b, Value v, ir::DType t) const;
+  // compute scalar of `from` -> compute scalar of `to` (type promotion).
+  Value CastCompute(OpBuilder& b, Value v, ir::DType from, ir::DType to) const;
+  Value ComputeConstant(OpBuilder& b, double value, ir::DType t) const;
+
+  // A linalg.generic over the output's shape, broadcasting inputs NumPy-style.
+  // `body` gets the inputs in the output's compute type and returns the
+  // result in that type.
+  using ScalarBody =
+      std::function<Value(OpBuilder&, Location, ValueRange computed)>;
+  absl::StatusOr<Value> Elementwise(const ir::Node& node,
+                                    const ScalarBody& body);
+
+ private:
+  Value Bf16ToF32(OpBuilder& b, Value bits) const;
+  Value F32ToBf16(OpBuilder& b, Value f) const;
+
+  const ir::Graph& graph_;
+  mlir::MLIRContext* context_;
+  mutable OpBuilder builder_;  // Type getters are non-const in MLIR.
+  absl::flat_hash_map<std::string, Value> values_;
+  absl::flat_hash_map<std::string, ir::TensorType> types_;
+};
+
+// --- Op converters: one function per graph op. ---
+
+using Converter = absl::Status (*)(GraphImporter&, const ir::Node&);
+
+double FloatAttr(const ir::Node& node, const std::string& name, double dflt) {
+  auto it = node.attrs().find(name);
+  if (it == node.attrs().end()) return dflt;
+  if (it->second.value_case() == ir::Attribute::kI) return it->second.i();
+  return it->second.f();
+}
+
+absl::Status CheckArity(const ir::Node& node, int inputs, int outputs) {
+  if (node.inputs_size() != inputs || node.outputs_size() != outputs) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "op %s takes %d input(s) and %d output(s), got %d and %d", node.op(),
+        inputs, outputs, node.inputs_size(), node.outputs_size()));
+  }
+  return absl::OkStatus();
+}
+
+// add(a, b, alpha) = a + alpha * b.
+absl::Status ConvertAdd(GraphImporter& im, const ir::Node& node) {
+  if (absl::Status s = CheckArity(node, 2, 1); !s.ok()) return s;
+  const ir::DType out = node.outputs(0).type().dtype();
+  if (out == ir::BOOL) {
+    return absl::UnimplementedError(
+        "The following operators are not implemented: ['add' on bool]");
+  }
+  const double alpha = FloatAttr(node, "alpha", 1.0);
+  absl::StatusOr<Value> result = im.Elementwise(
+      node, [&](OpBuilder& b, Location loc, ValueRange x) -> Value {
+        Value rhs = x[1];
+        if (alpha != 1.0) {
+          Value a = im.ComputeConstant(b, alpha, out);
+          rhs = IsFloat(out) ? b.create<mlir::arith::MulFOp>(loc, rhs, a).getResult()
+                             : b.create<mlir::arith::MulIOp>(loc, rhs, a).getResult();
+        }
+        if (IsFloat(out)) return b.create<mlir::arith::AddFOp>(loc, x[0], rhs);
+        return b.create<mlir::arith::AddIOp>(loc, x[0], rhs);
+      });
+  if (!result.ok()) return result.status();
+  im.Define(node.outputs(0), *result);
+  return absl::OkStatus();
+}
+
+const absl::flat_hash_map<std::string, Converter>& Converters() {
+  static const auto* converters =
+      new absl::flat_hash_map<std::string, Converter>{
+          {"add", &ConvertAdd},
+      };
+  return *converters;
+}
+
+// --- GraphImporter. ---
+
+Type GraphImporter::StorageType(ir::DType t) const {
+  switch (t) {
+    case ir::FLOAT16:
+      return builder_.getF16Type();
+    case ir::BFLOAT16:
+      return builder_.getI16Type();
+    case ir::FLOAT32:
+      return builder_.getF32Type();
+    case ir::INT32:
+      return builder_.getI32Type();
+    case ir::INT64:
+      return builder_.getI64Type();
+    case ir::BOOL:
+      return builder_.getI8Type();  // PyTorch stores bool as one byte.
+    default:
+      return Type();
+  }
+}
+
+Type GraphImporter::ComputeType(ir::DType t) const {
+  if (IsFloat(t)) return builder_.getF32Type();
+  return StorageType(t);
+}
+
+mlir::RankedTensorType GraphImporter::TensorTypeOf(
+    const ir::TensorType& t) const {
+  std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+  return mlir::RankedTensorType::get(shape, StorageType(t.dtype()));
+}
+
+Value GraphImporter::Bf16ToF32(OpBuilder& b, Value bits) const {
+  Location l = loc();
+  Value wide = b.create<mlir::arith::ExtUIOp>(l, b.getI32Type(), bits);
+  Value sixteen = b.create<mlir::arith::ConstantIntOp>(l, 16, 32);
+  Value shifted = b.create<mlir::arith::ShLIOp>(l, wide, sixteen);
+  return b.create<mlir::arith::BitcastOp>(l, b.getF32Type(), shifted);
+}
+
+// Round to nearest even, NaN -> 0x7FC0: c10::BFloat16's rounding.
+Value GraphImporter::F32ToBf16(OpBuilder& b, Value f) const {
+  Location l = loc();
+  auto i32 = [&](int64_t v) -> Value {
+    return b.create<mlir::arith::ConstantIntOp>(l, v, 32);
+  };
+  Value u = b.create<mlir::arith::BitcastOp>(l, b.getI32Type(), f);
+  Value lsb = b.create<mlir::arith::AndIOp>(
+      l, b.create<mlir::arith::ShRUIOp>(l, u, i32(16)), i32(1));
+  Value bias = b.create<mlir::arith::AddIOp>(l, i32(0x7fff), lsb);
+  Value rounded = b.create<mlir::arith::ShRUIOp>(
+      l, b.create<mlir::arith::AddIOp>(l, u, bias), i32(16));
+  Value is_nan = b.create<mlir::arith::CmpFOp>(l, mlir::arith::CmpFPredicate::UNO, f, f);
+  Value bits = b.create<mlir::arith::SelectOp>(l, is_nan, i32(0x7fc0), rounded);
+  return b.create<mlir::arith::TruncIOp>(l, b.getI16Type(), bits);
+}
+
+Value GraphImporter::ToCompute(OpBuilder& b, Value v, ir::DType t) const {
+  switch (t) {
+    case ir::FLOAT16:
+      return b.create<mlir::arith::ExtFOp>(loc(), b.getF32Type(), v);
+    case ir::BFLOAT16:
+      return Bf16ToF32(b, v);
+    default:
+      return v;
+  }
+}
+
+Value GraphImporter::FromCompute(OpBuilder& b, Value v, ir::DType t) const {
+  switch (t) {
+    case ir::FLOAT16:
+      return b.create<mlir::arith::TruncFOp>(loc(), b.getF16Type(), v);
+    case ir::BFLOAT16:
+      return F32ToBf16(b, v);
+    default:
+      return v;
+  }
+}
+
+Value GraphImporter::CastCompute(OpBuilder& b, Value v, ir::DType from,
+                                 ir::DType to) const {
+  Type target = ComputeType(to);
+  if (v.getType() == target) return v;
+  Location l = loc();
+  const bool from_float = IsFloat(from), to_float = IsFloat(to);
+  if (!from_float && to_float) {
+    if (from == ir::BOOL) return b.create<mlir::arith::UIToFPOp>(l, target, v);
+    return b.create<mlir::arith::SIToFPOp>(l, target, v);
+  }
+  if (from_float && !to_float) return b.create<mlir::arith::FPToSIOp>(l, target, v);
+  // Integer width change (both float compute types are f32).
+  const unsigned from_w = v.getType().getIntOrFloatBitWidth();
+  const unsigned to_w = target.getIntOrFloatBitWidth();
+  if (to_w > from_w) {
+    if (from == ir::BOOL) return b.create<mlir::arith::ExtUIOp>(l, target, v);
+    return b.create<mlir::arith::ExtSIOp>(l, target, v);
+  }
+  return b.create<mlir::arith::TruncIOp>(l, target, v);
+}
+
+Value GraphImporter::ComputeConstant(OpBuilder& b, double value,
+                                     ir::DType t) const {
+  Type type = ComputeType(t);
+  if (IsFloat(t)) {
+    return b.create<mlir::arith::ConstantOp>(
+        loc(), b.getF32FloatAttr(static_cast<float>(value)));
+  }
+  return b.create<mlir::arith::ConstantOp>(
+      loc(), b.getIntegerAttr(type, static_cast<int64_t>(value)));
+}
+
+absl::StatusOr<Value> GraphImporter::Elementwise(const ir::Node& node,
+                                                 const ScalarBody& body) {
+  const ir::TensorType& out_type = node.outputs(0).type();
+  const int rank = out_type.shape_size();
+  std::vector<mlir::AffineMap> maps;
+  std::vector<Value> inputs;
+  std::vector<ir::DType> in_dtypes;
+  for (const std::string& name : node.inputs()) {
+    const ir::TensorType& t = TypeOf(name);
+    const int in_rank = t.shape_size();
+    if (in_rank > rank) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "op %s: input %%%s has rank %d, more than the output's %d", node.op(),
+          name, in_rank, rank));
+    }
+    std::vector<mlir::AffineExpr> exprs;
+    for (int i = 0; i < in_rank; ++i) {
+      const int j = i + rank - in_rank;
+      const int64_t in_dim = t.shape(i), out_dim = out_type.shape(j);
+      if (in_dim == out_dim) {
+        exprs.push_back(mlir::getAffineDimExpr(j, context_));
+      } else if (in_dim == 1) {
+        exprs.push_back(mlir::getAffineConstantExpr(0, context_));
+      } else {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "op %s: input %%%s of shape %s does not broadcast to %s", node.op(),
+            name, ir::TypeToText(t), ir::TypeToText(out_type)));
+      }
+    }
+    maps.push_back(mlir::AffineMap::get(rank, 0, exprs, context_));
+    inputs.push_back(ValueOf(name));
+    in_dtypes.push_back(t.dtype());
+  }
+  maps.push_back(builder_.getMultiDimIdentityMap(rank));
+  std::vector<mlir::utils::IteratorType> iterators(
+      rank, mlir::utils::IteratorType::parallel);
+  mlir::RankedTensorType result_type = TensorTypeOf(out_type);
+  Value init = builder_.create<mlir::tensor::EmptyOp>(
+      loc(), result_type.getShape(), result_type.getElementType());
+  const ir::DType out_dtype = out_type.dtype();
+  auto generic = builder_.create<mlir::linalg::GenericOp>(
+      loc(), mlir::TypeRange{result_type}, inputs, ValueRange{init}, maps,
+      iterators, [&](OpBuilder& b, Location l, ValueRange args) {
+        std::vector<Value> computed;
+        for (size_t i = 0; i < in_dtypes.size(); ++i) {
+          Value v = ToCompute(b, args[i], in_dtypes[i]);
+          computed.push_back(CastCompute(b, v, in_dtypes[i], out_dtype));
+        }
+        Value r = body(b, l, computed);
+        b.create<mlir::linalg::YieldOp>(l, FromCompute(b, r, out_dtype));
+      });
+  return generic.getResult(0);
+}
+
+absl::StatusOr<mlir::OwningOpRef<mlir::ModuleOp>> GraphImporter::Import() {
+  if (absl::Status s = ir::Validate(graph_); !s.ok()) return s;
+
+  // Every unsupported op is reported at once, as PyTorch lists them.
+  std::vector<std::string> missing;
+  for (const ir::Node& node : graph_.nodes()) {
+    if (!Converters().contains(node.op())) {
+      missing.push_back(absl::StrFormat("'%s'", node.op()));
+    }
+  }
+  if (!missing.empty()) {
+    return absl::UnimplementedError(
+        absl::StrFormat("The following operators are not implemented: [%s]",
+                        absl::StrJoin(missing, ", ")));
+  }
+
+  std::vector<Type> arg_types;
+  for (const ir::Value& v : graph_.inputs()) {
+    if (!StorageType(v.type().dtype())) {
+      return absl::InvalidArgumentError("unknown dtype of input %" + v.name());
+    }
+    arg_types.push_back(TensorTypeOf(v.type()));
+  }
+  // Output types are known once nodes are converted; collect them first.
+  absl::flat_hash_map<std::string, ir::TensorType> defined;
+  for (const ir::Value& v : graph_.inputs()) defined[v.name()] = v.type();
+  for (const ir::Node& node : graph_.nodes()) {
+    for (const ir::Value& v : node.outputs()) defined[v.name()] = v.type();
+  }
+  std::vector<Type> result_types;
+  for (const std::string& out : graph_.outputs()) {
+    result_types.push_back(TensorTypeOf(defined.at(out)));
+    arg_types.push_back(result_types.back());
+  }
+
+  mlir::OwningOpRef<mlir::ModuleOp> module = mlir::ModuleOp::create(loc());
+  builder_.setInsertionPointToEnd(module->getBody());
+  auto func = builder_.create<mlir::func::FuncOp>(
+      loc(), kKernelName, builder_.getFunctionType(arg_types, result_types));
+  func->setAttr("llvm.emit_c_interface", builder_.getUnitAttr());
+  const int num_inputs = graph_.inputs_size();
+  for (size_t i = 0; i < result_types.size(); ++i) {
+    func.setArgAttr(num_inputs + i, "bufferization.writable",
+                    builder_.getBoolAttr(true));
+  }
+  mlir::Block* entry = func.addEntryBlock();
+  builder_.setInsertionPointToStart(entry);
+  for (int i = 0; i < num_inputs; ++i) {
+    Define(graph_.inputs(i), entry->getArgument(i));
+  }
+  for (const ir::Node& node : graph_.nodes()) {
+    if (absl::Status s = Converters().at(node.op())(*this, node); !s.ok()) {
+      return s;
+    }
+  }
+  // Each output must come from its own op so that it can write into its
+  // output buffer: copy graph inputs and repeated outputs.
+  std::vector<Value> results;
+  absl::flat_hash_set<std::string> returned;
+  for (const std::string& out : graph_.outputs()) {
+    Value v = ValueOf(out);
+    if (v.isa<mlir::BlockArgument>() || !returned.insert(out).second) {
+      ir::Node copy;
+      copy.set_op("copy");
+      copy.add_inputs(out);
+      *copy.add_outputs() = ir::Value();
+      copy.mutable_outputs(0)->set_name(out);
+      *copy.mutable_outputs(0)->mutable_type() = TypeOf(out);
+      absl::StatusOr<Value> copied = Elementwise(
+          copy, [](OpBuilder&, Location, ValueRange x) { return x[0]; });
+      if (!copied.ok()) return copied.status();
+      v = *copied;
+    }
+    results.push_back(v);
+  }
+  builder_.create<mlir::func::ReturnOp>(loc(), results);
+  if (mlir::failed(mlir::verify(*module))) {
+    return absl::InternalError(absl::StrFormat(
+        "frontend produced an invalid module for graph %s", graph_.name()));
+  }
+  return module;
+}
+
+}  // namespace
+
+absl::StatusOr<mlir::OwningOpRef<mlir::ModuleOp>> ImportGraph(
+    const ir::Graph& graph, mlir::MLIRContext* context) {
+  GraphImporter importer(graph, context);
+  return importer.Import();
+}
+
+}  // namespace rbln::compiler

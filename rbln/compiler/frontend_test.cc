@@ -1,0 +1,78 @@
+// spec: J6
+#include "rbln/compiler/frontend.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "rbln/compiler/mlir_setup.h"
+#include "rbln/compiler/test_graphs.h"
+
+namespace rbln::compiler {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::AddGraph;
+using testing::Type;
+
+int CountGenerics(mlir::ModuleOp m) {
+  int n = 0;
+  m.walk([&](mlir::linalg::GenericOp) { ++n; });
+  return n;
+}
+
+TEST(FrontendTest, AddBecomesOneGenericWithWritableOutput) {
+  auto context = CreateCompilerContext();
+  auto module = ImportGraph(AddGraph(Type(ir::FLOAT16, {2, 3})), context.get());
+  ASSERT_TRUE(module.ok()) << module.status();
+  EXPECT_EQ(CountGenerics(**module), 1);
+  auto func = (*module)->lookupSymbol<mlir::func::FuncOp>(kKernelName);
+  ASSERT_TRUE(func);
+  EXPECT_EQ(func.getNumArguments(), 3u);
+  EXPECT_TRUE(func.getArgAttr(2, "bufferization.writable"));
+  EXPECT_FALSE(func.getArgAttr(0, "bufferization.writable"));
+  EXPECT_TRUE(func->hasAttr("llvm.emit_c_interface"));
+}
+
+TEST(FrontendTest, Bf16IsStoredAsI16) {
+  auto context = CreateCompilerContext();
+  auto module = ImportGraph(AddGraph(Type(ir::BFLOAT16, {4})), context.get());
+  ASSERT_TRUE(module.ok()) << module.status();
+  auto func = (*module)->lookupSymbol<mlir::func::FuncOp>(kKernelName);
+  auto t = func.getArgumentTypes()[0].cast<mlir::RankedTensorType>();
+  EXPECT_TRUE(t.getElementType().isInteger(16));
+}
+
+TEST(FrontendTest, UnsupportedOpsAreAllListed) {
+  ir::Graph g = AddGraph(Type(ir::FLOAT32, {4}));
+  g.mutable_nodes(0)->set_op("sin");
+  testing::AddNode(g, "cosh", {"out"}, "out2", Type(ir::FLOAT32, {4}));
+  auto module = ImportGraph(g, CreateCompilerContext().get());
+  ASSERT_FALSE(module.ok());
+  EXPECT_EQ(module.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(module.status().message(),
+            "The following operators are not implemented: ['sin', 'cosh']");
+}
+
+TEST(FrontendTest, BroadcastMismatchIsAnError) {
+  ir::Graph g;
+  g.set_name("bad");
+  testing::AddInput(g, "a", Type(ir::FLOAT32, {2, 3}));
+  testing::AddInput(g, "b", Type(ir::FLOAT32, {4}));
+  testing::AddNode(g, "add", {"a", "b"}, "out", Type(ir::FLOAT32, {2, 3}));
+  g.add_outputs("out");
+  auto module = ImportGraph(g, CreateCompilerContext().get());
+  ASSERT_FALSE(module.ok());
+  EXPECT_THAT(module.status().message(), HasSubstr("does not broadcast"));
+}
+
+TEST(FrontendTest, InputReturnedAsOutputIsCopied) {
+  ir::Graph g = AddGraph(Type(ir::FLOAT32, {4}));
+  g.add_outputs("a");
+  auto module = ImportGraph(g, CreateCompilerContext().get());
+  ASSERT_TRUE(module.ok()) << module.status();
+  EXPECT_EQ(CountGenerics(**module), 2);
+}
+
+}  // namespace
+}  // namespace rbln::compiler

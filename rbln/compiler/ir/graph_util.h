@@ -1,0 +1,32 @@
+// Helpers over the graph IR: validation, a stable fingerprint, a text dump.
+#ifndef RBLN_COMPILER_IR_GRAPH_UTIL_H_
+#define RBLN_COMPILER_IR_GRAPH_UTIL_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "rbln/compiler/ir/graph.pb.h"
+
+namespace rbln::compiler::ir {
+
+// Every input of every node and every graph output names a value defined
+// earlier; names are unique; shapes are non-negative.
+absl::Status Validate(const Graph& graph);
+
+// Stable across processes and builds: a hash of the deterministic
+// serialization (the on-disk cache keys on it).
+uint64_t Fingerprint(const Graph& graph);
+
+// Readable one-line-per-node form for logs and compiler dumps, e.g.
+//   graph add(%a: f16[2,3], %b: f16[2,3]) {
+//     %out: f16[2,3] = add(%a, %b) {alpha=1}
+//     return %out
+//   }
+std::string ToText(const Graph& graph);
+
+std::string TypeToText(const TensorType& type);
+
+}  // namespace rbln::compiler::ir
+
+#endif  // RBLN_COMPILER_IR_GRAPH_UTIL_H_

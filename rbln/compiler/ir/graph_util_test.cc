@@ -1,0 +1,73 @@
+#include "rbln/compiler/ir/graph_util.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace rbln::compiler::ir {
+namespace {
+
+using ::testing::HasSubstr;
+
+Graph AddGraph() {
+  Graph g;
+  g.set_name("add");
+  for (const char* name : {"a", "b"}) {
+    Value* v = g.add_inputs();
+    v->set_name(name);
+    v->mutable_type()->set_dtype(FLOAT16);
+    v->mutable_type()->add_shape(2);
+    v->mutable_type()->add_shape(3);
+  }
+  Node* n = g.add_nodes();
+  n->set_op("add");
+  n->add_inputs("a");
+  n->add_inputs("b");
+  Value* out = n->add_outputs();
+  out->set_name("out");
+  *out->mutable_type() = g.inputs(0).type();
+  (*n->mutable_attrs())["alpha"].set_f(1.0);
+  (*n->mutable_attrs())["beta"].set_i(2);
+  g.add_outputs("out");
+  return g;
+}
+
+TEST(GraphUtilTest, ValidGraphPasses) { EXPECT_TRUE(Validate(AddGraph()).ok()); }
+
+TEST(GraphUtilTest, UndefinedInputIsReported) {
+  Graph g = AddGraph();
+  g.mutable_nodes(0)->set_inputs(1, "c");
+  absl::Status s = Validate(g);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("undefined value %c"));
+}
+
+TEST(GraphUtilTest, DuplicateAndMissingOutput) {
+  Graph g = AddGraph();
+  g.mutable_nodes(0)->mutable_outputs(0)->set_name("a");
+  EXPECT_THAT(Validate(g).message(), HasSubstr("defined twice"));
+  g = AddGraph();
+  g.clear_outputs();
+  EXPECT_THAT(Validate(g).message(), HasSubstr("no outputs"));
+}
+
+TEST(GraphUtilTest, FingerprintIsStableAndSensitive) {
+  Graph a = AddGraph();
+  Graph b = AddGraph();
+  EXPECT_EQ(Fingerprint(a), Fingerprint(b));
+  b.mutable_inputs(1)->mutable_type()->set_shape(1, 4);
+  EXPECT_NE(Fingerprint(a), Fingerprint(b));
+  Graph c = AddGraph();
+  (*c.mutable_nodes(0)->mutable_attrs())["alpha"].set_f(2.0);
+  EXPECT_NE(Fingerprint(a), Fingerprint(c));
+}
+
+TEST(GraphUtilTest, TextDump) {
+  EXPECT_EQ(ToText(AddGraph()),
+            "graph add(%a: f16[2,3], %b: f16[2,3]) {\n"
+            "  %out: f16[2,3] = add(%a, %b) {alpha=1, beta=2}\n"
+            "  return %out\n"
+            "}\n");
+}
+
+}  // namespace
+}  // namespace rbln::compiler::ir

@@ -1,0 +1,48 @@
+// The compiler's pass pipelines, as data.
+//
+// A pipeline is a list of stages; a stage is either MLIR textual pipeline
+// (parsed with mlir::parsePassPipeline) or one of our own passes. The table
+// is per MLIR version (pass names changed between 16 and 19). After every
+// stage the module is verified; with RBLN_COMPILER_DUMP_DIR set, it is also
+// written to <dir>/<module>.<NN>.<stage>.mlir.
+#ifndef RBLN_COMPILER_PIPELINES_H_
+#define RBLN_COMPILER_PIPELINES_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/Pass.h"
+
+namespace rbln::compiler {
+
+struct Stage {
+  std::string name;
+  // Either a textual pipeline (anchored on builtin.module) ...
+  std::string pipeline;
+  // ... or our own pass, nested on func.func.
+  std::function<std::unique_ptr<mlir::Pass>()> func_pass;
+};
+
+// Element-wise fusion (SPEC P1, P3): no reassociation, no fast-math.
+const std::vector<Stage>& FusionStages();
+// Destination passing and one-shot bufferization (SPEC P4).
+const std::vector<Stage>& BufferizationStages();
+// Loops and the LLVM dialect (SPEC P5 without BLAS).
+const std::vector<Stage>& LoweringStages();
+// All of the above, in order.
+std::vector<Stage> FullPipeline();
+
+// Runs `stages` on `module`. Errors carry MLIR's diagnostics and the name of
+// the failing stage. `dump_name` names the dump files.
+absl::Status RunStages(mlir::ModuleOp module, absl::Span<const Stage> stages,
+                       absl::string_view dump_name);
+
+}  // namespace rbln::compiler
+
+#endif  // RBLN_COMPILER_PIPELINES_H_
