@@ -69,8 +69,10 @@ def _local_python_impl(rctx):
     exe = _python_query(rctx, "import sys; print(sys.executable)")
     if inc == None or not rctx.path(inc).get_child("Python.h").exists:
         _fail_missing("Python.h", "install the Python development headers")
+    tag = _python_query(rctx, "import sys; print('cp%d%d' % sys.version_info[:2])")
     rctx.symlink(inc, "include")
     rctx.file("WORKSPACE", 'workspace(name = "%s")\n' % rctx.name)
+    rctx.file("defs.bzl", 'PYTHON_TAG = "%s"\nPYTHON = "%s"\n' % (tag, exe))
     rctx.file("BUILD", """
 package(default_visibility = ["//visibility:public"])
 
@@ -85,6 +87,7 @@ cc_library(
 local_python = repository_rule(
     implementation = _local_python_impl,
     local = True,
+    environ = ["PATH"],
 )
 
 def _local_torch_impl(rctx):
@@ -92,7 +95,11 @@ def _local_torch_impl(rctx):
     if out == None:
         _fail_missing("torch", "pip install torch==2.13.0")
     torch_dir, version, abi = out.split("\n")
-    rctx.symlink(torch_dir + "/include", "include")
+    # torch bundles an old copy of protobuf's headers under include/google;
+    # leave it out so that the system protobuf's headers are the ones found.
+    for entry in rctx.path(torch_dir + "/include").readdir():
+        if entry.basename != "google":
+            rctx.symlink(entry, "include/" + entry.basename)
     rctx.symlink(torch_dir + "/lib", "lib")
     rctx.file("WORKSPACE", 'workspace(name = "%s")\n' % rctx.name)
     rctx.file("BUILD", """

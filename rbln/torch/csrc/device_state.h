@@ -1,0 +1,40 @@
+// Which NPUs this process sees and which one is current.
+//
+// Until the first real use, the device count is only *planned* from the
+// environment (SPEC A6); RuntimeOrThrow() commits: it creates the simulated
+// NPUs once, after which the environment is no longer read.
+#ifndef RBLN_TORCH_CSRC_DEVICE_STATE_H_
+#define RBLN_TORCH_CSRC_DEVICE_STATE_H_
+
+#include <c10/core/Device.h>
+
+#include "absl/status/status.h"
+#include "rbln/runtime/runtime.h"
+
+namespace rbln::torch_backend {
+
+// Number of logical devices; 0 if the environment is invalid. Never throws.
+c10::DeviceIndex DeviceCountNoThrow() noexcept;
+// Number of logical devices; throws a RuntimeError naming the bad variable.
+c10::DeviceIndex DeviceCount();
+
+// Throws IndexError-style errors for indices outside [0, DeviceCount()).
+void CheckDeviceIndex(c10::DeviceIndex index);
+
+c10::DeviceIndex CurrentDevice();
+void SetCurrentDevice(c10::DeviceIndex index);  // Checked.
+
+// The committed runtime; throws with the runtime's error message.
+runtime::Runtime& RuntimeOrThrow();
+bool RuntimeCommitted();
+
+// Throws a c10::Error (or c10::OutOfMemoryError for ResourceExhausted)
+// carrying `status`'s message.
+[[noreturn]] void ThrowStatus(const absl::Status& status);
+inline void ThrowIfError(const absl::Status& status) {
+  if (!status.ok()) ThrowStatus(status);
+}
+
+}  // namespace rbln::torch_backend
+
+#endif  // RBLN_TORCH_CSRC_DEVICE_STATE_H_

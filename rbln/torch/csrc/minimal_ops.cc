@@ -1,0 +1,147 @@
+// Ops with their own rbln implementation (SPEC G1): factories, views,
+// resize, copies and scalar reads. They move metadata or call the runtime;
+// none of them dereferences device memory on the host.
+#include <ATen/EmptyTensor.h>
+#include <ATen/ATen.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_local_scalar_dense_native.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_cpu_dispatch.h>
+#include <ATen/ops/set_cpu_dispatch.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include "rbln/torch/csrc/device_allocator.h"
+#include "rbln/torch/csrc/device_state.h"
+#include "rbln/torch/csrc/storage_resize.h"
+#include "rbln/torch/csrc/tensor_transfer.h"
+
+namespace rbln::torch_backend {
+namespace {
+
+constexpr c10::DispatchKeySet kRblnKeys(c10::DispatchKey::PrivateUse1);
+
+c10::Device CheckedDevice(std::optional<c10::Device> device) {
+  c10::Device dev = c10::device_or_default(device);
+  TORCH_CHECK(dev.type() == c10::DeviceType::PrivateUse1,
+              "rbln: expected an rbln device, got ", dev);
+  if (!dev.has_index()) dev = c10::Device(dev.type(), CurrentDevice());
+  CheckDeviceIndex(dev.index());
+  return dev;
+}
+
+at::Tensor EmptyMemoryFormat(c10::IntArrayRef size,
+                             std::optional<c10::ScalarType> dtype,
+                             std::optional<c10::Layout> layout,
+                             std::optional<c10::Device> device,
+                             std::optional<bool> pin_memory,
+                             std::optional<c10::MemoryFormat> memory_format) {
+  const c10::Device dev = CheckedDevice(device);
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
+              "rbln: only strided tensors are supported");
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory),
+              "rbln: only CPU tensors can be pinned");
+  const c10::DeviceGuard guard(dev);
+  return at::detail::empty_generic(size, GetDeviceAllocator(), kRblnKeys,
+                                   c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor EmptyStrided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                        std::optional<c10::ScalarType> dtype,
+                        std::optional<c10::Layout> layout,
+                        std::optional<c10::Device> device,
+                        std::optional<bool> pin_memory) {
+  const c10::Device dev = CheckedDevice(device);
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
+              "rbln: only strided tensors are supported");
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory),
+              "rbln: only CPU tensors can be pinned");
+  const c10::DeviceGuard guard(dev);
+  return at::detail::empty_strided_generic(size, stride, GetDeviceAllocator(),
+                                           kRblnKeys, c10::dtype_or_default(dtype));
+}
+
+at::Tensor AsStrided(const at::Tensor& self, c10::SymIntArrayRef size,
+                     c10::SymIntArrayRef stride,
+                     std::optional<c10::SymInt> storage_offset) {
+  return at::cpu::as_strided_symint(self, size, stride, std::move(storage_offset));
+}
+
+at::Tensor View(const at::Tensor& self, c10::SymIntArrayRef size) {
+  return at::native::view(self, C10_AS_INTARRAYREF_SLOW(size));
+}
+
+at::Tensor ReshapeAlias(const at::Tensor& self, c10::SymIntArrayRef size,
+                        c10::SymIntArrayRef stride) {
+  return at::native::_reshape_alias(self, C10_AS_INTARRAYREF_SLOW(size),
+                                    C10_AS_INTARRAYREF_SLOW(stride));
+}
+
+const at::Tensor& Resize(const at::Tensor& self, c10::SymIntArrayRef size,
+                         std::optional<at::MemoryFormat> memory_format) {
+  c10::TensorImpl* impl = self.unsafeGetTensorImpl();
+  const c10::IntArrayRef sizes = C10_AS_INTARRAYREF_SLOW(size);
+  if (self.sizes() == sizes && !memory_format) return self;
+  impl->set_sizes_contiguous(sizes);
+  if (memory_format) impl->empty_tensor_restride(*memory_format);
+  const size_t needed = at::detail::computeStorageNbytes(
+      self.sizes(), self.strides(), self.itemsize(), self.storage_offset());
+  if (needed > self.storage().nbytes()) ResizeStorageBytes(self.storage(), needed);
+  return self;
+}
+
+at::Tensor CopyFrom(const at::Tensor& self, const at::Tensor& dst,
+                    bool /*non_blocking: copies are synchronous for now*/) {
+  CopyWithDevice(self, dst);
+  return dst;
+}
+
+at::Tensor CopyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
+  if (dst.sizes() != self.sizes()) {
+    if (dst.is_cpu()) {
+      at::native::resize_(dst, self.sizes(), std::nullopt);
+    } else {
+      Resize(dst, c10::fromIntArrayRefSlow(self.sizes()), std::nullopt);
+    }
+  }
+  CopyWithDevice(self, dst);
+  return dst;
+}
+
+at::Scalar LocalScalarDense(const at::Tensor& self) {
+  return at::native::_local_scalar_dense_cpu(DownloadSpan(self));
+}
+
+at::Tensor& SetSourceTensor(at::Tensor& self, const at::Tensor& source) {
+  return at::native::set_tensor_(self, source);
+}
+
+at::Tensor& SetSourceStorage(at::Tensor& self, at::Storage source) {
+  return at::native::set_(self, source);
+}
+
+at::Tensor& SetSourceStorageOffset(at::Tensor& self, at::Storage storage,
+                                   int64_t offset, c10::IntArrayRef size,
+                                   c10::IntArrayRef stride) {
+  return at::cpu::set_(self, storage, offset, size, stride);
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", EmptyMemoryFormat);
+  m.impl("empty_strided", EmptyStrided);
+  m.impl("as_strided", AsStrided);
+  m.impl("view", View);
+  m.impl("_reshape_alias", ReshapeAlias);
+  m.impl("resize_", Resize);
+  m.impl("_copy_from", CopyFrom);
+  m.impl("_copy_from_and_resize", CopyFromAndResize);
+  m.impl("_local_scalar_dense", LocalScalarDense);
+  m.impl("set_.source_Tensor", SetSourceTensor);
+  m.impl("set_.source_Storage", SetSourceStorage);
+  m.impl("set_.source_Storage_storage_offset", SetSourceStorageOffset);
+}
+
+}  // namespace
+}  // namespace rbln::torch_backend

@@ -1,0 +1,80 @@
+// torch_rbln._C: the Python entry points of the backend. Loading this module
+// also runs the static registrations of the guard, allocator, hooks and
+// kernels that live in the same shared object.
+#include <pybind11/pybind11.h>
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+
+#include <c10/util/Exception.h>
+
+#include <map>
+#include <string>
+
+#include "rbln/compiler/compiler.h"
+#include "rbln/core/counters.h"
+#include "rbln/core/device_profile.h"
+#include "rbln/torch/csrc/device_state.h"
+
+namespace py = pybind11;
+
+namespace rbln::torch_backend {
+namespace {
+
+// Wraps `fn` so that c10 errors become the matching Python exceptions
+// without the C++ backtrace. Pass captureless lambdas with a unary +.
+template <typename R, typename... Args>
+std::function<R(Args...)> Translated(R (*fn)(Args...)) {
+  return [fn](Args... args) -> R {
+    try {
+      return fn(args...);
+    } catch (const c10::IndexError& e) {
+      throw py::index_error(e.what_without_backtrace());
+    } catch (const c10::ValueError& e) {
+      throw py::value_error(e.what_without_backtrace());
+    } catch (const c10::Error& e) {
+      throw std::runtime_error(e.what_without_backtrace());
+    }
+  };
+}
+
+py::dict ProfileDict() {
+  absl::StatusOr<DeviceProfile> p =
+      RuntimeCommitted() ? absl::StatusOr<DeviceProfile>(RuntimeOrThrow().profile())
+                         : DeviceProfile::FromEnvironment();
+  if (!p.ok()) ThrowStatus(p.status());
+  py::dict d;
+  d["name"] = p->name;
+  d["num_npus"] = p->num_npus;
+  d["chiplets_per_npu"] = p->chiplets_per_npu;
+  d["memory_per_chiplet"] = p->memory_per_chiplet;
+  d["allocation_unit"] = p->allocation_unit;
+  return d;
+}
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torch-rbln: PrivateUse1 backend for the simulated RBLN NPU";
+  m.def("_device_count", Translated(+[] { return static_cast<int>(DeviceCount()); }));
+  m.def("_current_device", [] { return static_cast<int>(CurrentDevice()); });
+  m.def("_set_device", Translated(+[](int index) {
+          SetCurrentDevice(static_cast<c10::DeviceIndex>(index));
+        }));
+  m.def("_check_device_index", Translated(+[](int index) {
+          CheckDeviceIndex(static_cast<c10::DeviceIndex>(index));
+        }));
+  m.def("_synchronize", Translated(+[](int index) {
+          CheckDeviceIndex(static_cast<c10::DeviceIndex>(index));
+          // Work is synchronous: committing the runtime is all there is.
+          RuntimeOrThrow();
+        }));
+  m.def("_is_committed", &RuntimeCommitted);
+  m.def("_device_profile", Translated(+[] { return ProfileDict(); }));
+  m.def("_counters", [] {
+    std::map<std::string, int64_t> snapshot = CounterRegistry::Global().Snapshot();
+    return snapshot;
+  });
+  m.def("_compiler_cache_size",
+        [] { return compiler::Compiler::Global().cache_size(); });
+}
+
+}  // namespace
+}  // namespace rbln::torch_backend

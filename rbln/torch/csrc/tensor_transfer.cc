@@ -1,0 +1,92 @@
+#include "rbln/torch/csrc/tensor_transfer.h"
+
+#include <ATen/ATen.h>
+
+#include "rbln/core/counters.h"
+#include "rbln/torch/csrc/device_state.h"
+
+namespace rbln::torch_backend {
+namespace {
+
+// Elements from element 0 of the view to its last element, inclusive.
+int64_t SpanElements(const at::Tensor& t) {
+  if (t.numel() == 0) return 0;
+  int64_t last = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  return last + 1;
+}
+
+bool SameLayout(const at::Tensor& a, const at::Tensor& b) {
+  return a.scalar_type() == b.scalar_type() && a.sizes() == b.sizes() &&
+         a.strides() == b.strides() && a.is_non_overlapping_and_dense();
+}
+
+uintptr_t Address(const at::Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.data_ptr());
+}
+
+Counter* HostBounceCounter() {
+  static Counter* c = CounterRegistry::Global().Get("runtime/host_bounce_copies");
+  return c;
+}
+
+}  // namespace
+
+at::Tensor DownloadSpan(const at::Tensor& device_tensor) {
+  at::Tensor flat = at::empty({SpanElements(device_tensor)},
+                              device_tensor.options().device(at::kCPU));
+  if (flat.numel() > 0) {
+    ThrowIfError(RuntimeOrThrow().dma().DeviceToHost(
+        flat.data_ptr(), Address(device_tensor), flat.nbytes()));
+  }
+  return flat.as_strided(device_tensor.sizes(), device_tensor.strides(), 0);
+}
+
+void UploadSpan(const at::Tensor& host_span, const at::Tensor& device_tensor) {
+  const int64_t n = SpanElements(device_tensor);
+  if (n == 0) return;
+  ThrowIfError(RuntimeOrThrow().dma().HostToDevice(
+      Address(device_tensor), host_span.data_ptr(), n * device_tensor.itemsize()));
+}
+
+void CopyWithDevice(const at::Tensor& src, const at::Tensor& dst) {
+  if (dst.numel() == 0) return;
+  runtime::Runtime& rt = RuntimeOrThrow();
+  const bool src_dev = !src.is_cpu(), dst_dev = !dst.is_cpu();
+  if (src_dev && !dst_dev) {  // D2H
+    if (SameLayout(src, dst)) {
+      ThrowIfError(rt.dma().DeviceToHost(dst.data_ptr(), Address(src), dst.nbytes()));
+    } else {
+      const_cast<at::Tensor&>(dst).copy_(DownloadSpan(src));
+    }
+    return;
+  }
+  if (!src_dev && dst_dev) {  // H2D
+    if (SameLayout(src, dst)) {
+      ThrowIfError(rt.dma().HostToDevice(Address(dst), src.data_ptr(), dst.nbytes()));
+    } else {
+      // Read-modify-write of the destination's span keeps the bytes between
+      // strided elements intact.
+      at::Tensor span = dst.is_non_overlapping_and_dense() &&
+                                dst.is_contiguous()
+                            ? at::empty(dst.sizes(), dst.options().device(at::kCPU))
+                            : DownloadSpan(dst);
+      span.copy_(src);
+      UploadSpan(span, dst);
+    }
+    return;
+  }
+  // D2D.
+  if (SameLayout(src, dst) && src.device() == dst.device()) {
+    ThrowIfError(rt.dma().DeviceToDevice(Address(dst), Address(src), dst.nbytes()));
+    return;
+  }
+  // Strided or converting device copies bounce through the host for now
+  // (SPEC K3's host_bounce); the strided device copy engine replaces this.
+  HostBounceCounter()->Increment();
+  at::Tensor host_dst = DownloadSpan(dst);
+  host_dst.copy_(DownloadSpan(src));
+  UploadSpan(host_dst, dst);
+}
+
+}  // namespace rbln::torch_backend
