@@ -113,12 +113,19 @@ cc_library(
         "lib/libc10.so",
         "lib/libtorch.so",
         "lib/libtorch_cpu.so",
-        "lib/libtorch_python.so",
     ],
     hdrs = glob(["include/**/*.h", "include/**/*.hpp", "include/**/*.cuh", "include/**/*.inc"]),
     includes = ["include", "include/torch/csrc/api/include"],
     defines = ["_GLIBCXX_USE_CXX11_ABI={abi}", "TORCH_API_INCLUDE_EXTENSION_H"],
     deps = ["@local_python//:headers"],
+)
+
+# torch's Python bindings (THP*), for code that needs them; the Python
+# process has already loaded these when an extension is imported.
+cc_library(
+    name = "torch_python",
+    srcs = ["lib/libtorch_python.so", "lib/libshm.so"],
+    deps = [":torch"],
 )
 """.format(version = version, torch_dir = torch_dir, abi = abi))
 

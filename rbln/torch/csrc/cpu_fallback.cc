@@ -11,7 +11,40 @@
 
 namespace rbln::torch_backend {
 
+namespace {
+
+// Tensors of one op must be on one logical device (SPEC B4); the CPU kernel
+// would otherwise hide the mistake by moving everything to the host.
+void CheckSameDevice(const c10::OperatorHandle& op,
+                     const torch::jit::Stack& stack) {
+  const size_t num_args = op.schema().arguments().size();
+  std::optional<c10::Device> first;
+  auto check = [&](const at::Tensor& t) {
+    if (!t.defined() || t.is_cpu()) return;
+    if (!first) {
+      first = t.device();
+    } else {
+      TORCH_CHECK(t.device() == *first,
+                  "Expected all tensors to be on the same device, but found at "
+                  "least two devices, ", *first, " and ", t.device(),
+                  "! (when checking arguments for ", op.schema().name(),
+                  "); move them with .to(device) first");
+    }
+  };
+  for (size_t i = stack.size() - num_args; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensor()) {
+      check(v.toTensor());
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList().vec()) check(t);
+    }
+  }
+}
+
+}  // namespace
+
 void RblnCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  CheckSameDevice(op, *stack);
   static Counter* total = CounterRegistry::Global().Get("dispatch/cpu_fallback");
   total->Increment();
   CounterRegistry::Global()

@@ -51,9 +51,11 @@ c10::DeviceIndex DeviceCount() {
 
 void CheckDeviceIndex(c10::DeviceIndex index) {
   const c10::DeviceIndex count = DeviceCount();
-  TORCH_CHECK_INDEX(index >= 0 && index < count, "rbln: device index ", index,
-                    " is out of range: this process sees ", count,
-                    " rbln device(s) (valid: rbln:0..rbln:", count - 1,
+  // DeviceIndex is a char-sized integer: print it as a number.
+  TORCH_CHECK_INDEX(index >= 0 && index < count, "rbln: device index ",
+                    static_cast<int>(index), " is out of range: this process sees ",
+                    static_cast<int>(count), " rbln device(s) (valid: rbln:0..rbln:",
+                    static_cast<int>(count) - 1,
                     "); set RBLN_SIM_NPUS to simulate more NPUs");
 }
 

@@ -1,0 +1,176 @@
+"""Device selection, the torch.rbln module, errors and device memory."""
+# spec: A1, A6, A9, B1, B2, B3, D4, D5
+
+import signal
+import sys
+
+import pytest
+import torch
+
+import rbln_test_util
+
+
+def test_import_torch_alone_registers_rbln():
+    # spec: B1 -- the torch.backends entry point loads torch_rbln.
+    r = rbln_test_util.run_python(
+        "import torch\n"
+        "x = torch.ones(2, device='rbln')\n"
+        "print(x.device, torch.rbln.device_count(), hasattr(x, 'is_rbln'))\n"
+        "print(torch.accelerator.current_accelerator())\n"
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[0] == "rbln:0 1 True"
+    assert r.stdout.split("\n")[1] == "rbln"
+
+
+def test_device_count_and_availability():
+    assert torch.rbln.is_available()
+    assert torch.rbln.device_count() == 1
+    assert torch.accelerator.device_count() == 1
+
+
+def test_device_context_manager_changes_selection_in_block_only():
+    # spec: B2
+    r = rbln_test_util.run_python(
+        "import torch\n"
+        "assert torch.rbln.current_device() == 0\n"
+        "with torch.rbln.device(1):\n"
+        "    assert torch.rbln.current_device() == 1\n"
+        "    x = torch.zeros(4, dtype=torch.float16, device='rbln')\n"
+        "    y = torch.zeros(4, dtype=torch.float16)\n"
+        "assert torch.rbln.current_device() == 0\n"
+        "print(x.device, y.device)\n",
+        {"RBLN_SIM_NPUS": "2"},
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "rbln:1 cpu"
+
+
+def test_set_device_and_explicit_index():
+    r = rbln_test_util.run_python(
+        "import torch\n"
+        "torch.rbln.set_device(1)\n"
+        "print(torch.rbln.current_device(), torch.empty(1, device='rbln').device,"
+        " torch.empty(1, device='rbln:0').device)\n",
+        {"RBLN_SIM_NPUS": "2"},
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "1 rbln:1 rbln:0"
+
+
+def test_query_apis_do_not_commit():
+    # spec: A6 -- is_available/device_count/set_device plan only.
+    r = rbln_test_util.run_python(
+        "import torch\n"
+        "torch.rbln.is_available(); torch.rbln.device_count(); torch.rbln.set_device(0)\n"
+        "before = torch.rbln.is_initialized()\n"
+        "torch.rbln.synchronize()\n"
+        "print(before, torch.rbln.is_initialized())\n"
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False True"
+
+
+def test_device_index_out_of_range_is_clear():
+    with pytest.raises(IndexError, match=r"rbln: device index 3 is out of range.*rbln:0\.\.rbln:0"):
+        torch.empty(2, device="rbln:3")
+    with pytest.raises(IndexError, match="out of range"):
+        torch.rbln.set_device(5)
+    # Nothing already on the device is lost.
+    x = torch.tensor([1.0, 2.0], device="rbln")
+    assert x.cpu().tolist() == [1.0, 2.0]
+
+
+def test_unknown_profile_is_clear_error():
+    r = rbln_test_util.run_python(
+        "import torch\ntorch.empty(1, device='rbln')\n", {"RBLN_SIM_PROFILE": "rebel200"}
+    )
+    assert r.returncode != 0
+    assert "RBLN_SIM_PROFILE has invalid value 'rebel200'" in r.stderr
+    assert "rebel100, atom" in r.stderr
+
+
+def test_malformed_memory_size_is_clear_error():
+    r = rbln_test_util.run_python(
+        "import torch\nprint(torch.rbln.is_available())\ntorch.rbln.device_count()\n",
+        {"RBLN_SIM_MEMORY_PER_CHIPLET": "16 gigs"},
+    )
+    assert r.returncode != 0
+    assert r.stdout.strip() == "False"
+    assert "RBLN_SIM_MEMORY_PER_CHIPLET has invalid value '16 gigs'" in r.stderr
+    assert "MiB" in r.stderr
+
+
+def test_profile_from_environment():
+    # spec: A9
+    r = rbln_test_util.run_python(
+        "import torch\nprint(torch.rbln.get_device_profile())\n",
+        {"RBLN_SIM_PROFILE": "atom", "RBLN_SIM_NPUS": "4", "RBLN_SIM_MEMORY_PER_CHIPLET": "64MiB"},
+    )
+    assert r.returncode == 0, r.stderr
+    profile = eval(r.stdout)
+    assert profile["name"] == "atom"
+    assert profile["num_npus"] == 4
+    assert profile["chiplets_per_npu"] == 1
+    assert profile["memory_per_chiplet"] == 64 << 20
+
+
+def test_out_of_memory_names_npu_and_chiplet():
+    r = rbln_test_util.run_python(
+        "import torch\n"
+        "keep = torch.ones(4, device='rbln')\n"
+        "try:\n"
+        "    torch.empty(3 << 20, dtype=torch.uint8, device='rbln')\n"
+        "except torch.OutOfMemoryError as e:\n"
+        "    print('OOM', e)\n"
+        "print(keep.cpu().tolist())\n",
+        {"RBLN_SIM_MEMORY_PER_CHIPLET": "2MiB"},
+    )
+    assert r.returncode == 0, r.stderr
+    assert "OOM rbln: out of device memory on NPU 0 chiplet" in r.stdout
+    assert "tried to allocate 3145728 bytes" in r.stdout
+    assert "[1.0, 1.0, 1.0, 1.0]" in r.stdout
+
+
+def test_host_dereference_of_data_ptr_faults():
+    # spec: D5 -- data_ptr() is a device address the CPU cannot read.
+    r = rbln_test_util.run_python(
+        "import ctypes, torch\n"
+        "x = torch.arange(16, dtype=torch.float32).to('rbln')\n"
+        "assert x.cpu()[3].item() == 3.0\n"
+        "print('read', flush=True)\n"
+        "ctypes.c_float.from_address(x.data_ptr()).value\n"
+        "print('no fault')\n"
+    )
+    assert r.stdout.strip() == "read"
+    assert r.returncode == -signal.SIGSEGV
+
+
+def test_printing_and_host_round_trip():
+    # spec: D4
+    x = torch.arange(6, dtype=torch.float32).reshape(2, 3).to("rbln")
+    assert "device='rbln:0'" in repr(x)
+    assert torch.equal(x.cpu(), torch.arange(6, dtype=torch.float32).reshape(2, 3))
+    assert x[1, 2].item() == 5.0
+    assert x.is_rbln
+
+
+def test_views_share_storage_and_copy_back():
+    base = torch.zeros(4, 4, device="rbln")
+    view = base[1:3, 1:3]
+    assert view.storage_offset() == 5
+    view.copy_(torch.ones(2, 2))
+    expected = torch.zeros(4, 4)
+    expected[1:3, 1:3] = 1
+    assert torch.equal(base.cpu(), expected)
+    assert torch.equal(base.t().cpu(), expected.t())
+
+
+def test_resize_keeps_data():
+    x = torch.arange(4, dtype=torch.float32, device="rbln")
+    x.resize_(10)
+    assert x.cpu()[:4].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))

@@ -1,0 +1,27 @@
+"""Helpers for torch_rbln's Python tests."""
+
+import os
+import subprocess
+import sys
+
+
+def run_python(code: str, env_overrides=None, timeout=120):
+    """Runs `code` in a fresh interpreter with this test's sys.path.
+
+    Environment variables of the device profile are read once per process,
+    so tests that change them run in a child process.
+    """
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    for key, value in (env_overrides or {}).items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
