@@ -1,0 +1,31 @@
+# Versions of everything torch-rbln takes from this machine's registries.
+# One place: scripts/setup installs these, README "Versions" lists them.
+# shellcheck shell=bash
+
+# PyPI, pinned exactly. torch 2.13.0 is the CPU wheel this machine keeps on
+# disk; `pip install torch==2.13.0` takes it (never a CUDA build).
+TORCH_VERSION="2.13.0"
+NUMPY_VERSION="2.4.6"
+PYTEST_VERSION="9.0.3"
+
+# Debian packages, by name. Debian's stable releases ship one version of
+# each; the versions we built and tested with are recorded here and checked
+# (a different version is reported, not refused).
+case "$(cut -d. -f1 /etc/debian_version 2>/dev/null)" in
+  13) LLVM_VERSION=19 ;;  # Debian 13 (trixie) ships MLIR 17-19.
+  *) LLVM_VERSION=16 ;;   # Debian 12 (bookworm) ships MLIR 14-16.
+esac
+
+DEBIAN_PACKAGES=(
+  bazel-bootstrap          # Bazel 4.2.3 (tested: 4.2.3+ds-9)
+  bazel-bootstrap-source   # mock_repos for rules_cc, platforms, ...
+  libabsl-dev              # tested: 20220623.1-1+deb12u2
+  libgtest-dev             # tested: 1.12.1-0.2
+  libgmock-dev             # tested: 1.12.1-0.2
+  libprotobuf-dev          # tested: 3.21.12-3+deb12u1
+  protobuf-compiler        # tested: 3.21.12-3+deb12u1
+  "libmlir-${LLVM_VERSION}-dev"  # tested: 1:16.0.6-15~deb12u1
+  "mlir-${LLVM_VERSION}-tools"
+  "llvm-${LLVM_VERSION}-dev"
+  libopenblas-dev          # tested: 0.3.21+ds-4
+)
