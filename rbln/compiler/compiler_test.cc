@@ -145,21 +145,21 @@ TEST(CompilerTest, RunsOnSimulatedDeviceMemory) {
   Compiler compiler;
   auto program = compiler.Compile(AddGraph(Type(ir::FLOAT32, {256})));
   ASSERT_TRUE(program.ok());
-  std::vector<runtime::DeviceAllocation> bufs;
-  for (int i = 0; i < 3; ++i) bufs.push_back(*(*rt)->Allocate(0, 1024));
+  std::vector<uintptr_t> bufs;
+  for (int i = 0; i < 3; ++i) bufs.push_back(*(*rt)->storage().Create(0, 1024));
   std::vector<float> a(256), b(256), out(256);
   for (int i = 0; i < 256; ++i) {
     a[i] = i;
     b[i] = 0.5f * i;
   }
-  ASSERT_TRUE((*rt)->dma().HostToDevice(bufs[0].address, a.data(), 1024).ok());
-  ASSERT_TRUE((*rt)->dma().HostToDevice(bufs[1].address, b.data(), 1024).ok());
+  ASSERT_TRUE((*rt)->storage().WriteFromHost(bufs[0], a.data(), 1024).ok());
+  ASSERT_TRUE((*rt)->storage().WriteFromHost(bufs[1], b.data(), 1024).ok());
   std::vector<runtime::DeviceBuffer> args;
-  for (const auto& buf : bufs) {
-    args.push_back({buf.address, DType::kFloat32, {256}, {1}});
+  for (uintptr_t buf : bufs) {
+    args.push_back({buf, DType::kFloat32, {256}, {1}});
   }
   ASSERT_TRUE((*rt)->executor().Run(**program, args).ok());
-  ASSERT_TRUE((*rt)->dma().DeviceToHost(out.data(), bufs[2].address, 1024).ok());
+  ASSERT_TRUE((*rt)->storage().ReadToHost(out.data(), bufs[2], 1024).ok());
   for (int i = 0; i < 256; ++i) EXPECT_EQ(out[i], 1.5f * i);
 }
 

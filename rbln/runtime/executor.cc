@@ -5,8 +5,8 @@
 
 namespace rbln::runtime {
 
-Executor::Executor(const AddressSpace* address_space)
-    : address_space_(address_space),
+Executor::Executor(StorageManager* storage)
+    : storage_(storage),
       executions_(CounterRegistry::Global().Get("runtime/executions")) {}
 
 absl::Status Executor::Run(const Executable& program,
@@ -29,8 +29,11 @@ absl::Status Executor::Run(const Executable& program,
       }
     }
     const uint64_t nbytes = SpannedBytes(arg.dtype, arg.sizes, arg.strides);
-    RBLN_ASSIGN_OR_RETURN(views[i].data, address_space_->Translate(
-                                              arg.address, nbytes == 0 ? 1 : nbytes));
+    const DeviceAccess access = static_cast<int>(i) < program.num_inputs()
+                                    ? DeviceAccess::kRead
+                                    : DeviceAccess::kWrite;
+    RBLN_ASSIGN_OR_RETURN(views[i].data,
+                          storage_->MapForDevice(arg.address, nbytes, access));
     views[i].dtype = arg.dtype;
     views[i].sizes = arg.sizes;
     views[i].strides = arg.strides;

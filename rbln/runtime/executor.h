@@ -1,6 +1,7 @@
-// Runs an Executable on device buffers: translates each device address into
-// the private backing view (after checking the whole strided range is device
-// memory of one NPU) and calls the program. Counts runtime/executions.
+// Runs an Executable on device buffers: maps each buffer's virtual range to
+// the physical bytes behind it (acquiring memory and uploading host-latest
+// data as the storage state requires; outputs become device-latest) and
+// calls the program. Counts runtime/executions.
 #ifndef RBLN_RUNTIME_EXECUTOR_H_
 #define RBLN_RUNTIME_EXECUTOR_H_
 
@@ -11,13 +12,13 @@
 #include "absl/types/span.h"
 #include "rbln/core/counters.h"
 #include "rbln/core/dtype.h"
-#include "rbln/runtime/address_space.h"
 #include "rbln/runtime/executable.h"
+#include "rbln/runtime/virtual_storage.h"
 
 namespace rbln::runtime {
 
-// A strided tensor in device memory. `address` is the device address of
-// element 0 (what PyTorch's data_ptr() returns).
+// A strided tensor in device memory. `address` is the virtual device address
+// of element 0 (what PyTorch's data_ptr() returns).
 struct DeviceBuffer {
   uintptr_t address = 0;
   DType dtype = DType::kFloat32;
@@ -27,13 +28,13 @@ struct DeviceBuffer {
 
 class Executor {
  public:
-  explicit Executor(const AddressSpace* address_space);
+  explicit Executor(StorageManager* storage);
 
   absl::Status Run(const Executable& program,
                    absl::Span<const DeviceBuffer> args);
 
  private:
-  const AddressSpace* const address_space_;
+  StorageManager* const storage_;
   Counter* const executions_;
 };
 

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "gtest/gtest.h"
+#include "rbln/runtime/fake_physical_memory.h"
 
 namespace rbln::runtime {
 namespace {
@@ -26,37 +27,40 @@ class AddF32 : public Executable {
   }
 };
 
-TEST(ExecutorTest, TranslatesDeviceAddressesAndRuns) {
-  auto mem = DeviceMemory::Create(0, 1, 1 << 20);
-  ASSERT_TRUE(mem.ok());
-  AddressSpace space({mem->get()});
-  Executor executor(&space);
-  float* backing = static_cast<float*>(*(*mem)->Translate((*mem)->device_base(), 64));
-  for (int i = 0; i < 4; ++i) {
-    backing[i] = i;
-    backing[4 + i] = 10 * i;
-  }
-  const uintptr_t base = (*mem)->device_base();
+TEST(ExecutorTest, MapsVirtualBuffersAndRuns) {
+  FakePhysicalMemory phys;
+  StorageManager storage(1, 64 << 20, &phys, phys.dma(), /*eager=*/false);
+  Executor executor(&storage);
+  const uintptr_t a = *storage.Create(0, 16);
+  const uintptr_t b = *storage.Create(0, 16);
+  const uintptr_t out = *storage.Create(0, 16);
+  float av[4] = {0, 1, 2, 3}, bv[4] = {0, 10, 20, 30};
+  ASSERT_TRUE(storage.WriteFromHost(a, av, 16).ok());
+  ASSERT_TRUE(storage.WriteFromHost(b, bv, 16).ok());
   std::vector<DeviceBuffer> args = {
-      {base, DType::kFloat32, {4}, {1}},
-      {base + 16, DType::kFloat32, {4}, {1}},
-      {base + 32, DType::kFloat32, {2}, {2}},  // Strided output.
+      {a, DType::kFloat32, {4}, {1}},
+      {b, DType::kFloat32, {4}, {1}},
+      {out + 4, DType::kFloat32, {2}, {2}},  // Strided view of the output.
   };
   ASSERT_TRUE(executor.Run(AddF32(), args).ok());
-  EXPECT_EQ(backing[8], 0.0f);
-  EXPECT_EQ(backing[10], 11.0f);
+  EXPECT_EQ(storage.Info(out)->state, DataState::kDeviceLatest);
+  EXPECT_EQ(storage.Info(a)->state, DataState::kInSync);
+  float result[4];
+  ASSERT_TRUE(storage.ReadToHost(result, out, 16).ok());
+  EXPECT_EQ(result[1], 0.0f);
+  EXPECT_EQ(result[3], 11.0f);
 }
 
-TEST(ExecutorTest, RejectsBuffersOutsideDeviceMemory) {
-  auto mem = DeviceMemory::Create(0, 1, 1 << 20);
-  AddressSpace space({mem->get()});
-  Executor executor(&space);
+TEST(ExecutorTest, RejectsBuffersOutsideStorages) {
+  FakePhysicalMemory phys;
+  StorageManager storage(1, 64 << 20, &phys, phys.dma(), /*eager=*/false);
+  Executor executor(&storage);
   float host[4] = {};
-  const uintptr_t base = (*mem)->device_base();
+  const uintptr_t a = *storage.Create(0, 16);
   std::vector<DeviceBuffer> args = {
       {reinterpret_cast<uintptr_t>(host), DType::kFloat32, {4}, {1}},
-      {base, DType::kFloat32, {4}, {1}},
-      {base + (1 << 20) - 8, DType::kFloat32, {4}, {1}},  // Runs off the end.
+      {a, DType::kFloat32, {4}, {1}},
+      {a + 8, DType::kFloat32, {4}, {1}},  // Runs off the end.
   };
   EXPECT_FALSE(executor.Run(AddF32(), args).ok());
   EXPECT_FALSE(executor.Run(AddF32(), absl::MakeSpan(args).subspan(0, 2)).ok());

@@ -2,6 +2,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "rbln/core/env.h"
 #include "rbln/core/status_macros.h"
 
 namespace rbln::runtime {
@@ -13,14 +14,25 @@ absl::StatusOr<Runtime*> Runtime::Get() {
         if (!profile.ok()) {
           return absl::StatusOr<std::unique_ptr<Runtime>>(profile.status());
         }
-        return Create(*profile);
+        absl::StatusOr<RuntimeOptions> options = OptionsFromEnvironment();
+        if (!options.ok()) {
+          return absl::StatusOr<std::unique_ptr<Runtime>>(options.status());
+        }
+        return Create(*profile, *options);
       }());
   if (!runtime->ok()) return runtime->status();
   return runtime->value().get();
 }
 
+absl::StatusOr<RuntimeOptions> Runtime::OptionsFromEnvironment() {
+  RuntimeOptions options;
+  RBLN_ASSIGN_OR_RETURN(options.eager_malloc,
+                        env::GetBool("TORCH_RBLN_EAGER_MALLOC", false));
+  return options;
+}
+
 absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(
-    const DeviceProfile& profile) {
+    const DeviceProfile& profile, RuntimeOptions options) {
   std::vector<Npu> npus(profile.num_npus);
   for (int i = 0; i < profile.num_npus; ++i) {
     RBLN_ASSIGN_OR_RETURN(
@@ -32,7 +44,8 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(
           profile.memory_per_chiplet, profile.allocation_unit));
     }
   }
-  return std::unique_ptr<Runtime>(new Runtime(profile, std::move(npus)));
+  return std::unique_ptr<Runtime>(
+      new Runtime(profile, options, std::move(npus)));
 }
 
 std::vector<const DeviceMemory*> Runtime::Memories(const std::vector<Npu>& npus) {
@@ -41,12 +54,19 @@ std::vector<const DeviceMemory*> Runtime::Memories(const std::vector<Npu>& npus)
   return out;
 }
 
-Runtime::Runtime(const DeviceProfile& profile, std::vector<Npu> npus)
+// Virtual addresses per NPU: room for its memory several times over, so
+// fragmentation of the virtual range never limits what physical memory allows.
+constexpr uint64_t kVirtualRangeFactor = 4;
+
+Runtime::Runtime(const DeviceProfile& profile, RuntimeOptions options,
+                 std::vector<Npu> npus)
     : profile_(profile),
       npus_(std::move(npus)),
       address_space_(Memories(npus_)),
       dma_(&address_space_),
-      executor_(&address_space_) {}
+      storage_(profile.num_npus, kVirtualRangeFactor * profile.memory_per_npu(),
+               this, &dma_, options.eager_malloc),
+      executor_(&storage_) {}
 
 absl::Status Runtime::CheckNpuIndex(int npu) const {
   if (npu < 0 || npu >= num_npus()) {
@@ -58,7 +78,8 @@ absl::Status Runtime::CheckNpuIndex(int npu) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<DeviceAllocation> Runtime::Allocate(int npu, uint64_t nbytes) {
+absl::StatusOr<DeviceAllocation> Runtime::AllocatePhysical(int npu,
+                                                           uint64_t nbytes) {
   RBLN_RETURN_IF_ERROR(CheckNpuIndex(npu));
   const Npu& n = npus_[npu];
   int best = 0;
@@ -89,12 +110,16 @@ absl::StatusOr<DeviceAllocation> Runtime::Allocate(int npu, uint64_t nbytes) {
   return a;
 }
 
-absl::Status Runtime::Free(uintptr_t address) {
+absl::Status Runtime::FreePhysical(const DeviceAllocation& block) {
   RBLN_ASSIGN_OR_RETURN(const DeviceMemory* memory,
-                        address_space_.Owner(address, 1));
-  const int chiplet = memory->ChipletOf(address);
+                        address_space_.Owner(block.address, 1));
+  const int chiplet = memory->ChipletOf(block.address);
   const Npu& n = npus_[memory->npu_index()];
-  return n.chiplets[chiplet]->Free(address - memory->chiplet_base(chiplet));
+  return n.chiplets[chiplet]->Free(block.address - memory->chiplet_base(chiplet));
+}
+
+absl::StatusOr<void*> Runtime::HostView(const DeviceAllocation& block) {
+  return address_space_.Translate(block.address, block.size);
 }
 
 uint64_t Runtime::UsedBytes(int npu, int chiplet) const {

@@ -1,10 +1,11 @@
 // The simulated NPU runtime of this process: the NPUs of the device profile,
 // their memory and per-chiplet heaps, the DMA engine and the executor.
 //
-// Placement: an allocation lives on one chiplet, the one with the most free
-// memory at the time (ties: lowest index), so small tensors spread over the
-// card. The error of a failed allocation names the NPU, the chiplet, the size
-// requested and what is free there (SPEC E7).
+// Placement: a storage's physical block lives on one chiplet, the one with
+// the most free memory when the block is acquired (ties: lowest index), so
+// tensors spread over the card by load. The error of a failed allocation
+// names the NPU, the chiplet, the size requested and what is free there
+// (SPEC E7). Users only see virtual addresses (StorageManager).
 #ifndef RBLN_RUNTIME_RUNTIME_H_
 #define RBLN_RUNTIME_RUNTIME_H_
 
@@ -19,24 +20,27 @@
 #include "rbln/runtime/device_memory.h"
 #include "rbln/runtime/dma_engine.h"
 #include "rbln/runtime/executor.h"
+#include "rbln/runtime/physical_memory.h"
+#include "rbln/runtime/virtual_storage.h"
 
 namespace rbln::runtime {
 
-struct DeviceAllocation {
-  uintptr_t address = 0;
-  int npu = 0;
-  int chiplet = 0;
-  uint64_t size = 0;  // Rounded to the allocation unit.
+struct RuntimeOptions {
+  // Acquire physical memory when a storage is created (SPEC D1).
+  bool eager_malloc = false;
 };
 
-class Runtime {
+class Runtime : public PhysicalMemory {
  public:
   // The process-wide runtime, made from the environment's device profile at
   // the first call. A bad environment is reported by every call.
   static absl::StatusOr<Runtime*> Get();
 
+  // TORCH_RBLN_EAGER_MALLOC is read here, once.
+  static absl::StatusOr<RuntimeOptions> OptionsFromEnvironment();
+
   static absl::StatusOr<std::unique_ptr<Runtime>> Create(
-      const DeviceProfile& profile);
+      const DeviceProfile& profile, RuntimeOptions options = {});
 
   const DeviceProfile& profile() const { return profile_; }
   int num_npus() const { return profile_.num_npus; }
@@ -44,12 +48,16 @@ class Runtime {
   // OutOfRange with the valid range when `npu` is not an NPU of this process.
   absl::Status CheckNpuIndex(int npu) const;
 
-  absl::StatusOr<DeviceAllocation> Allocate(int npu, uint64_t nbytes);
-  absl::Status Free(uintptr_t address);
+  // PhysicalMemory.
+  absl::StatusOr<DeviceAllocation> AllocatePhysical(int npu,
+                                                    uint64_t nbytes) override;
+  absl::Status FreePhysical(const DeviceAllocation& block) override;
+  absl::StatusOr<void*> HostView(const DeviceAllocation& block) override;
 
   uint64_t UsedBytes(int npu, int chiplet) const;
   uint64_t FreeBytes(int npu, int chiplet) const;
 
+  StorageManager& storage() { return storage_; }
   DmaEngine& dma() { return dma_; }
   Executor& executor() { return executor_; }
   const AddressSpace& address_space() const { return address_space_; }
@@ -60,13 +68,15 @@ class Runtime {
     std::vector<std::unique_ptr<ChipletHeap>> chiplets;
   };
 
-  Runtime(const DeviceProfile& profile, std::vector<Npu> npus);
+  Runtime(const DeviceProfile& profile, RuntimeOptions options,
+          std::vector<Npu> npus);
   static std::vector<const DeviceMemory*> Memories(const std::vector<Npu>& npus);
 
   const DeviceProfile profile_;
   const std::vector<Npu> npus_;
   const AddressSpace address_space_;
   DmaEngine dma_;
+  StorageManager storage_;
   Executor executor_;
 };
 

@@ -21,7 +21,7 @@ TEST(RuntimeTest, SpreadsAllocationsOverChiplets) {
   ASSERT_TRUE(rt.ok()) << rt.status();
   std::vector<int> chiplets;
   for (int i = 0; i < 4; ++i) {
-    auto a = (*rt)->Allocate(1, 100);
+    auto a = (*rt)->AllocatePhysical(1, 100);
     ASSERT_TRUE(a.ok());
     EXPECT_EQ(a->npu, 1);
     EXPECT_EQ(a->size, 4096u);
@@ -34,18 +34,18 @@ TEST(RuntimeTest, SpreadsAllocationsOverChiplets) {
 
 TEST(RuntimeTest, FreeReturnsMemoryToItsChiplet) {
   auto rt = Runtime::Create(SmallCard());
-  auto a = (*rt)->Allocate(0, 5000);
+  auto a = (*rt)->AllocatePhysical(0, 5000);
   ASSERT_TRUE(a.ok());
   EXPECT_EQ((*rt)->UsedBytes(0, a->chiplet), 8192u);
-  ASSERT_TRUE((*rt)->Free(a->address).ok());
+  ASSERT_TRUE((*rt)->FreePhysical(*a).ok());
   EXPECT_EQ((*rt)->UsedBytes(0, a->chiplet), 0u);
-  EXPECT_FALSE((*rt)->Free(12345).ok());
+  EXPECT_FALSE((*rt)->FreePhysical(DeviceAllocation{12345, 0, 0, 1}).ok());
 }
 
 TEST(RuntimeTest, OomNamesNpuChipletRequestedAndFree) {
   auto rt = Runtime::Create(SmallCard());
   // Total free is 4 x 64 KiB, but no single chiplet has 80 KiB.
-  auto r = (*rt)->Allocate(0, 80 * 1024);
+  auto r = (*rt)->AllocatePhysical(0, 80 * 1024);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(r.status().message(), HasSubstr("NPU 0 chiplet 0"));
@@ -54,9 +54,22 @@ TEST(RuntimeTest, OomNamesNpuChipletRequestedAndFree) {
   EXPECT_THAT(r.status().message(), HasSubstr("262144 bytes free in total"));
 }
 
+TEST(RuntimeTest, StoragesAreLazyUnlessEager) {
+  // spec: D1
+  auto lazy = Runtime::Create(SmallCard());
+  uintptr_t a = *(*lazy)->storage().Create(0, 100);
+  EXPECT_FALSE((*lazy)->storage().Info(a)->has_device_memory);
+  EXPECT_EQ((*lazy)->UsedBytes(0, 0) + (*lazy)->UsedBytes(0, 1), 0u);
+  auto eager = Runtime::Create(SmallCard(), RuntimeOptions{/*eager_malloc=*/true});
+  uintptr_t b = *(*eager)->storage().Create(1, 100);
+  auto info = (*eager)->storage().Info(b);
+  ASSERT_TRUE(info->has_device_memory);
+  EXPECT_EQ((*eager)->UsedBytes(1, info->chiplet), 4096u);
+}
+
 TEST(RuntimeTest, NpuIndexOutOfRange) {
   auto rt = Runtime::Create(SmallCard());
-  auto r = (*rt)->Allocate(2, 1);
+  auto r = (*rt)->AllocatePhysical(2, 1);
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.status().message(), HasSubstr("NPU index 2 is out of range"));
   EXPECT_THAT(r.status().message(), HasSubstr("0..1"));

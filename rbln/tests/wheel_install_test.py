@@ -22,7 +22,10 @@ def venv_python(tmp_path_factory):
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
     python = str(venv / "bin" / "python")
     subprocess.run(
-        [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", wheels[0]],
+        # --ignore-installed: a torch_rbln in the system site-packages must not
+        # satisfy the install; the venv's own copy is under test.
+        [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+         "--ignore-installed", wheels[0]],
         check=True,
     )
     return python

@@ -72,6 +72,24 @@ PYBIND11_MODULE(_C, m) {
     std::map<std::string, int64_t> snapshot = CounterRegistry::Global().Snapshot();
     return snapshot;
   });
+  m.def("_storage_info", Translated(+[](uintptr_t address) {
+          absl::StatusOr<runtime::StorageInfo> info =
+              RuntimeOrThrow().storage().Info(address);
+          if (!info.ok()) ThrowStatus(info.status());
+          py::dict d;
+          d["base"] = info->address;
+          d["nbytes"] = info->nbytes;
+          d["npu"] = info->npu;
+          d["state"] = std::string(runtime::DataStateName(info->state));
+          d["has_device_memory"] = info->has_device_memory;
+          d["bound"] = info->bound;
+          d["chiplet"] = info->chiplet;
+          d["device_bytes"] = info->device_bytes;
+          return d;
+        }));
+  m.def("_bind_device_memory", Translated(+[](uintptr_t address) {
+          ThrowIfError(RuntimeOrThrow().storage().Bind(address));
+        }));
   m.def("_compiler_cache_size",
         [] { return compiler::Compiler::Global().cache_size(); });
 }

@@ -36,7 +36,7 @@ at::Tensor DownloadSpan(const at::Tensor& device_tensor) {
   at::Tensor flat = at::empty({SpanElements(device_tensor)},
                               device_tensor.options().device(at::kCPU));
   if (flat.numel() > 0) {
-    ThrowIfError(RuntimeOrThrow().dma().DeviceToHost(
+    ThrowIfError(RuntimeOrThrow().storage().ReadToHost(
         flat.data_ptr(), Address(device_tensor), flat.nbytes()));
   }
   return flat.as_strided(device_tensor.sizes(), device_tensor.strides(), 0);
@@ -45,17 +45,17 @@ at::Tensor DownloadSpan(const at::Tensor& device_tensor) {
 void UploadSpan(const at::Tensor& host_span, const at::Tensor& device_tensor) {
   const int64_t n = SpanElements(device_tensor);
   if (n == 0) return;
-  ThrowIfError(RuntimeOrThrow().dma().HostToDevice(
+  ThrowIfError(RuntimeOrThrow().storage().WriteFromHost(
       Address(device_tensor), host_span.data_ptr(), n * device_tensor.itemsize()));
 }
 
 void CopyWithDevice(const at::Tensor& src, const at::Tensor& dst) {
   if (dst.numel() == 0) return;
-  runtime::Runtime& rt = RuntimeOrThrow();
+  runtime::StorageManager& storage = RuntimeOrThrow().storage();
   const bool src_dev = !src.is_cpu(), dst_dev = !dst.is_cpu();
   if (src_dev && !dst_dev) {  // D2H
     if (SameLayout(src, dst)) {
-      ThrowIfError(rt.dma().DeviceToHost(dst.data_ptr(), Address(src), dst.nbytes()));
+      ThrowIfError(storage.ReadToHost(dst.data_ptr(), Address(src), dst.nbytes()));
     } else {
       const_cast<at::Tensor&>(dst).copy_(DownloadSpan(src));
     }
@@ -63,7 +63,7 @@ void CopyWithDevice(const at::Tensor& src, const at::Tensor& dst) {
   }
   if (!src_dev && dst_dev) {  // H2D
     if (SameLayout(src, dst)) {
-      ThrowIfError(rt.dma().HostToDevice(Address(dst), src.data_ptr(), dst.nbytes()));
+      ThrowIfError(storage.WriteFromHost(Address(dst), src.data_ptr(), dst.nbytes()));
     } else {
       // Read-modify-write of the destination's span keeps the bytes between
       // strided elements intact.
@@ -78,7 +78,7 @@ void CopyWithDevice(const at::Tensor& src, const at::Tensor& dst) {
   }
   // D2D.
   if (SameLayout(src, dst) && src.device() == dst.device()) {
-    ThrowIfError(rt.dma().DeviceToDevice(Address(dst), Address(src), dst.nbytes()));
+    ThrowIfError(storage.CopyOnDevice(Address(dst), Address(src), dst.nbytes()));
     return;
   }
   // Strided or converting device copies bounce through the host for now

@@ -5,6 +5,7 @@ import torch
 from . import _C
 
 __all__ = [
+    "bind_device_memory",
     "counters",
     "current_device",
     "device",
@@ -114,6 +115,40 @@ def get_amp_supported_dtype():
 def get_device_profile() -> dict:
     """The simulated hardware profile (RBLN_SIM_* environment)."""
     return _C._device_profile()
+
+
+def _check_rbln_tensor(t, api):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{api} expects a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "rbln":
+        raise ValueError(f"{api} expects an rbln tensor, got one on {t.device}; move it with .to('rbln') first")
+
+
+def bind_device_memory(t: torch.Tensor) -> torch.Tensor:
+    """Acquires device memory for `t` now, as one flat region (SPEC D6).
+
+    `t` must be a contiguous rbln tensor covering its whole storage (storage
+    offset 0). Returns `t`.
+    """
+    _check_rbln_tensor(t, "bind_device_memory")
+    if not t.is_contiguous():
+        raise ValueError("bind_device_memory needs a contiguous tensor; call .contiguous() first")
+    nbytes = t.untyped_storage().nbytes()
+    if t.storage_offset() != 0 or t.numel() * t.element_size() != nbytes:
+        raise ValueError(
+            "bind_device_memory needs a tensor that covers its whole storage "
+            f"(storage offset {t.storage_offset()}, {t.numel() * t.element_size()} of "
+            f"{nbytes} storage bytes); bind the base tensor instead of a view"
+        )
+    if nbytes:
+        _C._bind_device_memory(t.data_ptr())
+    return t
+
+
+def _storage_info(t: torch.Tensor) -> dict:
+    """Where `t`'s storage keeps its latest data (for tests and debugging)."""
+    _check_rbln_tensor(t, "_storage_info")
+    return _C._storage_info(t.untyped_storage().data_ptr())
 
 
 def counters() -> dict:

@@ -1,0 +1,258 @@
+#include "rbln/runtime/virtual_storage.h"
+
+#include <sys/mman.h>
+
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "rbln/core/status_macros.h"
+
+namespace rbln::runtime {
+namespace {
+
+constexpr uint64_t kVirtualPage = 4096;
+
+}  // namespace
+
+absl::string_view DataStateName(DataState state) {
+  switch (state) {
+    case DataState::kEmpty:
+      return "empty";
+    case DataState::kHostLatest:
+      return "host-latest";
+    case DataState::kDeviceLatest:
+      return "device-latest";
+    case DataState::kInSync:
+      return "in-sync";
+  }
+  return "?";
+}
+
+StorageManager::StorageManager(int num_npus, uint64_t virtual_bytes_per_npu,
+                               PhysicalMemory* physical, DmaEngine* dma,
+                               bool eager)
+    : physical_(physical),
+      dma_(dma),
+      eager_(eager),
+      uploads_(CounterRegistry::Global().Get("storage/uploads")),
+      downloads_(CounterRegistry::Global().Get("storage/downloads")),
+      pushes_(CounterRegistry::Global().Get("storage/host_pushes")) {
+  const uint64_t size =
+      (virtual_bytes_per_npu + kVirtualPage - 1) / kVirtualPage * kVirtualPage;
+  for (int i = 0; i < num_npus; ++i) {
+    // Address space only: never backed, never accessible from the host.
+    void* base = mmap(nullptr, size, PROT_NONE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    VirtualRange r;
+    if (base != MAP_FAILED) {
+      r.base = base;
+      r.size = size;
+      r.addresses = std::make_unique<ChipletHeap>(size, kVirtualPage);
+    }
+    ranges_.push_back(std::move(r));
+  }
+}
+
+StorageManager::~StorageManager() {
+  for (VirtualRange& r : ranges_) {
+    if (r.base != nullptr) munmap(r.base, r.size);
+  }
+}
+
+absl::StatusOr<uintptr_t> StorageManager::Create(int npu, uint64_t nbytes) {
+  if (npu < 0 || npu >= static_cast<int>(ranges_.size()) ||
+      ranges_[npu].base == nullptr) {
+    return absl::OutOfRangeError(
+        absl::StrFormat("rbln: no virtual address range for NPU %d", npu));
+  }
+  if (nbytes == 0) return absl::InvalidArgumentError("rbln: empty storage");
+  VirtualRange& range = ranges_[npu];
+  absl::StatusOr<uint64_t> offset = range.addresses->Allocate(nbytes);
+  if (!offset.ok()) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "rbln: out of virtual device addresses on NPU %d for %d bytes", npu,
+        nbytes));
+  }
+  auto s = std::make_unique<Storage>();
+  s->base = reinterpret_cast<uintptr_t>(range.base) + *offset;
+  s->nbytes = nbytes;
+  s->npu = npu;
+  const uintptr_t base = s->base;
+  absl::MutexLock lock(&mu_);
+  Storage& ref = *s;
+  storages_[base] = std::move(s);
+  if (eager_) {
+    if (absl::Status st = AcquireDevice(ref); !st.ok()) {
+      storages_.erase(base);
+      (void)range.addresses->Free(*offset);
+      return st;
+    }
+  }
+  return base;
+}
+
+absl::Status StorageManager::Release(uintptr_t base) {
+  std::unique_ptr<Storage> s;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = storages_.find(base);
+    if (it == storages_.end()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "rbln: 0x%x is not the base of a live storage", base));
+    }
+    s = std::move(it->second);
+    storages_.erase(it);
+  }
+  if (s->block) RBLN_RETURN_IF_ERROR(physical_->FreePhysical(*s->block));
+  VirtualRange& range = ranges_[s->npu];
+  return range.addresses->Free(base - reinterpret_cast<uintptr_t>(range.base));
+}
+
+absl::StatusOr<StorageManager::Storage*> StorageManager::Find(
+    uintptr_t address, uint64_t n) const {
+  auto it = storages_.upper_bound(address);
+  if (it != storages_.begin()) {
+    Storage* s = std::prev(it)->second.get();
+    if (address >= s->base && n <= s->nbytes && address - s->base <= s->nbytes - n) {
+      return s;
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "rbln: [0x%x, +%d bytes) is not inside a live rbln storage", address, n));
+}
+
+char* StorageManager::Shadow(Storage& s) {
+  // Zero-filled, so reading a never-written storage is deterministic.
+  if (!s.shadow) s.shadow.reset(new char[s.nbytes]());
+  return s.shadow.get();
+}
+
+absl::Status StorageManager::AcquireDevice(Storage& s) {
+  if (s.block) return absl::OkStatus();
+  RBLN_ASSIGN_OR_RETURN(DeviceAllocation block,
+                        physical_->AllocatePhysical(s.npu, s.nbytes));
+  absl::StatusOr<void*> view = physical_->HostView(block);
+  if (!view.ok()) {
+    (void)physical_->FreePhysical(block);
+    return view.status();
+  }
+  s.block = block;
+  s.backing = *view;
+  return absl::OkStatus();
+}
+
+absl::Status StorageManager::Upload(Storage& s) {
+  RBLN_RETURN_IF_ERROR(dma_->HostToDevice(s.block->address, Shadow(s), s.nbytes));
+  uploads_->Increment();
+  return absl::OkStatus();
+}
+
+absl::Status StorageManager::Download(Storage& s) {
+  RBLN_RETURN_IF_ERROR(dma_->DeviceToHost(Shadow(s), s.block->address, s.nbytes));
+  downloads_->Increment();
+  return absl::OkStatus();
+}
+
+absl::Status StorageManager::WriteFromHost(uintptr_t address, const void* src,
+                                           uint64_t n) {
+  if (n == 0) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  RBLN_ASSIGN_OR_RETURN(Storage * s, Find(address, n));
+  const uint64_t offset = address - s->base;
+  if (s->state == DataState::kDeviceLatest) {
+    // The device holds the rest of the bytes: write through to it.
+    RBLN_RETURN_IF_ERROR(dma_->HostToDevice(s->block->address + offset, src, n));
+    pushes_->Increment();
+    return absl::OkStatus();
+  }
+  std::memcpy(Shadow(*s) + offset, src, n);
+  s->state = DataState::kHostLatest;
+  return absl::OkStatus();
+}
+
+absl::Status StorageManager::ReadToHost(void* dst, uintptr_t address,
+                                        uint64_t n) {
+  if (n == 0) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  RBLN_ASSIGN_OR_RETURN(Storage * s, Find(address, n));
+  if (s->state == DataState::kDeviceLatest) {
+    RBLN_RETURN_IF_ERROR(Download(*s));
+    s->state = DataState::kInSync;
+  }
+  std::memcpy(dst, Shadow(*s) + (address - s->base), n);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<void*> StorageManager::MapForDevice(uintptr_t address,
+                                                   uint64_t n,
+                                                   DeviceAccess access) {
+  absl::MutexLock lock(&mu_);
+  RBLN_ASSIGN_OR_RETURN(Storage * s, Find(address, n == 0 ? 1 : n));
+  RBLN_RETURN_IF_ERROR(AcquireDevice(*s));
+  const bool whole = address == s->base && n == s->nbytes;
+  if (s->state == DataState::kHostLatest &&
+      (access != DeviceAccess::kWrite || !whole)) {
+    RBLN_RETURN_IF_ERROR(Upload(*s));
+    s->state = DataState::kInSync;
+  }
+  if (access != DeviceAccess::kRead) s->state = DataState::kDeviceLatest;
+  return static_cast<char*>(s->backing) + (address - s->base);
+}
+
+absl::Status StorageManager::CopyOnDevice(uintptr_t dst, uintptr_t src,
+                                          uint64_t n) {
+  if (n == 0) return absl::OkStatus();
+  RBLN_ASSIGN_OR_RETURN(void* from, MapForDevice(src, n, DeviceAccess::kRead));
+  RBLN_ASSIGN_OR_RETURN(void* to, MapForDevice(dst, n, DeviceAccess::kWrite));
+  (void)from;
+  (void)to;
+  absl::MutexLock lock(&mu_);
+  RBLN_ASSIGN_OR_RETURN(Storage * d, Find(dst, n));
+  RBLN_ASSIGN_OR_RETURN(Storage * s, Find(src, n));
+  return dma_->DeviceToDevice(d->block->address + (dst - d->base),
+                              s->block->address + (src - s->base), n);
+}
+
+absl::Status StorageManager::Bind(uintptr_t base) {
+  absl::MutexLock lock(&mu_);
+  RBLN_ASSIGN_OR_RETURN(Storage * s, Find(base, 1));
+  if (s->base != base) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "rbln: bind_device_memory needs the start of a storage; 0x%x is %d "
+        "bytes into one",
+        base, base - s->base));
+  }
+  RBLN_RETURN_IF_ERROR(AcquireDevice(*s));
+  s->bound = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StorageInfo> StorageManager::Info(uintptr_t address) const {
+  absl::MutexLock lock(&mu_);
+  RBLN_ASSIGN_OR_RETURN(Storage * s, Find(address, 1));
+  StorageInfo info;
+  info.address = s->base;
+  info.nbytes = s->nbytes;
+  info.npu = s->npu;
+  info.state = s->state;
+  info.bound = s->bound;
+  info.has_device_memory = s->block.has_value();
+  if (s->block) {
+    info.chiplet = s->block->chiplet;
+    info.device_bytes = s->block->size;
+  }
+  return info;
+}
+
+bool StorageManager::Contains(uintptr_t address) const {
+  absl::MutexLock lock(&mu_);
+  return Find(address, 1).ok();
+}
+
+int64_t StorageManager::num_storages() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(storages_.size());
+}
+
+}  // namespace rbln::runtime

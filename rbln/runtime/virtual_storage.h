@@ -1,0 +1,130 @@
+// Virtual storage and the three data states (SPEC D1-D8).
+//
+// Every rbln storage is a range of *virtual* device addresses (what
+// data_ptr() shows; PROT_NONE, so a host dereference faults) with, lazily,
+//   * a host shadow: where host writes land and host reads are served, and
+//   * a physical block on one chiplet: acquired at the first device use
+//     (or at creation with eager allocation, or by Bind()).
+// Per storage the manager tracks where the latest bytes are and moves them
+// only when the other side needs them:
+//
+//   state        | host read            | host write          | device read          | device write
+//   -------------+----------------------+---------------------+----------------------+------------------
+//   empty        | zeros, no DMA        | -> host-latest      | acquire, no DMA      | -> device-latest
+//   host-latest  | shadow, no DMA       | shadow              | H2D, -> in-sync      | H2D unless whole, -> device-latest
+//   device-latest| D2H, -> in-sync      | H2D into the block  | no DMA               | no DMA
+//   in-sync      | shadow, no DMA       | shadow, -> host-lat.| no DMA               | -> device-latest
+//
+// Transfers always move the whole storage, so a state describes all of it.
+#ifndef RBLN_RUNTIME_VIRTUAL_STORAGE_H_
+#define RBLN_RUNTIME_VIRTUAL_STORAGE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "rbln/core/counters.h"
+#include "rbln/runtime/chiplet_heap.h"
+#include "rbln/runtime/dma_engine.h"
+#include "rbln/runtime/physical_memory.h"
+
+namespace rbln::runtime {
+
+enum class DataState { kEmpty, kHostLatest, kDeviceLatest, kInSync };
+absl::string_view DataStateName(DataState state);
+
+enum class DeviceAccess { kRead, kWrite, kReadWrite };
+
+struct StorageInfo {
+  uintptr_t address = 0;  // Virtual base.
+  uint64_t nbytes = 0;
+  int npu = 0;
+  DataState state = DataState::kEmpty;
+  bool has_device_memory = false;
+  bool bound = false;        // Flat region acquired by Bind() (SPEC D6).
+  int chiplet = -1;          // When has_device_memory.
+  uint64_t device_bytes = 0;  // Rounded size of the physical block.
+};
+
+class StorageManager {
+ public:
+  // `eager` acquires physical memory at Create (TORCH_RBLN_EAGER_MALLOC).
+  StorageManager(int num_npus, uint64_t virtual_bytes_per_npu,
+                 PhysicalMemory* physical, DmaEngine* dma, bool eager);
+  ~StorageManager();
+
+  StorageManager(const StorageManager&) = delete;
+  StorageManager& operator=(const StorageManager&) = delete;
+
+  // A new storage of `nbytes` (> 0) on `npu`; returns its virtual address.
+  absl::StatusOr<uintptr_t> Create(int npu, uint64_t nbytes);
+  // Frees the storage at its base address and its physical block.
+  absl::Status Release(uintptr_t base);
+
+  // Host-side access to [address, address + n) inside one storage.
+  absl::Status WriteFromHost(uintptr_t address, const void* src, uint64_t n);
+  absl::Status ReadToHost(void* dst, uintptr_t address, uint64_t n);
+
+  // Host-accessible view of the physical bytes behind [address, address + n)
+  // for a device-side access (the executor, device copies): acquires memory
+  // and uploads as the state table says. With kWrite/kReadWrite the storage
+  // is device-latest afterwards.
+  absl::StatusOr<void*> MapForDevice(uintptr_t address, uint64_t n,
+                                     DeviceAccess access);
+
+  // Device-to-device copy between (possibly the same) storages.
+  absl::Status CopyOnDevice(uintptr_t dst, uintptr_t src, uint64_t n);
+
+  // Acquires the storage's physical memory now, as one flat region (SPEC D6).
+  absl::Status Bind(uintptr_t base);
+
+  absl::StatusOr<StorageInfo> Info(uintptr_t address) const;
+  // Does `address` fall inside a live storage?
+  bool Contains(uintptr_t address) const;
+  int64_t num_storages() const;
+
+ private:
+  struct Storage {
+    uintptr_t base = 0;
+    uint64_t nbytes = 0;
+    int npu = 0;
+    DataState state = DataState::kEmpty;
+    bool bound = false;
+    std::unique_ptr<char[]> shadow;  // Host copy; allocated on first need.
+    std::optional<DeviceAllocation> block;
+    void* backing = nullptr;  // Host view of `block`.
+  };
+  struct VirtualRange {
+    void* base = nullptr;
+    uint64_t size = 0;
+    std::unique_ptr<ChipletHeap> addresses;  // Hands out virtual ranges.
+  };
+
+  // The storage holding [address, address + n), or an error naming the range.
+  absl::StatusOr<Storage*> Find(uintptr_t address, uint64_t n) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status AcquireDevice(Storage& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  char* Shadow(Storage& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Upload(Storage& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Download(Storage& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  PhysicalMemory* const physical_;
+  DmaEngine* const dma_;
+  const bool eager_;
+  std::vector<VirtualRange> ranges_;  // Per NPU; fixed after construction.
+  mutable absl::Mutex mu_;
+  std::map<uintptr_t, std::unique_ptr<Storage>> storages_ ABSL_GUARDED_BY(mu_);
+  Counter* const uploads_;    // Whole-storage H2D caused by a device use.
+  Counter* const downloads_;  // Whole-storage D2H caused by a host read.
+  Counter* const pushes_;     // Host writes into device-latest storages.
+};
+
+}  // namespace rbln::runtime
+
+#endif  // RBLN_RUNTIME_VIRTUAL_STORAGE_H_

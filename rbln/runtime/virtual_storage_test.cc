@@ -1,0 +1,221 @@
+// spec: D1, D2, D3, D5, D6, D8
+#include "rbln/runtime/virtual_storage.h"
+
+#include <cstring>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rbln/runtime/fake_physical_memory.h"
+
+namespace rbln::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Counts of the transfers a step caused, read from the global counters.
+struct Transfers {
+  int64_t h2d, d2h, uploads, downloads, pushes;
+  static Transfers Now() {
+    CounterRegistry& r = CounterRegistry::Global();
+    return {r.Get("runtime/dma_h2d_copies")->value(),
+            r.Get("runtime/dma_d2h_copies")->value(),
+            r.Get("storage/uploads")->value(),
+            r.Get("storage/downloads")->value(),
+            r.Get("storage/host_pushes")->value()};
+  }
+  Transfers operator-(const Transfers& o) const {
+    return {h2d - o.h2d, d2h - o.d2h, uploads - o.uploads,
+            downloads - o.downloads, pushes - o.pushes};
+  }
+};
+
+class StorageManagerTest : public ::testing::Test {
+ protected:
+  StorageManager Make(bool eager = false) {
+    return StorageManager(1, 64 << 20, &phys_, phys_.dma(), eager);
+  }
+  DataState State(StorageManager& m, uintptr_t a) { return m.Info(a)->state; }
+
+  FakePhysicalMemory phys_;
+};
+
+TEST_F(StorageManagerTest, CreateIsLazy) {
+  StorageManager m = Make();
+  auto a = m.Create(0, 1000);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(phys_.allocations, 0);
+  EXPECT_FALSE(m.Info(*a)->has_device_memory);
+  EXPECT_EQ(State(m, *a), DataState::kEmpty);
+}
+
+TEST_F(StorageManagerTest, EagerAcquiresAtCreate) {
+  StorageManager m = Make(/*eager=*/true);
+  auto a = m.Create(0, 1000);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(phys_.allocations, 1);
+  EXPECT_EQ(m.Info(*a)->device_bytes, 4096u);
+}
+
+TEST_F(StorageManagerTest, HostOnlyWorkNeverTouchesTheDevice) {
+  // spec: D4 -- write and read back on the host: no device memory, no DMA.
+  StorageManager m = Make();
+  uintptr_t a = *m.Create(0, 16);
+  const Transfers t0 = Transfers::Now();
+  float in[4] = {1, 2, 3, 4}, out[4] = {};
+  ASSERT_TRUE(m.WriteFromHost(a, in, 16).ok());
+  ASSERT_TRUE(m.ReadToHost(out, a + 4, 12).ok());
+  EXPECT_EQ(out[0], 2);
+  EXPECT_EQ(State(m, a), DataState::kHostLatest);
+  const Transfers d = Transfers::Now() - t0;
+  EXPECT_EQ(d.h2d + d.d2h, 0);
+  EXPECT_EQ(phys_.allocations, 0);
+}
+
+TEST_F(StorageManagerTest, EveryTransitionAndItsTransfers) {
+  StorageManager m = Make();
+  uintptr_t a = *m.Create(0, 16);
+  float v[4] = {1, 2, 3, 4};
+
+  // empty --device read--> empty, memory acquired, nothing uploaded.
+  Transfers t = Transfers::Now();
+  ASSERT_TRUE(m.MapForDevice(a, 16, DeviceAccess::kRead).ok());
+  EXPECT_EQ(State(m, a), DataState::kEmpty);
+  EXPECT_EQ((Transfers::Now() - t).h2d, 0);
+
+  // empty --host write--> host-latest.
+  ASSERT_TRUE(m.WriteFromHost(a, v, 16).ok());
+  EXPECT_EQ(State(m, a), DataState::kHostLatest);
+
+  // host-latest --device read--> in-sync: one upload.
+  t = Transfers::Now();
+  float* dev = static_cast<float*>(*m.MapForDevice(a, 16, DeviceAccess::kRead));
+  EXPECT_EQ(State(m, a), DataState::kInSync);
+  EXPECT_EQ((Transfers::Now() - t).uploads, 1);
+  EXPECT_EQ(dev[3], 4);
+
+  // in-sync --device read--> in-sync: nothing.
+  t = Transfers::Now();
+  ASSERT_TRUE(m.MapForDevice(a, 16, DeviceAccess::kRead).ok());
+  EXPECT_EQ((Transfers::Now() - t).h2d, 0);
+
+  // in-sync --host read--> in-sync: nothing.
+  float out[4];
+  ASSERT_TRUE(m.ReadToHost(out, a, 16).ok());
+  EXPECT_EQ((Transfers::Now() - t).d2h, 0);
+
+  // in-sync --device write--> device-latest.
+  dev = static_cast<float*>(*m.MapForDevice(a, 16, DeviceAccess::kWrite));
+  dev[0] = 10;
+  EXPECT_EQ(State(m, a), DataState::kDeviceLatest);
+
+  // device-latest --host read--> in-sync: one download.
+  t = Transfers::Now();
+  ASSERT_TRUE(m.ReadToHost(out, a, 4).ok());
+  EXPECT_EQ(out[0], 10);
+  EXPECT_EQ(State(m, a), DataState::kInSync);
+  EXPECT_EQ((Transfers::Now() - t).downloads, 1);
+
+  // in-sync --host write--> host-latest (device copy is stale).
+  float w = 20;
+  ASSERT_TRUE(m.WriteFromHost(a + 4, &w, 4).ok());
+  EXPECT_EQ(State(m, a), DataState::kHostLatest);
+
+  // host-latest --partial device write--> upload first, then device-latest.
+  t = Transfers::Now();
+  dev = static_cast<float*>(*m.MapForDevice(a + 8, 4, DeviceAccess::kWrite));
+  EXPECT_EQ((Transfers::Now() - t).uploads, 1);
+  EXPECT_EQ(State(m, a), DataState::kDeviceLatest);
+  dev[0] = 30;
+
+  // device-latest --host write--> pushed into device memory, stays.
+  t = Transfers::Now();
+  float x = 40;
+  ASSERT_TRUE(m.WriteFromHost(a + 12, &x, 4).ok());
+  EXPECT_EQ(State(m, a), DataState::kDeviceLatest);
+  EXPECT_EQ((Transfers::Now() - t).pushes, 1);
+
+  ASSERT_TRUE(m.ReadToHost(out, a, 16).ok());
+  EXPECT_THAT(out, ::testing::ElementsAre(10, 20, 30, 40));
+}
+
+TEST_F(StorageManagerTest, WholeWriteOfHostLatestSkipsTheUpload) {
+  // An op output that overwrites the whole storage needs no old bytes.
+  StorageManager m = Make();
+  uintptr_t a = *m.Create(0, 16);
+  float v[4] = {};
+  ASSERT_TRUE(m.WriteFromHost(a, v, 16).ok());
+  Transfers t = Transfers::Now();
+  ASSERT_TRUE(m.MapForDevice(a, 16, DeviceAccess::kWrite).ok());
+  EXPECT_EQ((Transfers::Now() - t).uploads, 0);
+  EXPECT_EQ(State(m, a), DataState::kDeviceLatest);
+}
+
+TEST_F(StorageManagerTest, CopyOnDeviceMovesBytesWithoutHost) {
+  StorageManager m = Make();
+  uintptr_t a = *m.Create(0, 16), b = *m.Create(0, 16);
+  float v[4] = {5, 6, 7, 8}, out[4];
+  ASSERT_TRUE(m.WriteFromHost(a, v, 16).ok());
+  ASSERT_TRUE(m.CopyOnDevice(b + 4, a, 8).ok());
+  EXPECT_EQ(State(m, b), DataState::kDeviceLatest);
+  ASSERT_TRUE(m.ReadToHost(out, b, 16).ok());
+  EXPECT_EQ(out[1], 5);
+  EXPECT_EQ(out[2], 6);
+}
+
+TEST_F(StorageManagerTest, OomAtFirstDeviceUseNotAtCreate) {
+  // spec: D3
+  StorageManager m = Make();
+  auto big = m.Create(0, 2 << 20);  // Larger than a 1 MiB chiplet.
+  ASSERT_TRUE(big.ok());
+  float v = 1;
+  ASSERT_TRUE(m.WriteFromHost(*big, &v, 4).ok());
+  auto mapped = m.MapForDevice(*big, 4, DeviceAccess::kRead);
+  EXPECT_EQ(mapped.status().code(), absl::StatusCode::kResourceExhausted);
+  // Nothing is lost: the host copy is still readable.
+  float out = 0;
+  ASSERT_TRUE(m.ReadToHost(&out, *big, 4).ok());
+  EXPECT_EQ(out, 1);
+}
+
+TEST_F(StorageManagerTest, BindAcquiresAFlatRegionAtTheBase) {
+  // spec: D6
+  StorageManager m = Make();
+  uintptr_t a = *m.Create(0, 8192);
+  EXPECT_THAT(m.Bind(a + 64).message(), HasSubstr("start of a storage"));
+  ASSERT_TRUE(m.Bind(a).ok());
+  EXPECT_TRUE(m.Info(a)->bound);
+  EXPECT_TRUE(m.Info(a)->has_device_memory);
+}
+
+TEST_F(StorageManagerTest, ReleaseFreesPhysicalAndRejectsStrangers) {
+  StorageManager m = Make();
+  uintptr_t a = *m.Create(0, 100);
+  ASSERT_TRUE(m.Bind(a).ok());
+  EXPECT_EQ(phys_.used(0), 4096u);
+  ASSERT_TRUE(m.Release(a).ok());
+  EXPECT_EQ(phys_.used(0), 0u);
+  EXPECT_FALSE(m.Release(a).ok());
+  EXPECT_FALSE(m.Contains(a));
+  float v;
+  EXPECT_THAT(m.ReadToHost(&v, a, 4).message(), HasSubstr("not inside a live rbln storage"));
+}
+
+TEST_F(StorageManagerTest, OutOfBoundsAccessIsRejected) {
+  StorageManager m = Make();
+  uintptr_t a = *m.Create(0, 16);
+  float v[8] = {};
+  EXPECT_FALSE(m.WriteFromHost(a + 8, v, 16).ok());
+  EXPECT_FALSE(m.MapForDevice(a, 32, DeviceAccess::kRead).ok());
+}
+
+TEST(StorageManagerDeathTest, VirtualAddressesFaultOnTheHost) {
+  // spec: D5
+  FakePhysicalMemory phys;
+  StorageManager m(1, 64 << 20, &phys, phys.dma(), /*eager=*/true);
+  uintptr_t a = *m.Create(0, 64);
+  EXPECT_DEATH({ [[maybe_unused]] volatile char c = *reinterpret_cast<char*>(a); }, "");
+}
+
+}  // namespace
+}  // namespace rbln::runtime
