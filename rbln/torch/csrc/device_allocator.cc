@@ -19,7 +19,7 @@ class RblnDeviceAllocator final : public c10::DeviceAllocator {
     const c10::Device dev(c10::DeviceType::PrivateUse1, device);
     if (nbytes == 0) return c10::DataPtr(nullptr, dev);
     absl::StatusOr<uintptr_t> address =
-        RuntimeOrThrow().storage().Create(device, nbytes);
+        RuntimeOrThrow().storage().Create(PhysicalNpu(device), nbytes);
     if (!address.ok()) ThrowStatus(address.status());
     void* ptr = reinterpret_cast<void*>(*address);
     return c10::DataPtr(ptr, ptr, &Delete, dev);
@@ -42,9 +42,10 @@ class RblnDeviceAllocator final : public c10::DeviceAllocator {
     if (!RuntimeCommitted()) return s;
     runtime::Runtime& rt = RuntimeOrThrow();
     CheckDeviceIndex(device);
+    const int npu = PhysicalNpu(device);
     int64_t used = 0;
     for (int c = 0; c < rt.profile().chiplets_per_npu; ++c) {
-      used += static_cast<int64_t>(rt.UsedBytes(device, c));
+      used += static_cast<int64_t>(rt.UsedBytes(npu, c));
     }
     for (auto* stat : {&s.allocated_bytes[kAggregate], &s.reserved_bytes[kAggregate],
                        &s.active_bytes[kAggregate]}) {
@@ -56,10 +57,10 @@ class RblnDeviceAllocator final : public c10::DeviceAllocator {
   void resetPeakStats(c10::DeviceIndex) override {}
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
     runtime::Runtime& rt = RuntimeOrThrow();
-    CheckDeviceIndex(device);
+    const int npu = PhysicalNpu(device);
     size_t free = 0;
     for (int c = 0; c < rt.profile().chiplets_per_npu; ++c) {
-      free += rt.FreeBytes(device, c);
+      free += rt.FreeBytes(npu, c);
     }
     return {free, rt.profile().memory_per_npu()};
   }
@@ -83,7 +84,7 @@ c10::DeviceIndex DeviceOfAddress(const void* address) {
   if (!RuntimeCommitted()) return -1;
   absl::StatusOr<runtime::StorageInfo> info =
       RuntimeOrThrow().storage().Info(reinterpret_cast<uintptr_t>(address));
-  return info.ok() ? static_cast<c10::DeviceIndex>(info->npu) : -1;
+  return info.ok() ? LogicalDeviceOfNpu(info->npu) : -1;
 }
 
 }  // namespace rbln::torch_backend

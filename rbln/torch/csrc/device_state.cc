@@ -1,24 +1,20 @@
 #include "rbln/torch/csrc/device_state.h"
 
 #include <atomic>
+#include <mutex>
 
 #include <c10/util/Exception.h>
 
 #include "absl/strings/str_format.h"
-#include "rbln/core/device_profile.h"
 
 namespace rbln::torch_backend {
 namespace {
 
 std::atomic<runtime::Runtime*> g_committed{nullptr};
+// Written once, before g_committed is published.
+DevicePlan* g_committed_plan = nullptr;
+std::mutex g_commit_mu;
 thread_local c10::DeviceIndex t_current_device = 0;
-
-absl::StatusOr<int> PlannedDeviceCount() {
-  if (runtime::Runtime* rt = g_committed.load()) return rt->num_npus();
-  absl::StatusOr<DeviceProfile> profile = DeviceProfile::FromEnvironment();
-  if (!profile.ok()) return profile.status();
-  return profile->num_npus;
-}
 
 }  // namespace
 
@@ -30,6 +26,7 @@ void ThrowStatus(const absl::Status& status) {
     case absl::StatusCode::kOutOfRange:
       TORCH_CHECK_INDEX(false, message);
     case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
       TORCH_CHECK_VALUE(false, message);
     case absl::StatusCode::kUnimplemented:
       TORCH_CHECK_NOT_IMPLEMENTED(false, message);
@@ -38,15 +35,28 @@ void ThrowStatus(const absl::Status& status) {
   }
 }
 
+absl::StatusOr<DevicePlan> CurrentPlan() {
+  if (g_committed.load() != nullptr) return *g_committed_plan;
+  absl::StatusOr<DeviceProfile> profile = DeviceProfile::FromEnvironment();
+  if (!profile.ok()) return profile.status();
+  absl::StatusOr<DeviceMap> map = PlanDeviceMap(*profile);
+  if (!map.ok()) return map.status();
+  return DevicePlan{*profile, *std::move(map)};
+}
+
 c10::DeviceIndex DeviceCountNoThrow() noexcept {
-  absl::StatusOr<int> count = PlannedDeviceCount();
-  return count.ok() ? static_cast<c10::DeviceIndex>(*count) : 0;
+  try {
+    absl::StatusOr<DevicePlan> plan = CurrentPlan();
+    return plan.ok() ? static_cast<c10::DeviceIndex>(plan->map.devices.size()) : 0;
+  } catch (...) {
+    return 0;
+  }
 }
 
 c10::DeviceIndex DeviceCount() {
-  absl::StatusOr<int> count = PlannedDeviceCount();
-  if (!count.ok()) ThrowStatus(count.status());
-  return static_cast<c10::DeviceIndex>(*count);
+  absl::StatusOr<DevicePlan> plan = CurrentPlan();
+  if (!plan.ok()) ThrowStatus(plan.status());
+  return static_cast<c10::DeviceIndex>(plan->map.devices.size());
 }
 
 void CheckDeviceIndex(c10::DeviceIndex index) {
@@ -68,12 +78,41 @@ void SetCurrentDevice(c10::DeviceIndex index) {
 
 runtime::Runtime& RuntimeOrThrow() {
   if (runtime::Runtime* rt = g_committed.load()) return *rt;
+  std::lock_guard<std::mutex> lock(g_commit_mu);
+  if (runtime::Runtime* rt = g_committed.load()) return *rt;
+  absl::StatusOr<DevicePlan> plan = CurrentPlan();
+  if (!plan.ok()) ThrowStatus(plan.status());
   absl::StatusOr<runtime::Runtime*> rt = runtime::Runtime::Get();
   if (!rt.ok()) ThrowStatus(rt.status());
+  g_committed_plan = new DevicePlan(*std::move(plan));
+  for (const std::string& warning : g_committed_plan->map.warnings) {
+    TORCH_WARN("rbln: ", warning);
+  }
   g_committed.store(*rt);
   return **rt;
 }
 
 bool RuntimeCommitted() { return g_committed.load() != nullptr; }
+
+int PhysicalNpu(c10::DeviceIndex device) {
+  CheckDeviceIndex(device);
+  absl::StatusOr<DevicePlan> plan = CurrentPlan();
+  if (!plan.ok()) ThrowStatus(plan.status());
+  // Eager work of a logical device runs on its first NPU (SPEC A7).
+  return plan->map.visible_npus[plan->map.devices[device].npus[0]];
+}
+
+c10::DeviceIndex LogicalDeviceOfNpu(int physical_npu) {
+  absl::StatusOr<DevicePlan> plan = CurrentPlan();
+  if (!plan.ok()) return -1;
+  for (size_t d = 0; d < plan->map.devices.size(); ++d) {
+    for (int index : plan->map.devices[d].npus) {
+      if (plan->map.visible_npus[index] == physical_npu) {
+        return static_cast<c10::DeviceIndex>(d);
+      }
+    }
+  }
+  return -1;
+}
 
 }  // namespace rbln::torch_backend

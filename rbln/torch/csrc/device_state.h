@@ -9,9 +9,24 @@
 #include <c10/core/Device.h>
 
 #include "absl/status/status.h"
+#include "rbln/core/device_map.h"
+#include "rbln/core/device_profile.h"
 #include "rbln/runtime/runtime.h"
 
 namespace rbln::torch_backend {
+
+// The simulated machine and its logical devices: planned from the
+// environment until the first real use, fixed afterwards (SPEC A6).
+struct DevicePlan {
+  DeviceProfile profile;
+  DeviceMap map;
+};
+absl::StatusOr<DevicePlan> CurrentPlan();
+
+// Physical NPU id that holds eager allocations of a logical device.
+int PhysicalNpu(c10::DeviceIndex device);
+// Logical device whose group holds `physical_npu`, or -1.
+c10::DeviceIndex LogicalDeviceOfNpu(int physical_npu);
 
 // Number of logical devices; 0 if the environment is invalid. Never throws.
 c10::DeviceIndex DeviceCountNoThrow() noexcept;
@@ -24,7 +39,8 @@ void CheckDeviceIndex(c10::DeviceIndex index);
 c10::DeviceIndex CurrentDevice();
 void SetCurrentDevice(c10::DeviceIndex index);  // Checked.
 
-// The committed runtime; throws with the runtime's error message.
+// The committed runtime; throws with the runtime's error message. The first
+// call commits the plan and prints its warnings once.
 runtime::Runtime& RuntimeOrThrow();
 bool RuntimeCommitted();
 

@@ -8,6 +8,8 @@
 #include <c10/util/Exception.h>
 
 #include <map>
+#include <tuple>
+#include <vector>
 #include <string>
 
 #include "rbln/compiler/compiler.h"
@@ -37,11 +39,15 @@ std::function<R(Args...)> Translated(R (*fn)(Args...)) {
   };
 }
 
+DevicePlan PlanOrThrow() {
+  absl::StatusOr<DevicePlan> plan = CurrentPlan();
+  if (!plan.ok()) ThrowStatus(plan.status());
+  return *std::move(plan);
+}
+
 py::dict ProfileDict() {
-  absl::StatusOr<DeviceProfile> p =
-      RuntimeCommitted() ? absl::StatusOr<DeviceProfile>(RuntimeOrThrow().profile())
-                         : DeviceProfile::FromEnvironment();
-  if (!p.ok()) ThrowStatus(p.status());
+  const DevicePlan plan = PlanOrThrow();
+  const DeviceProfile* p = &plan.profile;
   py::dict d;
   d["name"] = p->name;
   d["num_npus"] = p->num_npus;
@@ -68,6 +74,38 @@ PYBIND11_MODULE(_C, m) {
         }));
   m.def("_is_committed", &RuntimeCommitted);
   m.def("_device_profile", Translated(+[] { return ProfileDict(); }));
+  m.def("_device_map", Translated(+[] {
+          const DevicePlan plan = PlanOrThrow();
+          py::dict d;
+          d["profile"] = ProfileDict();
+          d["visible_npus"] = plan.map.visible_npus;
+          std::vector<std::vector<int>> devices;
+          for (const LogicalDevice& dev : plan.map.devices) {
+            std::vector<int> physical;
+            for (int index : dev.npus) physical.push_back(plan.map.visible_npus[index]);
+            devices.push_back(physical);
+          }
+          d["devices"] = devices;
+          d["warnings"] = plan.map.warnings;
+          d["committed"] = RuntimeCommitted();
+          return d;
+        }));
+  // Per chiplet of a physical NPU: (used, free, total) bytes of device
+  // memory; before the first real use nothing is used (no commit here).
+  m.def("_chiplet_memory", Translated(+[](int npu) {
+          const DevicePlan plan = PlanOrThrow();
+          std::vector<std::tuple<uint64_t, uint64_t, uint64_t>> out;
+          for (int c = 0; c < plan.profile.chiplets_per_npu; ++c) {
+            const uint64_t total = plan.profile.memory_per_chiplet;
+            if (RuntimeCommitted()) {
+              runtime::Runtime& rt = RuntimeOrThrow();
+              out.emplace_back(rt.UsedBytes(npu, c), rt.FreeBytes(npu, c), total);
+            } else {
+              out.emplace_back(0, total, total);
+            }
+          }
+          return out;
+        }));
   m.def("_counters", [] {
     std::map<std::string, int64_t> snapshot = CounterRegistry::Global().Snapshot();
     return snapshot;

@@ -10,8 +10,14 @@ __all__ = [
     "current_device",
     "device",
     "device_count",
+    "device_summary",
     "get_amp_supported_dtype",
+    "get_device_name",
     "get_device_profile",
+    "get_device_properties",
+    "mem_get_info",
+    "mem_get_info_per_chiplet",
+    "physical_device_count",
     "is_available",
     "is_initialized",
     "manual_seed",
@@ -46,6 +52,107 @@ def _index(dev) -> int:
     if dev.type != "rbln":
         raise ValueError(f"expected an rbln device, got {dev}")
     return _C._current_device() if dev.index is None else dev.index
+
+
+def physical_device_count() -> int:
+    """Number of physical NPUs this process sees (RBLN_VISIBLE_DEVICES)."""
+    return len(_C._device_map()["visible_npus"])
+
+
+_FAMILY_NAMES = {"rebel100": "RBLN-CR (Rebel100, simulated)", "atom": "RBLN-CA (ATOM, simulated)"}
+
+
+class _RblnDeviceProperties:
+    """What `get_device_properties()` returns, shaped like torch.cuda's."""
+
+    def __init__(self, name, family, num_chiplet, npu_count, memory_per_chiplet, npus):
+        self.name = name
+        self.family = family
+        self.num_chiplet = num_chiplet
+        self.npu_count = npu_count
+        self.memory_per_chiplet = memory_per_chiplet
+        self.total_memory = memory_per_chiplet * num_chiplet * npu_count
+        self.npus = npus
+
+    def __repr__(self):
+        return (
+            f"_RblnDeviceProperties(name='{self.name}', npu_count={self.npu_count}, "
+            f"num_chiplet={self.num_chiplet}, memory_per_chiplet={self.memory_per_chiplet >> 20}MB, "
+            f"total_memory={self.total_memory >> 20}MB, npus={self.npus})"
+        )
+
+
+def _checked_index(dev) -> int:
+    index = _index(dev)
+    _C._check_device_index(index)
+    return index
+
+
+def get_device_properties(dev=None) -> _RblnDeviceProperties:
+    """Properties of a logical device: its NPUs, chiplets and memory."""
+    index = _checked_index(dev)
+    m = _C._device_map()
+    p = m["profile"]
+    npus = [m["visible_npus"].index(n) for n in m["devices"][index]]
+    return _RblnDeviceProperties(
+        _FAMILY_NAMES[p["name"]], p["name"], p["chiplets_per_npu"], len(npus), p["memory_per_chiplet"], npus
+    )
+
+
+def get_device_name(dev=None) -> str:
+    return get_device_properties(dev).name
+
+
+def mem_get_info_per_chiplet(dev=None):
+    """[(npu, chiplet, free_bytes, total_bytes)] for each chiplet of the device.
+
+    `npu` is the NPU id as device_summary() prints it (an index into the
+    RBLN_VISIBLE_DEVICES list).
+    """
+    index = _checked_index(dev)
+    m = _C._device_map()
+    out = []
+    for machine_id in m["devices"][index]:
+        npu = m["visible_npus"].index(machine_id)
+        for chiplet, (_, free, total) in enumerate(_C._chiplet_memory(machine_id)):
+            out.append((npu, chiplet, free, total))
+    return out
+
+
+def mem_get_info(dev=None):
+    """(free_bytes, total_bytes) of the logical device, like torch.cuda."""
+    rows = mem_get_info_per_chiplet(dev)
+    return sum(r[2] for r in rows), sum(r[3] for r in rows)
+
+
+def device_summary() -> str:
+    """Logical device -> physical NPUs, chiplets and memory (SPEC A3).
+
+    NPU ids are indices into RBLN_VISIBLE_DEVICES' list, as group variables
+    use; the machine id column is the NPU's id among all simulated NPUs.
+    Planning only: calling this occupies no NPU.
+    """
+    m = _C._device_map()
+    p = m["profile"]
+    lines = [
+        f"torch_rbln device summary ({p['name']}, {len(m['visible_npus'])} visible NPU(s) of "
+        f"{p['num_npus']}, {'committed' if m['committed'] else 'planned, not committed'})",
+        f"{'device':>8s}  {'npu':12s} {'machine id':12s} {'chiplets':>8s} {'memory/chiplet':>15s} {'total':>10s}",
+    ]
+    for i, npus in enumerate(m["devices"]):
+        idx = [m["visible_npus"].index(n) for n in npus]
+        total = p["memory_per_chiplet"] * p["chiplets_per_npu"] * len(npus)
+        lines.append(
+            f"{'rbln:' + str(i):>8s}  {','.join(map(str, idx)):12s} {','.join(map(str, npus)):12s} "
+            f"{p['chiplets_per_npu']:8d} {p['memory_per_chiplet'] / 2**20:12.0f} MiB {total / 2**30:6.1f} GiB"
+        )
+    used = {n for npus in m["devices"] for n in npus}
+    unused = [n for n in m["visible_npus"] if n not in used]
+    if unused:
+        lines.append(f"unused NPUs (machine ids): {', '.join(map(str, unused))}")
+    for w in m["warnings"]:
+        lines.append(f"warning: {w}")
+    return "\n".join(lines)
 
 
 def current_device() -> int:
