@@ -1,5 +1,7 @@
 #include "rbln/runtime/runtime.h"
 
+#include <algorithm>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "rbln/core/env.h"
@@ -42,6 +44,8 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(
     for (int c = 0; c < profile.chiplets_per_npu; ++c) {
       npus[i].chiplets.push_back(std::make_unique<ChipletHeap>(
           profile.memory_per_chiplet, profile.allocation_unit));
+      npus[i].caches.push_back(std::make_unique<ChipletCachingAllocator>(
+          npus[i].chiplets.back().get()));
     }
   }
   return std::unique_ptr<Runtime>(
@@ -66,7 +70,8 @@ Runtime::Runtime(const DeviceProfile& profile, RuntimeOptions options,
       dma_(&address_space_),
       storage_(profile.num_npus, kVirtualRangeFactor * profile.memory_per_npu(),
                this, &dma_, options.eager_malloc),
-      executor_(&storage_) {}
+      executor_(&storage_),
+      totals_(profile.num_npus) {}
 
 absl::Status Runtime::CheckNpuIndex(int npu) const {
   if (npu < 0 || npu >= num_npus()) {
@@ -82,31 +87,37 @@ absl::StatusOr<DeviceAllocation> Runtime::AllocatePhysical(int npu,
                                                            uint64_t nbytes) {
   RBLN_RETURN_IF_ERROR(CheckNpuIndex(npu));
   const Npu& n = npus_[npu];
-  int best = 0;
-  uint64_t best_free = 0;
-  for (int c = 0; c < static_cast<int>(n.chiplets.size()); ++c) {
-    const uint64_t free = n.chiplets[c]->free_bytes();
-    if (free > best_free) {
-      best = c;
-      best_free = free;
+  int chiplet = 0;
+  int64_t least = -1;
+  for (int c = 0; c < static_cast<int>(n.caches.size()); ++c) {
+    const int64_t allocated = n.caches[c]->stats().allocated_bytes.current;
+    if (least < 0 || allocated < least) {
+      chiplet = c;
+      least = allocated;
     }
   }
-  absl::StatusOr<uint64_t> offset = n.chiplets[best]->Allocate(nbytes);
+  ChipletCachingAllocator& cache = *n.caches[chiplet];
+  absl::StatusOr<uint64_t> offset = cache.Allocate(nbytes);
+  UpdateTotals(npu);
   if (!offset.ok()) {
     uint64_t npu_free = 0;
-    for (const auto& heap : n.chiplets) npu_free += heap->free_bytes();
+    for (int c = 0; c < static_cast<int>(n.chiplets.size()); ++c) {
+      npu_free += n.chiplets[c]->free_bytes() + n.caches[c]->cached_bytes();
+    }
     return absl::ResourceExhaustedError(absl::StrFormat(
         "rbln: out of device memory on NPU %d chiplet %d: tried to allocate "
-        "%d bytes; chiplet %d has %d bytes free (largest block %d) of %d; "
-        "the NPU's %d chiplet(s) have %d bytes free in total",
-        npu, best, nbytes, best, best_free, n.chiplets[best]->largest_free_block(),
-        profile_.memory_per_chiplet, n.chiplets.size(), npu_free));
+        "%d bytes; chiplet %d has %d bytes free and %d cached of %d; the "
+        "NPU's %d chiplet(s) have %d bytes free or cached in total, but a "
+        "storage cannot span chiplets (%s)",
+        npu, chiplet, nbytes, chiplet, n.chiplets[chiplet]->free_bytes(),
+        cache.cached_bytes(), profile_.memory_per_chiplet, n.chiplets.size(),
+        npu_free, offset.status().message()));
   }
   DeviceAllocation a;
   a.npu = npu;
-  a.chiplet = best;
-  a.address = n.memory->chiplet_base(best) + *offset;
-  a.size = n.chiplets[best]->BlockSize(*offset);
+  a.chiplet = chiplet;
+  a.address = n.memory->chiplet_base(chiplet) + *offset;
+  a.size = cache.BlockSize(*offset);
   return a;
 }
 
@@ -115,7 +126,10 @@ absl::Status Runtime::FreePhysical(const DeviceAllocation& block) {
                         address_space_.Owner(block.address, 1));
   const int chiplet = memory->ChipletOf(block.address);
   const Npu& n = npus_[memory->npu_index()];
-  return n.chiplets[chiplet]->Free(block.address - memory->chiplet_base(chiplet));
+  RBLN_RETURN_IF_ERROR(
+      n.caches[chiplet]->Free(block.address - memory->chiplet_base(chiplet)));
+  UpdateTotals(memory->npu_index());
+  return absl::OkStatus();
 }
 
 absl::StatusOr<void*> Runtime::HostView(const DeviceAllocation& block) {
@@ -128,6 +142,77 @@ uint64_t Runtime::UsedBytes(int npu, int chiplet) const {
 
 uint64_t Runtime::FreeBytes(int npu, int chiplet) const {
   return npus_[npu].chiplets[chiplet]->free_bytes();
+}
+
+AllocatorStats Runtime::ChipletStats(int npu, int chiplet) const {
+  return npus_[npu].caches[chiplet]->stats();
+}
+
+std::vector<SegmentInfo> Runtime::ChipletSnapshot(int npu, int chiplet) const {
+  return npus_[npu].caches[chiplet]->Snapshot();
+}
+
+AllocatorStats Runtime::NpuStats(int npu) const {
+  absl::MutexLock lock(&totals_mu_);
+  return totals_[npu];
+}
+
+namespace {
+
+// Every Stat of an AllocatorStats, for field-wise updates.
+std::vector<Stat*> Stats(AllocatorStats& s) {
+  return {&s.allocation,      &s.segment,         &s.active,
+          &s.inactive_split,  &s.allocated_bytes, &s.reserved_bytes,
+          &s.active_bytes,    &s.inactive_split_bytes, &s.requested_bytes};
+}
+
+}  // namespace
+
+void Runtime::UpdateTotals(int npu) {
+  AllocatorStats sum;
+  for (const auto& cache : npus_[npu].caches) sum += cache->stats();
+  absl::MutexLock lock(&totals_mu_);
+  AllocatorStats& total = totals_[npu];
+  std::vector<Stat*> from = Stats(sum), to = Stats(total);
+  for (size_t i = 0; i < from.size(); ++i) {
+    to[i]->current = from[i]->current;
+    to[i]->allocated = from[i]->allocated;
+    to[i]->freed = from[i]->freed;
+    to[i]->peak = std::max(to[i]->peak, to[i]->current);
+  }
+  total.num_alloc_retries = sum.num_alloc_retries;
+  total.num_ooms = sum.num_ooms;
+  total.num_device_alloc = sum.num_device_alloc;
+  total.num_device_free = sum.num_device_free;
+}
+
+void Runtime::ResetPeakStats(int npu) {
+  for (const auto& cache : npus_[npu].caches) cache->ResetPeakStats();
+  absl::MutexLock lock(&totals_mu_);
+  for (Stat* stat : Stats(totals_[npu])) stat->ResetPeak();
+}
+
+void Runtime::ResetAccumulatedStats(int npu) {
+  for (const auto& cache : npus_[npu].caches) cache->ResetAccumulatedStats();
+  UpdateTotals(npu);
+}
+
+void Runtime::EmptyCache() {
+  for (int npu = 0; npu < num_npus(); ++npu) {
+    for (const auto& cache : npus_[npu].caches) cache->EmptyCache();
+    UpdateTotals(npu);
+  }
+  std::vector<std::function<void()>> droppers;
+  {
+    absl::MutexLock lock(&droppers_mu_);
+    droppers = droppers_;
+  }
+  for (const auto& drop : droppers) drop();
+}
+
+void Runtime::RegisterCacheDropper(std::function<void()> dropper) {
+  absl::MutexLock lock(&droppers_mu_);
+  droppers_.push_back(std::move(dropper));
 }
 
 }  // namespace rbln::runtime

@@ -1,11 +1,14 @@
 // The simulated NPU runtime of this process: the NPUs of the device profile,
 // their memory and per-chiplet heaps, the DMA engine and the executor.
 //
-// Placement: a storage's physical block lives on one chiplet, the one with
-// the most free memory when the block is acquired (ties: lowest index), so
-// tensors spread over the card by load. The error of a failed allocation
-// names the NPU, the chiplet, the size requested and what is free there
-// (SPEC E7). Users only see virtual addresses (StorageManager).
+// Physical memory: each chiplet has a heap and a caching allocator on top
+// (SPEC E1, E5). Placement: a storage's physical block lives on one chiplet,
+// the one with the fewest allocated bytes when the block is acquired (ties:
+// lowest index), so tensors spread over the card by load. A block never
+// spans chiplets, so a storage larger than free memory on its chiplet fails
+// even when the card as a whole has room; the error names the NPU, the
+// chiplet, the size requested and what is free there and in total (SPEC E7).
+// Users only see virtual addresses (StorageManager).
 #ifndef RBLN_RUNTIME_RUNTIME_H_
 #define RBLN_RUNTIME_RUNTIME_H_
 
@@ -13,8 +16,13 @@
 #include <memory>
 #include <vector>
 
+#include <functional>
+
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "rbln/core/device_profile.h"
+#include "rbln/runtime/caching_allocator.h"
 #include "rbln/runtime/address_space.h"
 #include "rbln/runtime/chiplet_heap.h"
 #include "rbln/runtime/device_memory.h"
@@ -54,8 +62,24 @@ class Runtime : public PhysicalMemory {
   absl::Status FreePhysical(const DeviceAllocation& block) override;
   absl::StatusOr<void*> HostView(const DeviceAllocation& block) override;
 
+  // Device memory reserved from / still free in a chiplet's heap.
   uint64_t UsedBytes(int npu, int chiplet) const;
   uint64_t FreeBytes(int npu, int chiplet) const;
+
+  // Caching-allocator statistics of one chiplet, and of a whole NPU with its
+  // exact concurrent peaks (not the sum of the chiplets' peaks).
+  AllocatorStats ChipletStats(int npu, int chiplet) const;
+  AllocatorStats NpuStats(int npu) const ABSL_LOCKS_EXCLUDED(totals_mu_);
+  std::vector<SegmentInfo> ChipletSnapshot(int npu, int chiplet) const;
+  void ResetPeakStats(int npu) ABSL_LOCKS_EXCLUDED(totals_mu_);
+  void ResetAccumulatedStats(int npu) ABSL_LOCKS_EXCLUDED(totals_mu_);
+
+  // Returns cached blocks of every chiplet to the heaps, then runs every
+  // registered cache dropper (SPEC E1: the warm cache of compiled programs
+  // and the view-recipe cache are owned by layers above the runtime).
+  void EmptyCache() ABSL_LOCKS_EXCLUDED(totals_mu_, droppers_mu_);
+  void RegisterCacheDropper(std::function<void()> dropper)
+      ABSL_LOCKS_EXCLUDED(droppers_mu_);
 
   StorageManager& storage() { return storage_; }
   DmaEngine& dma() { return dma_; }
@@ -66,7 +90,12 @@ class Runtime : public PhysicalMemory {
   struct Npu {
     std::unique_ptr<DeviceMemory> memory;
     std::vector<std::unique_ptr<ChipletHeap>> chiplets;
+    std::vector<std::unique_ptr<ChipletCachingAllocator>> caches;
   };
+
+  // Recomputes an NPU's totals after a change: currents and sums from the
+  // chiplets, peaks as the running maximum of the total current.
+  void UpdateTotals(int npu) ABSL_LOCKS_EXCLUDED(totals_mu_);
 
   Runtime(const DeviceProfile& profile, RuntimeOptions options,
           std::vector<Npu> npus);
@@ -78,6 +107,11 @@ class Runtime : public PhysicalMemory {
   DmaEngine dma_;
   StorageManager storage_;
   Executor executor_;
+
+  mutable absl::Mutex totals_mu_;
+  std::vector<AllocatorStats> totals_ ABSL_GUARDED_BY(totals_mu_);
+  absl::Mutex droppers_mu_;
+  std::vector<std::function<void()>> droppers_ ABSL_GUARDED_BY(droppers_mu_);
 };
 
 }  // namespace rbln::runtime

@@ -28,17 +28,25 @@ TEST(RuntimeTest, SpreadsAllocationsOverChiplets) {
     chiplets.push_back(a->chiplet);
   }
   EXPECT_THAT(chiplets, ::testing::UnorderedElementsAre(0, 1, 2, 3));
-  EXPECT_EQ((*rt)->UsedBytes(1, 0), 4096u);
+  EXPECT_EQ((*rt)->ChipletStats(1, 0).allocated_bytes.current, 4096);
   EXPECT_EQ((*rt)->UsedBytes(0, 0), 0u);
 }
 
-TEST(RuntimeTest, FreeReturnsMemoryToItsChiplet) {
+TEST(RuntimeTest, FreedBlocksAreCachedUntilEmptyCache) {
+  // spec: E1
   auto rt = Runtime::Create(SmallCard());
   auto a = (*rt)->AllocatePhysical(0, 5000);
   ASSERT_TRUE(a.ok());
-  EXPECT_EQ((*rt)->UsedBytes(0, a->chiplet), 8192u);
+  EXPECT_EQ((*rt)->ChipletStats(0, a->chiplet).allocated_bytes.current, 8192);
+  EXPECT_GT((*rt)->UsedBytes(0, a->chiplet), 0u);  // A whole segment.
   ASSERT_TRUE((*rt)->FreePhysical(*a).ok());
+  EXPECT_EQ((*rt)->ChipletStats(0, a->chiplet).allocated_bytes.current, 0);
+  EXPECT_GT((*rt)->UsedBytes(0, a->chiplet), 0u);  // Still cached.
+  int dropped = 0;
+  (*rt)->RegisterCacheDropper([&] { ++dropped; });
+  (*rt)->EmptyCache();
   EXPECT_EQ((*rt)->UsedBytes(0, a->chiplet), 0u);
+  EXPECT_EQ(dropped, 1);
   EXPECT_FALSE((*rt)->FreePhysical(DeviceAllocation{12345, 0, 0, 1}).ok());
 }
 
@@ -49,9 +57,10 @@ TEST(RuntimeTest, OomNamesNpuChipletRequestedAndFree) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(r.status().message(), HasSubstr("NPU 0 chiplet 0"));
-  EXPECT_THAT(r.status().message(), HasSubstr("81920 bytes"));
-  EXPECT_THAT(r.status().message(), HasSubstr("65536 bytes free"));
-  EXPECT_THAT(r.status().message(), HasSubstr("262144 bytes free in total"));
+  EXPECT_THAT(r.status().message(), HasSubstr("tried to allocate 81920 bytes"));
+  EXPECT_THAT(r.status().message(), HasSubstr("65536 bytes free and 0 cached"));
+  EXPECT_THAT(r.status().message(), HasSubstr("262144 bytes free or cached in total"));
+  EXPECT_EQ((*rt)->NpuStats(0).num_ooms, 1);
 }
 
 TEST(RuntimeTest, StoragesAreLazyUnlessEager) {
@@ -64,7 +73,26 @@ TEST(RuntimeTest, StoragesAreLazyUnlessEager) {
   uintptr_t b = *(*eager)->storage().Create(1, 100);
   auto info = (*eager)->storage().Info(b);
   ASSERT_TRUE(info->has_device_memory);
-  EXPECT_EQ((*eager)->UsedBytes(1, info->chiplet), 4096u);
+  EXPECT_EQ((*eager)->ChipletStats(1, info->chiplet).allocated_bytes.current, 4096);
+}
+
+TEST(RuntimeTest, NpuTotalsHaveExactPeaks) {
+  // spec: E5, E6 -- the NPU's peak is the running maximum of its total,
+  // kept exactly (the summary's total row only sums chiplet peaks).
+  auto rt = Runtime::Create(SmallCard());
+  auto a = (*rt)->AllocatePhysical(0, 8192);  // chiplet 0
+  ASSERT_TRUE((*rt)->FreePhysical(*a).ok());
+  auto b = (*rt)->AllocatePhysical(0, 8192);  // chiplet 0 again (least loaded)
+  auto c = (*rt)->AllocatePhysical(0, 4096);  // chiplet 1
+  ASSERT_TRUE(b.ok() && c.ok());
+  AllocatorStats total = (*rt)->NpuStats(0);
+  EXPECT_EQ(total.allocated_bytes.current, 12288);
+  EXPECT_EQ(total.allocated_bytes.peak, 12288);
+  EXPECT_EQ(total.allocated_bytes.allocated, 20480);
+  (*rt)->ResetPeakStats(0);
+  ASSERT_TRUE((*rt)->FreePhysical(*b).ok());
+  EXPECT_EQ((*rt)->NpuStats(0).allocated_bytes.peak, 12288);
+  EXPECT_EQ((*rt)->NpuStats(0).allocated_bytes.current, 4096);
 }
 
 TEST(RuntimeTest, NpuIndexOutOfRange) {

@@ -49,6 +49,10 @@ class WarmCache {
     absl::MutexLock lock(&mu_);
     programs_[key] = std::move(p);
   }
+  void Clear() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    programs_.clear();
+  }
 
  private:
   absl::Mutex mu_;
@@ -60,6 +64,16 @@ WarmCache& GlobalWarmCache() {
   static auto* cache = new WarmCache();
   return *cache;
 }
+
+// empty_cache() drops compiled programs too: the next call pays its
+// preparation again (SPEC E1).
+const bool g_dropper_registered [[maybe_unused]] = [] {
+  RegisterCacheDropper([] {
+    GlobalWarmCache().Clear();
+    compiler::Compiler::Global().ClearCache();
+  });
+  return true;
+}();
 
 struct DispatchCounters {
   Counter* warm_hits = CounterRegistry::Global().Get("dispatch/warm_hits");

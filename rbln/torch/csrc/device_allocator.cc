@@ -11,7 +11,8 @@ constexpr size_t kAggregate =
 
 // Hands out virtual storages (SPEC D1): physical memory is acquired by the
 // runtime at the first device use, so statistics come from the runtime's
-// physical allocators, not from here.
+// per-chiplet caching allocators, not from here. A logical device's
+// statistics are those of the NPU that holds its eager allocations.
 class RblnDeviceAllocator final : public c10::DeviceAllocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
@@ -34,27 +35,46 @@ class RblnDeviceAllocator final : public c10::DeviceAllocator {
   }
 
   bool initialized() override { return RuntimeCommitted(); }
-  void emptyCache(c10::MempoolId_t /*mempool_id*/) override {}
+
+  void emptyCache(c10::MempoolId_t /*mempool_id*/) override {
+    if (RuntimeCommitted()) RuntimeOrThrow().EmptyCache();
+  }
   void recordStream(const c10::DataPtr&, c10::Stream) override {}
 
   DeviceStats getDeviceStats(c10::DeviceIndex device) override {
-    DeviceStats s;
-    if (!RuntimeCommitted()) return s;
-    runtime::Runtime& rt = RuntimeOrThrow();
+    DeviceStats out;
     CheckDeviceIndex(device);
-    const int npu = PhysicalNpu(device);
-    int64_t used = 0;
-    for (int c = 0; c < rt.profile().chiplets_per_npu; ++c) {
-      used += static_cast<int64_t>(rt.UsedBytes(npu, c));
-    }
-    for (auto* stat : {&s.allocated_bytes[kAggregate], &s.reserved_bytes[kAggregate],
-                       &s.active_bytes[kAggregate]}) {
-      stat->increase(used);
-    }
-    return s;
+    if (!RuntimeCommitted()) return out;  // Nothing acquired yet.
+    runtime::AllocatorStats s = RuntimeOrThrow().NpuStats(PhysicalNpu(device));
+    auto copy = [](c10::CachingAllocator::StatArray& to, const runtime::Stat& from) {
+      to[kAggregate].current = from.current;
+      to[kAggregate].peak = from.peak;
+      to[kAggregate].allocated = from.allocated;
+      to[kAggregate].freed = from.freed;
+    };
+    copy(out.allocation, s.allocation);
+    copy(out.segment, s.segment);
+    copy(out.active, s.active);
+    copy(out.inactive_split, s.inactive_split);
+    copy(out.allocated_bytes, s.allocated_bytes);
+    copy(out.reserved_bytes, s.reserved_bytes);
+    copy(out.active_bytes, s.active_bytes);
+    copy(out.inactive_split_bytes, s.inactive_split_bytes);
+    copy(out.requested_bytes, s.requested_bytes);
+    out.num_alloc_retries = s.num_alloc_retries;
+    out.num_ooms = s.num_ooms;
+    out.num_device_alloc = s.num_device_alloc;
+    out.num_device_free = s.num_device_free;
+    return out;
   }
-  void resetAccumulatedStats(c10::DeviceIndex) override {}
-  void resetPeakStats(c10::DeviceIndex) override {}
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    CheckDeviceIndex(device);
+    if (RuntimeCommitted()) RuntimeOrThrow().ResetAccumulatedStats(PhysicalNpu(device));
+  }
+  void resetPeakStats(c10::DeviceIndex device) override {
+    CheckDeviceIndex(device);
+    if (RuntimeCommitted()) RuntimeOrThrow().ResetPeakStats(PhysicalNpu(device));
+  }
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
     runtime::Runtime& rt = RuntimeOrThrow();
     const int npu = PhysicalNpu(device);

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <vector>
 
 #include <c10/util/Exception.h>
 
@@ -14,6 +15,8 @@ std::atomic<runtime::Runtime*> g_committed{nullptr};
 // Written once, before g_committed is published.
 DevicePlan* g_committed_plan = nullptr;
 std::mutex g_commit_mu;
+// Droppers registered before the commit; handed to the runtime at commit.
+std::vector<std::function<void()>>* g_pending_droppers = nullptr;
 thread_local c10::DeviceIndex t_current_device = 0;
 
 }  // namespace
@@ -85,6 +88,10 @@ runtime::Runtime& RuntimeOrThrow() {
   absl::StatusOr<runtime::Runtime*> rt = runtime::Runtime::Get();
   if (!rt.ok()) ThrowStatus(rt.status());
   g_committed_plan = new DevicePlan(*std::move(plan));
+  if (g_pending_droppers != nullptr) {
+    for (auto& drop : *g_pending_droppers) (*rt)->RegisterCacheDropper(drop);
+    g_pending_droppers->clear();
+  }
   for (const std::string& warning : g_committed_plan->map.warnings) {
     TORCH_WARN("rbln: ", warning);
   }
@@ -93,6 +100,18 @@ runtime::Runtime& RuntimeOrThrow() {
 }
 
 bool RuntimeCommitted() { return g_committed.load() != nullptr; }
+
+void RegisterCacheDropper(std::function<void()> dropper) {
+  std::lock_guard<std::mutex> lock(g_commit_mu);
+  if (runtime::Runtime* rt = g_committed.load()) {
+    rt->RegisterCacheDropper(std::move(dropper));
+    return;
+  }
+  if (g_pending_droppers == nullptr) {
+    g_pending_droppers = new std::vector<std::function<void()>>();
+  }
+  g_pending_droppers->push_back(std::move(dropper));
+}
 
 int PhysicalNpu(c10::DeviceIndex device) {
   CheckDeviceIndex(device);

@@ -8,6 +8,8 @@
 
 #include <c10/core/Device.h>
 
+#include <functional>
+
 #include "absl/status/status.h"
 #include "rbln/core/device_map.h"
 #include "rbln/core/device_profile.h"
@@ -43,6 +45,10 @@ void SetCurrentDevice(c10::DeviceIndex index);  // Checked.
 // call commits the plan and prints its warnings once.
 runtime::Runtime& RuntimeOrThrow();
 bool RuntimeCommitted();
+
+// Registers a cache that torch.rbln.empty_cache() must drop (SPEC E1). Safe
+// before the runtime exists (e.g. from static initializers).
+void RegisterCacheDropper(std::function<void()> dropper);
 
 // Throws a c10::Error (or c10::OutOfMemoryError for ResourceExhausted)
 // carrying `status`'s message.

@@ -39,6 +39,34 @@ std::function<R(Args...)> Translated(R (*fn)(Args...)) {
   };
 }
 
+// torch.cuda.memory_stats()-style keys: "<stat>.all.<current|peak|...>".
+py::dict StatsDict(const runtime::AllocatorStats& s) {
+  py::dict d;
+  const std::pair<const char*, const runtime::Stat*> stats[] = {
+      {"allocation", &s.allocation},
+      {"segment", &s.segment},
+      {"active", &s.active},
+      {"inactive_split", &s.inactive_split},
+      {"allocated_bytes", &s.allocated_bytes},
+      {"reserved_bytes", &s.reserved_bytes},
+      {"active_bytes", &s.active_bytes},
+      {"inactive_split_bytes", &s.inactive_split_bytes},
+      {"requested_bytes", &s.requested_bytes},
+  };
+  for (const auto& [name, stat] : stats) {
+    const std::string prefix = std::string(name) + ".all.";
+    d[py::str(prefix + "current")] = stat->current;
+    d[py::str(prefix + "peak")] = stat->peak;
+    d[py::str(prefix + "allocated")] = stat->allocated;
+    d[py::str(prefix + "freed")] = stat->freed;
+  }
+  d["num_alloc_retries"] = s.num_alloc_retries;
+  d["num_ooms"] = s.num_ooms;
+  d["num_device_alloc"] = s.num_device_alloc;
+  d["num_device_free"] = s.num_device_free;
+  return d;
+}
+
 DevicePlan PlanOrThrow() {
   absl::StatusOr<DevicePlan> plan = CurrentPlan();
   if (!plan.ok()) ThrowStatus(plan.status());
@@ -127,6 +155,65 @@ PYBIND11_MODULE(_C, m) {
         }));
   m.def("_bind_device_memory", Translated(+[](uintptr_t address) {
           ThrowIfError(RuntimeOrThrow().storage().Bind(address));
+        }));
+  // Caching-allocator statistics of a physical NPU: its exact totals and one
+  // dict per chiplet, keyed like torch.cuda.memory_stats().
+  m.def("_memory_stats", Translated(+[](int npu) {
+          py::dict out;
+          py::list chiplets;
+          const DevicePlan plan = PlanOrThrow();
+          if (!RuntimeCommitted()) {
+            out["total"] = StatsDict(runtime::AllocatorStats());
+            for (int c = 0; c < plan.profile.chiplets_per_npu; ++c) {
+              chiplets.append(StatsDict(runtime::AllocatorStats()));
+            }
+          } else {
+            runtime::Runtime& rt = RuntimeOrThrow();
+            out["total"] = StatsDict(rt.NpuStats(npu));
+            for (int c = 0; c < plan.profile.chiplets_per_npu; ++c) {
+              chiplets.append(StatsDict(rt.ChipletStats(npu, c)));
+            }
+          }
+          out["chiplets"] = chiplets;
+          return out;
+        }));
+  m.def("_memory_snapshot", Translated(+[](int npu) {
+          py::list segments;
+          if (!RuntimeCommitted()) return segments;
+          runtime::Runtime& rt = RuntimeOrThrow();
+          for (int c = 0; c < rt.profile().chiplets_per_npu; ++c) {
+            for (const runtime::SegmentInfo& seg : rt.ChipletSnapshot(npu, c)) {
+              py::dict d;
+              d["chiplet"] = c;
+              d["offset"] = seg.offset;
+              d["total_size"] = seg.size;
+              d["segment_type"] = seg.small_pool ? "small" : "large";
+              py::list blocks;
+              uint64_t allocated = 0;
+              for (const runtime::BlockInfo& b : seg.blocks) {
+                py::dict bd;
+                bd["offset"] = b.offset;
+                bd["size"] = b.size;
+                bd["requested_size"] = b.requested;
+                bd["state"] = b.allocated ? "active_allocated" : "inactive";
+                if (b.allocated) allocated += b.size;
+                blocks.append(bd);
+              }
+              d["allocated_size"] = allocated;
+              d["blocks"] = blocks;
+              segments.append(d);
+            }
+          }
+          return segments;
+        }));
+  m.def("_empty_cache", [] {
+    if (RuntimeCommitted()) RuntimeOrThrow().EmptyCache();
+  });
+  m.def("_reset_peak_memory_stats", Translated(+[](int npu) {
+          if (RuntimeCommitted()) RuntimeOrThrow().ResetPeakStats(npu);
+        }));
+  m.def("_reset_accumulated_memory_stats", Translated(+[](int npu) {
+          if (RuntimeCommitted()) RuntimeOrThrow().ResetAccumulatedStats(npu);
         }));
   m.def("_compiler_cache_size",
         [] { return compiler::Compiler::Global().cache_size(); });

@@ -3,6 +3,19 @@
 import torch
 
 from . import _C
+from .memory import (  # noqa: F401  (re-exported as torch.rbln.*)
+    empty_cache,
+    max_memory_allocated,
+    max_memory_reserved,
+    memory_allocated,
+    memory_reserved,
+    memory_snapshot,
+    memory_stats,
+    memory_stats_per_chiplet,
+    memory_summary,
+    reset_accumulated_memory_stats,
+    reset_peak_memory_stats,
+)
 
 __all__ = [
     "bind_device_memory",
@@ -11,6 +24,17 @@ __all__ = [
     "device",
     "device_count",
     "device_summary",
+    "empty_cache",
+    "max_memory_allocated",
+    "max_memory_reserved",
+    "memory_allocated",
+    "memory_reserved",
+    "memory_snapshot",
+    "memory_stats",
+    "memory_stats_per_chiplet",
+    "memory_summary",
+    "reset_accumulated_memory_stats",
+    "reset_peak_memory_stats",
     "get_amp_supported_dtype",
     "get_device_name",
     "get_device_profile",
