@@ -25,13 +25,14 @@ class FakePhysicalMemory : public PhysicalMemory {
     }
   }
 
-  absl::StatusOr<DeviceAllocation> AllocatePhysical(int npu,
-                                                    uint64_t nbytes) override {
-    absl::StatusOr<uint64_t> offset = heaps_[next_chiplet]->Allocate(nbytes);
+  absl::StatusOr<DeviceAllocation> AllocatePhysical(int npu, uint64_t nbytes,
+                                                    int chiplet) override {
+    const int c = chiplet == kAnyChiplet ? next_chiplet : chiplet;
+    absl::StatusOr<uint64_t> offset = heaps_[c]->Allocate(nbytes);
     if (!offset.ok()) return offset.status();
     ++allocations;
-    return DeviceAllocation{memory_->chiplet_base(next_chiplet) + *offset, npu,
-                            next_chiplet, heaps_[next_chiplet]->BlockSize(*offset)};
+    return DeviceAllocation{memory_->chiplet_base(c) + *offset, npu, c,
+                            heaps_[c]->BlockSize(*offset)};
   }
   absl::Status FreePhysical(const DeviceAllocation& block) override {
     ++frees;

@@ -20,8 +20,12 @@ struct DeviceAllocation {
 class PhysicalMemory {
  public:
   virtual ~PhysicalMemory() = default;
+  // A block on `chiplet`, or on a chiplet of the implementation's choosing
+  // when `chiplet` is kAnyChiplet.
+  static constexpr int kAnyChiplet = -1;
   virtual absl::StatusOr<DeviceAllocation> AllocatePhysical(int npu,
-                                                            uint64_t nbytes) = 0;
+                                                            uint64_t nbytes,
+                                                            int chiplet) = 0;
   virtual absl::Status FreePhysical(const DeviceAllocation& block) = 0;
   // The host-accessible view of a block, for the DMA engine and executor.
   virtual absl::StatusOr<void*> HostView(const DeviceAllocation& block) = 0;

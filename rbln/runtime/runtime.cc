@@ -84,12 +84,19 @@ absl::Status Runtime::CheckNpuIndex(int npu) const {
 }
 
 absl::StatusOr<DeviceAllocation> Runtime::AllocatePhysical(int npu,
-                                                           uint64_t nbytes) {
+                                                           uint64_t nbytes,
+                                                           int wanted) {
   RBLN_RETURN_IF_ERROR(CheckNpuIndex(npu));
   const Npu& n = npus_[npu];
-  int chiplet = 0;
+  if (wanted != kAnyChiplet &&
+      (wanted < 0 || wanted >= static_cast<int>(n.caches.size()))) {
+    return absl::OutOfRangeError(
+        absl::StrFormat("rbln: NPU %d has no chiplet %d", npu, wanted));
+  }
+  int chiplet = wanted == kAnyChiplet ? 0 : wanted;
   int64_t least = -1;
-  for (int c = 0; c < static_cast<int>(n.caches.size()); ++c) {
+  for (int c = 0; wanted == kAnyChiplet && c < static_cast<int>(n.caches.size());
+       ++c) {
     const int64_t allocated = n.caches[c]->stats().allocated_bytes.current;
     if (least < 0 || allocated < least) {
       chiplet = c;

@@ -57,8 +57,8 @@ class Runtime : public PhysicalMemory {
   absl::Status CheckNpuIndex(int npu) const;
 
   // PhysicalMemory.
-  absl::StatusOr<DeviceAllocation> AllocatePhysical(int npu,
-                                                    uint64_t nbytes) override;
+  absl::StatusOr<DeviceAllocation> AllocatePhysical(int npu, uint64_t nbytes,
+                                                    int chiplet) override;
   absl::Status FreePhysical(const DeviceAllocation& block) override;
   absl::StatusOr<void*> HostView(const DeviceAllocation& block) override;
 

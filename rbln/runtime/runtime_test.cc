@@ -21,7 +21,7 @@ TEST(RuntimeTest, SpreadsAllocationsOverChiplets) {
   ASSERT_TRUE(rt.ok()) << rt.status();
   std::vector<int> chiplets;
   for (int i = 0; i < 4; ++i) {
-    auto a = (*rt)->AllocatePhysical(1, 100);
+    auto a = (*rt)->AllocatePhysical(1, 100, Runtime::kAnyChiplet);
     ASSERT_TRUE(a.ok());
     EXPECT_EQ(a->npu, 1);
     EXPECT_EQ(a->size, 4096u);
@@ -35,7 +35,7 @@ TEST(RuntimeTest, SpreadsAllocationsOverChiplets) {
 TEST(RuntimeTest, FreedBlocksAreCachedUntilEmptyCache) {
   // spec: E1
   auto rt = Runtime::Create(SmallCard());
-  auto a = (*rt)->AllocatePhysical(0, 5000);
+  auto a = (*rt)->AllocatePhysical(0, 5000, Runtime::kAnyChiplet);
   ASSERT_TRUE(a.ok());
   EXPECT_EQ((*rt)->ChipletStats(0, a->chiplet).allocated_bytes.current, 8192);
   EXPECT_GT((*rt)->UsedBytes(0, a->chiplet), 0u);  // A whole segment.
@@ -53,7 +53,7 @@ TEST(RuntimeTest, FreedBlocksAreCachedUntilEmptyCache) {
 TEST(RuntimeTest, OomNamesNpuChipletRequestedAndFree) {
   auto rt = Runtime::Create(SmallCard());
   // Total free is 4 x 64 KiB, but no single chiplet has 80 KiB.
-  auto r = (*rt)->AllocatePhysical(0, 80 * 1024);
+  auto r = (*rt)->AllocatePhysical(0, 80 * 1024, Runtime::kAnyChiplet);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(r.status().message(), HasSubstr("NPU 0 chiplet 0"));
@@ -80,10 +80,10 @@ TEST(RuntimeTest, NpuTotalsHaveExactPeaks) {
   // spec: E5, E6 -- the NPU's peak is the running maximum of its total,
   // kept exactly (the summary's total row only sums chiplet peaks).
   auto rt = Runtime::Create(SmallCard());
-  auto a = (*rt)->AllocatePhysical(0, 8192);  // chiplet 0
+  auto a = (*rt)->AllocatePhysical(0, 8192, Runtime::kAnyChiplet);  // chiplet 0
   ASSERT_TRUE((*rt)->FreePhysical(*a).ok());
-  auto b = (*rt)->AllocatePhysical(0, 8192);  // chiplet 0 again (least loaded)
-  auto c = (*rt)->AllocatePhysical(0, 4096);  // chiplet 1
+  auto b = (*rt)->AllocatePhysical(0, 8192, Runtime::kAnyChiplet);  // chiplet 0 again (least loaded)
+  auto c = (*rt)->AllocatePhysical(0, 4096, Runtime::kAnyChiplet);  // chiplet 1
   ASSERT_TRUE(b.ok() && c.ok());
   AllocatorStats total = (*rt)->NpuStats(0);
   EXPECT_EQ(total.allocated_bytes.current, 12288);
@@ -97,7 +97,7 @@ TEST(RuntimeTest, NpuTotalsHaveExactPeaks) {
 
 TEST(RuntimeTest, NpuIndexOutOfRange) {
   auto rt = Runtime::Create(SmallCard());
-  auto r = (*rt)->AllocatePhysical(2, 1);
+  auto r = (*rt)->AllocatePhysical(2, 1, Runtime::kAnyChiplet);
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.status().message(), HasSubstr("NPU index 2 is out of range"));
   EXPECT_THAT(r.status().message(), HasSubstr("0..1"));

@@ -37,7 +37,11 @@ StorageManager::StorageManager(int num_npus, uint64_t virtual_bytes_per_npu,
       eager_(eager),
       uploads_(CounterRegistry::Global().Get("storage/uploads")),
       downloads_(CounterRegistry::Global().Get("storage/downloads")),
-      pushes_(CounterRegistry::Global().Get("storage/host_pushes")) {
+      pushes_(CounterRegistry::Global().Get("storage/host_pushes")),
+      same_chiplet_copies_(
+          CounterRegistry::Global().Get("storage/d2d_same_chiplet_copies")),
+      cross_chiplet_copies_(
+          CounterRegistry::Global().Get("storage/d2d_cross_chiplet_copies")) {
   const uint64_t size =
       (virtual_bytes_per_npu + kVirtualPage - 1) / kVirtualPage * kVirtualPage;
   for (int i = 0; i < num_npus; ++i) {
@@ -130,8 +134,9 @@ char* StorageManager::Shadow(Storage& s) {
 
 absl::Status StorageManager::AcquireDevice(Storage& s) {
   if (s.block) return absl::OkStatus();
-  RBLN_ASSIGN_OR_RETURN(DeviceAllocation block,
-                        physical_->AllocatePhysical(s.npu, s.nbytes));
+  RBLN_ASSIGN_OR_RETURN(
+      DeviceAllocation block,
+      physical_->AllocatePhysical(s.npu, s.nbytes, PhysicalMemory::kAnyChiplet));
   absl::StatusOr<void*> view = physical_->HostView(block);
   if (!view.ok()) {
     (void)physical_->FreePhysical(block);
@@ -210,6 +215,10 @@ absl::Status StorageManager::CopyOnDevice(uintptr_t dst, uintptr_t src,
   absl::MutexLock lock(&mu_);
   RBLN_ASSIGN_OR_RETURN(Storage * d, Find(dst, n));
   RBLN_ASSIGN_OR_RETURN(Storage * s, Find(src, n));
+  (d->block->npu == s->block->npu && d->block->chiplet == s->block->chiplet
+       ? same_chiplet_copies_
+       : cross_chiplet_copies_)
+      ->Increment();
   return dma_->DeviceToDevice(d->block->address + (dst - d->base),
                               s->block->address + (src - s->base), n);
 }
@@ -225,6 +234,53 @@ absl::Status StorageManager::Bind(uintptr_t base) {
   }
   RBLN_RETURN_IF_ERROR(AcquireDevice(*s));
   s->bound = true;
+  return absl::OkStatus();
+}
+
+absl::Status StorageManager::AlignLayout(uintptr_t target_base,
+                                         uintptr_t ref_base) {
+  absl::MutexLock lock(&mu_);
+  RBLN_ASSIGN_OR_RETURN(Storage * target, Find(target_base, 1));
+  RBLN_ASSIGN_OR_RETURN(Storage * ref, Find(ref_base, 1));
+  if (target->base != target_base || ref->base != ref_base) {
+    return absl::FailedPreconditionError(
+        "rbln: set_device_layout_like needs the start of both storages");
+  }
+  if (target->npu != ref->npu) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "rbln: set_device_layout_like needs both tensors on one device "
+        "(NPU %d vs NPU %d)",
+        target->npu, ref->npu));
+  }
+  if (!ref->block || ref->state == DataState::kHostLatest ||
+      ref->state == DataState::kEmpty) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "rbln: set_device_layout_like needs ref's data on the device, but ref "
+        "is %s; run a device op on it first",
+        DataStateName(ref->state)));
+  }
+  if (target->block && target->block->chiplet == ref->block->chiplet) {
+    return absl::OkStatus();
+  }
+  RBLN_ASSIGN_OR_RETURN(DeviceAllocation block,
+                        physical_->AllocatePhysical(target->npu, target->nbytes,
+                                                    ref->block->chiplet));
+  absl::StatusOr<void*> view = physical_->HostView(block);
+  if (!view.ok()) {
+    (void)physical_->FreePhysical(block);
+    return view.status();
+  }
+  if (target->block) {
+    const bool device_has_data = target->state == DataState::kDeviceLatest ||
+                                 target->state == DataState::kInSync;
+    if (device_has_data) {
+      RBLN_RETURN_IF_ERROR(
+          dma_->DeviceToDevice(block.address, target->block->address, target->nbytes));
+    }
+    RBLN_RETURN_IF_ERROR(physical_->FreePhysical(*target->block));
+  }
+  target->block = block;
+  target->backing = *view;
   return absl::OkStatus();
 }
 

@@ -84,6 +84,12 @@ class StorageManager {
   // Acquires the storage's physical memory now, as one flat region (SPEC D6).
   absl::Status Bind(uintptr_t base);
 
+  // Places `target`'s physical block where `ref`'s is (same NPU, same
+  // chiplet), so copies between them stay on one chiplet (SPEC D7). Copies
+  // no data through the host; a block that must move is moved on the device.
+  // `ref`'s data must be on the device.
+  absl::Status AlignLayout(uintptr_t target_base, uintptr_t ref_base);
+
   absl::StatusOr<StorageInfo> Info(uintptr_t address) const;
   // Does `address` fall inside a live storage?
   bool Contains(uintptr_t address) const;
@@ -123,6 +129,8 @@ class StorageManager {
   Counter* const uploads_;    // Whole-storage H2D caused by a device use.
   Counter* const downloads_;  // Whole-storage D2H caused by a host read.
   Counter* const pushes_;     // Host writes into device-latest storages.
+  Counter* const same_chiplet_copies_;   // Device copies within a chiplet.
+  Counter* const cross_chiplet_copies_;  // Device copies between chiplets.
 };
 
 }  // namespace rbln::runtime

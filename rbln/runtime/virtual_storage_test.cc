@@ -188,6 +188,36 @@ TEST_F(StorageManagerTest, BindAcquiresAFlatRegionAtTheBase) {
   EXPECT_TRUE(m.Info(a)->has_device_memory);
 }
 
+TEST_F(StorageManagerTest, AlignLayoutColocatesWithoutHostCopies) {
+  // spec: D7
+  StorageManager m = Make();
+  uintptr_t ref = *m.Create(0, 64), target = *m.Create(0, 64);
+  EXPECT_THAT(m.AlignLayout(target, ref).message(), HasSubstr("ref's data on the device"));
+  phys_.next_chiplet = 1;
+  float v[16] = {3};
+  ASSERT_TRUE(m.WriteFromHost(ref, v, 64).ok());
+  ASSERT_TRUE(m.MapForDevice(ref, 64, DeviceAccess::kRead).ok());  // ref on chiplet 1
+  phys_.next_chiplet = 0;
+  ASSERT_TRUE(m.MapForDevice(target, 64, DeviceAccess::kWrite).ok());  // target on 0
+  EXPECT_EQ(m.Info(target)->chiplet, 0);
+  Counter* cross = CounterRegistry::Global().Get("storage/d2d_cross_chiplet_copies");
+  Counter* same = CounterRegistry::Global().Get("storage/d2d_same_chiplet_copies");
+  const int64_t cross0 = cross->value();
+  ASSERT_TRUE(m.CopyOnDevice(target, ref, 64).ok());
+  EXPECT_EQ(cross->value(), cross0 + 1);
+  const Transfers t = Transfers::Now();
+  ASSERT_TRUE(m.AlignLayout(target, ref).ok());
+  EXPECT_EQ(m.Info(target)->chiplet, 1);
+  EXPECT_EQ((Transfers::Now() - t).h2d + (Transfers::Now() - t).d2h, 0);
+  const int64_t same0 = same->value();
+  ASSERT_TRUE(m.CopyOnDevice(target, ref, 64).ok());
+  EXPECT_EQ(same->value(), same0 + 1);
+  float out[16];
+  ASSERT_TRUE(m.ReadToHost(out, target, 64).ok());  // The moved block kept its data.
+  EXPECT_EQ(out[0], 3);
+  EXPECT_THAT(m.AlignLayout(target + 4, ref).message(), HasSubstr("start of both"));
+}
+
 TEST_F(StorageManagerTest, ReleaseFreesPhysicalAndRejectsStrangers) {
   StorageManager m = Make();
   uintptr_t a = *m.Create(0, 100);

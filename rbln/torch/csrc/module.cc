@@ -219,6 +219,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("_reset_accumulated_memory_stats", Translated(+[](int npu) {
           if (RuntimeCommitted()) RuntimeOrThrow().ResetAccumulatedStats(npu);
         }));
+  m.def("_set_layout_like", Translated(+[](uintptr_t target, uintptr_t ref) {
+          ThrowIfError(RuntimeOrThrow().storage().AlignLayout(target, ref));
+        }));
   m.def("_compiler_cache_size",
         [] { return compiler::Compiler::Global().cache_size(); });
 }

@@ -215,6 +215,44 @@ def test_bind_device_memory():
         torch.rbln.bind_device_memory(torch.empty(4))
 
 
+def test_set_device_layout_like():
+    # spec: D7
+    ref = torch.ones(1024, dtype=torch.float16, device="rbln")
+    ref = ref + ref  # ref's data is on the device now.
+    target = torch.empty(1024, dtype=torch.float16, device="rbln")
+    c = torch.rbln.counters
+    before = c()
+    assert torch.rbln.set_device_layout_like(target, ref) is target
+    assert torch.rbln._storage_info(target)["chiplet"] == torch.rbln._storage_info(ref)["chiplet"]
+    target.copy_(ref)
+    after = c()
+    assert after["storage/d2d_same_chiplet_copies"] == before.get("storage/d2d_same_chiplet_copies", 0) + 1
+    assert after["runtime/dma_h2d_copies"] == before["runtime/dma_h2d_copies"]
+    assert torch.equal(target.cpu(), torch.full((1024,), 2.0, dtype=torch.float16))
+    with pytest.raises(ValueError, match="one dtype"):
+        torch.rbln.set_device_layout_like(torch.empty(1024, device="rbln"), ref)
+    with pytest.raises(ValueError, match="whole storage"):
+        torch.rbln.set_device_layout_like(target[1:], ref)
+    with pytest.raises(ValueError, match="data on the device"):
+        torch.rbln.set_device_layout_like(target, torch.ones(1024, dtype=torch.float16, device="rbln"))
+
+
+def test_eager_malloc_acquires_at_creation():
+    # spec: D1
+    r = rbln_test_util.run_python(
+        "import torch\n"
+        "x = torch.empty(1000, dtype=torch.float16, device='rbln')\n"
+        "print(torch.rbln.memory_allocated(), torch.rbln._storage_info(x)['has_device_memory'])\n",
+        {"TORCH_RBLN_EAGER_MALLOC": "1"},
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "4096 True"
+    bad = rbln_test_util.run_python(
+        "import torch\ntorch.empty(1, device='rbln')\n", {"TORCH_RBLN_EAGER_MALLOC": "sometimes"}
+    )
+    assert bad.returncode != 0 and "TORCH_RBLN_EAGER_MALLOC has invalid value 'sometimes'" in bad.stderr
+
+
 def test_views_share_storage_and_copy_back():
     base = torch.zeros(4, 4, device="rbln")
     view = base[1:3, 1:3]

@@ -47,6 +47,7 @@ __all__ = [
     "manual_seed",
     "manual_seed_all",
     "set_device",
+    "set_device_layout_like",
     "synchronize",
 ]
 
@@ -264,16 +265,41 @@ def bind_device_memory(t: torch.Tensor) -> torch.Tensor:
     _check_rbln_tensor(t, "bind_device_memory")
     if not t.is_contiguous():
         raise ValueError("bind_device_memory needs a contiguous tensor; call .contiguous() first")
+    _check_whole_storage(t, "bind_device_memory", "the tensor")
+    if t.numel():
+        _C._bind_device_memory(t.data_ptr())
+    return t
+
+
+def _check_whole_storage(t, api, name):
     nbytes = t.untyped_storage().nbytes()
     if t.storage_offset() != 0 or t.numel() * t.element_size() != nbytes:
         raise ValueError(
-            "bind_device_memory needs a tensor that covers its whole storage "
-            f"(storage offset {t.storage_offset()}, {t.numel() * t.element_size()} of "
-            f"{nbytes} storage bytes); bind the base tensor instead of a view"
+            f"{api} needs {name} to cover its whole storage (storage offset "
+            f"{t.storage_offset()}, {t.numel() * t.element_size()} of {nbytes} storage bytes); "
+            "pass the base tensor instead of a view"
         )
-    if nbytes:
-        _C._bind_device_memory(t.data_ptr())
-    return t
+
+
+def set_device_layout_like(target: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """Aligns `target`'s device layout with `ref`'s (SPEC D7): later
+    device-to-device copies between them stay on one chiplet. Copies no data.
+
+    Both must be rbln tensors on one device with one dtype, each covering its
+    whole storage; `ref`'s data must be on the device. Returns `target`.
+    """
+    api = "set_device_layout_like"
+    _check_rbln_tensor(target, api)
+    _check_rbln_tensor(ref, api)
+    if target.device != ref.device:
+        raise ValueError(f"{api} needs both tensors on one device, got {target.device} and {ref.device}")
+    if target.dtype != ref.dtype:
+        raise ValueError(f"{api} needs one dtype, got {target.dtype} and {ref.dtype}")
+    _check_whole_storage(target, api, "target")
+    _check_whole_storage(ref, api, "ref")
+    if target.numel():
+        _C._set_layout_like(target.data_ptr(), ref.data_ptr())
+    return target
 
 
 def _storage_info(t: torch.Tensor) -> dict:
