@@ -1,6 +1,11 @@
 #include "rbln/runtime/virtual_storage.h"
 
+#include <fcntl.h>
+#include <stdlib.h>
 #include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <cstring>
 
@@ -13,7 +18,24 @@ namespace {
 
 constexpr uint64_t kVirtualPage = 4096;
 
+thread_local std::string t_offload_dir;
+
 }  // namespace
+
+StorageManager::HostShadow::~HostShadow() {
+  if (fd >= 0) {
+    if (data != nullptr) munmap(data, size);
+    close(fd);
+    unlink(path.c_str());
+  } else {
+    delete[] data;
+  }
+}
+
+std::string StorageManager::SetThreadOffloadDir(std::string dir) {
+  std::swap(t_offload_dir, dir);
+  return dir;
+}
 
 absl::string_view DataStateName(DataState state) {
   switch (state) {
@@ -82,6 +104,7 @@ absl::StatusOr<uintptr_t> StorageManager::Create(int npu, uint64_t nbytes) {
   s->base = reinterpret_cast<uintptr_t>(range.base) + *offset;
   s->nbytes = nbytes;
   s->npu = npu;
+  s->offload_dir = t_offload_dir;
   const uintptr_t base = s->base;
   absl::MutexLock lock(&mu_);
   Storage& ref = *s;
@@ -126,10 +149,37 @@ absl::StatusOr<StorageManager::Storage*> StorageManager::Find(
       "rbln: [0x%x, +%d bytes) is not inside a live rbln storage", address, n));
 }
 
-char* StorageManager::Shadow(Storage& s) {
-  // Zero-filled, so reading a never-written storage is deterministic.
-  if (!s.shadow) s.shadow.reset(new char[s.nbytes]());
-  return s.shadow.get();
+absl::StatusOr<char*> StorageManager::Shadow(Storage& s) {
+  if (s.shadow) return s.shadow->data;
+  auto shadow = std::make_unique<HostShadow>();
+  shadow->size = s.nbytes;
+  if (s.offload_dir.empty()) {
+    // Zero-filled, so reading a never-written storage is deterministic.
+    shadow->data = new char[s.nbytes]();
+  } else {
+    std::string path = s.offload_dir + "/rbln-offload-XXXXXX";
+    const int fd = mkstemp(path.data());
+    if (fd < 0) {
+      return absl::UnavailableError(absl::StrFormat(
+          "rbln: offload: cannot create a file in %s: %s", s.offload_dir,
+          strerror(errno)));
+    }
+    shadow->fd = fd;
+    shadow->path = path;
+    if (ftruncate(fd, static_cast<off_t>(s.nbytes)) != 0) {
+      return absl::UnavailableError(absl::StrFormat(
+          "rbln: offload: cannot size %s to %d bytes: %s", path, s.nbytes,
+          strerror(errno)));
+    }
+    void* p = mmap(nullptr, s.nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      return absl::UnavailableError(absl::StrFormat(
+          "rbln: offload: cannot map %s: %s", path, strerror(errno)));
+    }
+    shadow->data = static_cast<char*>(p);
+  }
+  s.shadow = std::move(shadow);
+  return s.shadow->data;
 }
 
 absl::Status StorageManager::AcquireDevice(Storage& s) {
@@ -148,13 +198,15 @@ absl::Status StorageManager::AcquireDevice(Storage& s) {
 }
 
 absl::Status StorageManager::Upload(Storage& s) {
-  RBLN_RETURN_IF_ERROR(dma_->HostToDevice(s.block->address, Shadow(s), s.nbytes));
+  RBLN_ASSIGN_OR_RETURN(char* shadow, Shadow(s));
+  RBLN_RETURN_IF_ERROR(dma_->HostToDevice(s.block->address, shadow, s.nbytes));
   uploads_->Increment();
   return absl::OkStatus();
 }
 
 absl::Status StorageManager::Download(Storage& s) {
-  RBLN_RETURN_IF_ERROR(dma_->DeviceToHost(Shadow(s), s.block->address, s.nbytes));
+  RBLN_ASSIGN_OR_RETURN(char* shadow, Shadow(s));
+  RBLN_RETURN_IF_ERROR(dma_->DeviceToHost(shadow, s.block->address, s.nbytes));
   downloads_->Increment();
   return absl::OkStatus();
 }
@@ -171,7 +223,8 @@ absl::Status StorageManager::WriteFromHost(uintptr_t address, const void* src,
     pushes_->Increment();
     return absl::OkStatus();
   }
-  std::memcpy(Shadow(*s) + offset, src, n);
+  RBLN_ASSIGN_OR_RETURN(char* shadow, Shadow(*s));
+  std::memcpy(shadow + offset, src, n);
   s->state = DataState::kHostLatest;
   return absl::OkStatus();
 }
@@ -185,7 +238,8 @@ absl::Status StorageManager::ReadToHost(void* dst, uintptr_t address,
     RBLN_RETURN_IF_ERROR(Download(*s));
     s->state = DataState::kInSync;
   }
-  std::memcpy(dst, Shadow(*s) + (address - s->base), n);
+  RBLN_ASSIGN_OR_RETURN(char* shadow, Shadow(*s));
+  std::memcpy(dst, shadow + (address - s->base), n);
   return absl::OkStatus();
 }
 
@@ -298,6 +352,7 @@ absl::StatusOr<StorageInfo> StorageManager::Info(uintptr_t address) const {
     info.chiplet = s->block->chiplet;
     info.device_bytes = s->block->size;
   }
+  if (s->shadow) info.offload_path = s->shadow->path;
   return info;
 }
 

@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -50,6 +51,7 @@ struct StorageInfo {
   bool bound = false;        // Flat region acquired by Bind() (SPEC D6).
   int chiplet = -1;          // When has_device_memory.
   uint64_t device_bytes = 0;  // Rounded size of the physical block.
+  std::string offload_path;   // File holding the host shadow, if offloaded.
 };
 
 class StorageManager {
@@ -90,19 +92,34 @@ class StorageManager {
   // `ref`'s data must be on the device.
   absl::Status AlignLayout(uintptr_t target_base, uintptr_t ref_base);
 
+  // Storages created by this thread while `dir` is non-empty keep their host
+  // shadow in a file under `dir`, removed with the storage (SPEC F3).
+  // Returns the previous setting.
+  static std::string SetThreadOffloadDir(std::string dir);
+
   absl::StatusOr<StorageInfo> Info(uintptr_t address) const;
   // Does `address` fall inside a live storage?
   bool Contains(uintptr_t address) const;
   int64_t num_storages() const;
 
  private:
+  // The host copy of a storage: heap memory, or a shared mapping of a file
+  // when offloaded.
+  struct HostShadow {
+    char* data = nullptr;
+    uint64_t size = 0;
+    int fd = -1;
+    std::string path;
+    ~HostShadow();
+  };
   struct Storage {
     uintptr_t base = 0;
     uint64_t nbytes = 0;
     int npu = 0;
     DataState state = DataState::kEmpty;
     bool bound = false;
-    std::unique_ptr<char[]> shadow;  // Host copy; allocated on first need.
+    std::string offload_dir;
+    std::unique_ptr<HostShadow> shadow;  // Allocated on first need.
     std::optional<DeviceAllocation> block;
     void* backing = nullptr;  // Host view of `block`.
   };
@@ -116,7 +133,7 @@ class StorageManager {
   absl::StatusOr<Storage*> Find(uintptr_t address, uint64_t n) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AcquireDevice(Storage& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  char* Shadow(Storage& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<char*> Shadow(Storage& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Upload(Storage& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Download(Storage& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

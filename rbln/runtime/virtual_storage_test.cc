@@ -1,6 +1,9 @@
 // spec: D1, D2, D3, D5, D6, D8
 #include "rbln/runtime/virtual_storage.h"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -216,6 +219,30 @@ TEST_F(StorageManagerTest, AlignLayoutColocatesWithoutHostCopies) {
   ASSERT_TRUE(m.ReadToHost(out, target, 64).ok());  // The moved block kept its data.
   EXPECT_EQ(out[0], 3);
   EXPECT_THAT(m.AlignLayout(target + 4, ref).message(), HasSubstr("start of both"));
+}
+
+TEST_F(StorageManagerTest, OffloadedShadowLivesInAFileUntilRelease) {
+  // spec: F3
+  StorageManager m = Make();
+  const std::string dir = ::testing::TempDir();
+  EXPECT_EQ(StorageManager::SetThreadOffloadDir(dir), "");
+  uintptr_t a = *m.Create(0, 4096);
+  EXPECT_EQ(StorageManager::SetThreadOffloadDir(""), dir);
+  uintptr_t b = *m.Create(0, 64);  // Created after the block: in memory.
+  const char text[] = "offloaded bytes";
+  ASSERT_TRUE(m.WriteFromHost(a, text, sizeof(text)).ok());
+  ASSERT_TRUE(m.WriteFromHost(b, text, sizeof(text)).ok());
+  const std::string path = m.Info(a)->offload_path;
+  ASSERT_EQ(path.rfind(dir, 0), 0u) << path;
+  EXPECT_EQ(m.Info(b)->offload_path, "");
+  FILE* f = fopen(path.c_str(), "rb");
+  ASSERT_NE(f, nullptr);
+  char buf[sizeof(text)] = {};
+  ASSERT_EQ(fread(buf, 1, sizeof(text), f), sizeof(text));
+  fclose(f);
+  EXPECT_STREQ(buf, text);
+  ASSERT_TRUE(m.Release(a).ok());
+  EXPECT_NE(access(path.c_str(), F_OK), 0);  // Cleaned up with the storage.
 }
 
 TEST_F(StorageManagerTest, ReleaseFreesPhysicalAndRejectsStrangers) {

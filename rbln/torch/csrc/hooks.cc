@@ -9,6 +9,7 @@
 
 #include "rbln/torch/csrc/device_allocator.h"
 #include "rbln/torch/csrc/device_state.h"
+#include "rbln/torch/csrc/pinned_host_allocator.h"
 #include "rbln/torch/csrc/storage_resize.h"
 
 namespace rbln::torch_backend {
@@ -67,6 +68,12 @@ class RblnHooks final : public at::PrivateUse1HooksInterface {
   at::Generator getNewGenerator(c10::DeviceIndex index) const override {
     return at::make_generator<RblnGeneratorImpl>(index < 0 ? CurrentDevice()
                                                            : index);
+  }
+  bool isPinnedPtr(const void* data) const override {
+    return IsPinnedHostPtr(data);
+  }
+  at::Allocator* getPinnedMemoryAllocator() const override {
+    return GetPinnedHostAllocator();
   }
   void resizePrivateUse1Bytes(const c10::Storage& storage,
                               size_t new_bytes) const override {

@@ -17,6 +17,7 @@
 #include "rbln/core/counters.h"
 #include "rbln/core/device_profile.h"
 #include "rbln/torch/csrc/device_state.h"
+#include "rbln/torch/csrc/pinned_host_allocator.h"
 
 namespace py = pybind11;
 
@@ -155,6 +156,7 @@ PYBIND11_MODULE(_C, m) {
           d["bound"] = info->bound;
           d["chiplet"] = info->chiplet;
           d["device_bytes"] = info->device_bytes;
+          d["offload_path"] = info->offload_path;
           return d;
         }));
   m.def("_bind_device_memory", Translated(+[](uintptr_t address) {
@@ -222,6 +224,15 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_layout_like", Translated(+[](uintptr_t target, uintptr_t ref) {
           ThrowIfError(RuntimeOrThrow().storage().AlignLayout(target, ref));
         }));
+  m.def("_register_pinned_region", [](uintptr_t address, size_t nbytes) {
+    RegisterPinnedRegion(reinterpret_cast<const void*>(address), nbytes);
+  });
+  m.def("_unregister_pinned_region", [](uintptr_t address) {
+    UnregisterPinnedRegion(reinterpret_cast<const void*>(address));
+  });
+  m.def("_set_offload_dir", [](std::string dir) {
+    return runtime::StorageManager::SetThreadOffloadDir(std::move(dir));
+  });
   m.def("_compiler_cache_size",
         [] { return compiler::Compiler::Global().cache_size(); });
 }

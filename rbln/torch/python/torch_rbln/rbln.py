@@ -3,6 +3,7 @@
 import torch
 
 from . import _C
+from .host_memory import huge_host_empty, offload  # noqa: F401
 from .memory import (  # noqa: F401  (re-exported as torch.rbln.*)
     empty_cache,
     max_memory_allocated,
@@ -39,8 +40,10 @@ __all__ = [
     "get_device_name",
     "get_device_profile",
     "get_device_properties",
+    "huge_host_empty",
     "mem_get_info",
     "mem_get_info_per_chiplet",
+    "offload",
     "physical_device_count",
     "is_available",
     "is_initialized",
