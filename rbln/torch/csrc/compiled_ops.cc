@@ -206,8 +206,8 @@ std::optional<at::Tensor> CompiledAdd(const at::Tensor& self,
     GlobalWarmCache().Insert(key, program);
   }
   at::Tensor result = at::empty(out_shape, a.options());
-  ThrowIfError(RuntimeOrThrow().executor().Run(
-      *program, {Buffer(a), Buffer(b), Buffer(result)}));
+  ThrowIfErrorOn(result.device(), RuntimeOrThrow().executor().Run(
+                                      *program, {Buffer(a), Buffer(b), Buffer(result)}));
   Counters().compiled_runs->Increment();
   return result;
 }

@@ -7,6 +7,7 @@
 #include <c10/util/Exception.h>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 
 namespace rbln::torch_backend {
 namespace {
@@ -36,6 +37,15 @@ void ThrowStatus(const absl::Status& status) {
     default:
       TORCH_CHECK(false, message);
   }
+}
+
+void ThrowIfErrorOn(c10::Device device, const absl::Status& status) {
+  if (status.ok()) return;
+  absl::string_view message = status.message();
+  absl::ConsumePrefix(&message, "rbln: ");
+  ThrowStatus(absl::Status(
+      status.code(),
+      absl::StrFormat("rbln:%d: %s", static_cast<int>(device.index()), message)));
 }
 
 absl::StatusOr<DevicePlan> CurrentPlan() {

@@ -56,6 +56,9 @@ void RegisterCacheDropper(std::function<void()> dropper);
 inline void ThrowIfError(const absl::Status& status) {
   if (!status.ok()) ThrowStatus(status);
 }
+// As ThrowIfError, naming the logical device the failing work ran for
+// ("rbln:1: ..."), e.g. on an OOM at the first device use of a tensor.
+void ThrowIfErrorOn(c10::Device device, const absl::Status& status);
 
 }  // namespace rbln::torch_backend
 

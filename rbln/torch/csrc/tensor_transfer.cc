@@ -78,7 +78,8 @@ void CopyWithDevice(const at::Tensor& src, const at::Tensor& dst) {
   }
   // D2D.
   if (SameLayout(src, dst) && src.device() == dst.device()) {
-    ThrowIfError(storage.CopyOnDevice(Address(dst), Address(src), dst.nbytes()));
+    ThrowIfErrorOn(dst.device(),
+                   storage.CopyOnDevice(Address(dst), Address(src), dst.nbytes()));
     return;
   }
   // Strided or converting device copies bounce through the host for now

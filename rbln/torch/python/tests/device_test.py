@@ -134,7 +134,7 @@ def test_out_of_memory_at_first_device_use_names_npu_and_chiplet():
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().split("\n")
     assert lines[0] == "created"
-    assert lines[1].startswith("OOM rbln: out of device memory on NPU 0 chiplet")
+    assert lines[1].startswith("OOM rbln:0: out of device memory on NPU 0 chiplet")
     assert "tried to allocate 3145728 bytes" in lines[1]
     assert lines[2] == "[2.0, 2.0]"
 

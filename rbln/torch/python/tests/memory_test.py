@@ -113,7 +113,7 @@ def test_spec_e7_one_chiplet_full_while_card_has_room():
     )
     assert r.returncode == 0, r.stderr
     out = r.stdout
-    m = re.search(r"OOM: rbln: out of device memory on NPU 0 chiplet (\d): tried to allocate 83886080 bytes", out)
+    m = re.search(r"OOM: rbln:0: out of device memory on NPU 0 chiplet (\d): tried to allocate 83886080 bytes", out)
     assert m, out
     assert "cannot span chiplets" in out
     assert "alloc retries: 0   ooms: 1" in out
