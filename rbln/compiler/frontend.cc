@@ -15,6 +15,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Verifier.h"
+#include "rbln/compiler/graph_importer.h"
 #include "rbln/compiler/ir/graph_util.h"
 
 namespace rbln::compiler {
@@ -26,65 +27,22 @@ using ::mlir::Type;
 using ::mlir::Value;
 using ::mlir::ValueRange;
 
+const OpConverterTable& Converters() {
+  static const auto* table = [] {
+    auto* t = new OpConverterTable();
+    RegisterElementwiseOps(*t);
+    RegisterReductionOps(*t);
+    RegisterMatmulOps(*t);
+    return t;
+  }();
+  return *table;
+}
+
+}  // namespace
+
 bool IsFloat(ir::DType t) {
   return t == ir::FLOAT16 || t == ir::BFLOAT16 || t == ir::FLOAT32;
 }
-
-// Emits the kernel for one graph. Values are tensors of the storage type;
-// scalar computation in linalg bodies uses the compute type (f32 for floats).
-class GraphImporter {
- public:
-  GraphImporter(const ir::Graph& graph, mlir::MLIRContext* context)
-      : graph_(graph), context_(context), builder_(context) {}
-
-  absl::StatusOr<mlir::OwningOpRef<mlir::ModuleOp>> Import();
-
-  // --- Used by op converters. ---
-  OpBuilder& builder() { return builder_; }
-  Location loc() const { return builder_.getUnknownLoc(); }
-  const ir::TensorType& TypeOf(const std::string& name) const {
-    return types_.at(name);
-  }
-  Value ValueOf(const std::string& name) const { return values_.at(name); }
-  void Define(const ir::Value& v, Value tensor) {
-    values_[v.name()] = tensor;
-    types_[v.name()] = v.type();
-  }
-
-  Type StorageType(ir::DType t) const;
-  Type ComputeType(ir::DType t) const;
-  mlir::RankedTensorType TensorTypeOf(const ir::TensorType& t) const;
-
-  // storage scalar -> compute scalar of `t`.
-  Value ToCompute(OpBuilder& b, Value v, ir::DType t) const;
-  // compute scalar of `t` -> storage scalar of `t`.
-  Value FromCompute(OpBuilder& b, Value v, ir::DType t) const;
-  // compute scalar of `from` -> compute scalar of `to` (type promotion).
-  Value CastCompute(OpBuilder& b, Value v, ir::DType from, ir::DType to) const;
-  Value ComputeConstant(OpBuilder& b, double value, ir::DType t) const;
-
-  // A linalg.generic over the output's shape, broadcasting inputs NumPy-style.
-  // `body` gets the inputs in the output's compute type and returns the
-  // result in that type.
-  using ScalarBody =
-      std::function<Value(OpBuilder&, Location, ValueRange computed)>;
-  absl::StatusOr<Value> Elementwise(const ir::Node& node,
-                                    const ScalarBody& body);
-
- private:
-  Value Bf16ToF32(OpBuilder& b, Value bits) const;
-  Value F32ToBf16(OpBuilder& b, Value f) const;
-
-  const ir::Graph& graph_;
-  mlir::MLIRContext* context_;
-  mutable OpBuilder builder_;  // Type getters are non-const in MLIR.
-  absl::flat_hash_map<std::string, Value> values_;
-  absl::flat_hash_map<std::string, ir::TensorType> types_;
-};
-
-// --- Op converters: one function per graph op. ---
-
-using Converter = absl::Status (*)(GraphImporter&, const ir::Node&);
 
 double FloatAttr(const ir::Node& node, const std::string& name, double dflt) {
   auto it = node.attrs().find(name);
@@ -102,40 +60,6 @@ absl::Status CheckArity(const ir::Node& node, int inputs, int outputs) {
   return absl::OkStatus();
 }
 
-// add(a, b, alpha) = a + alpha * b.
-absl::Status ConvertAdd(GraphImporter& im, const ir::Node& node) {
-  if (absl::Status s = CheckArity(node, 2, 1); !s.ok()) return s;
-  const ir::DType out = node.outputs(0).type().dtype();
-  if (out == ir::BOOL) {
-    return absl::UnimplementedError(
-        "The following operators are not implemented: ['add' on bool]");
-  }
-  const double alpha = FloatAttr(node, "alpha", 1.0);
-  absl::StatusOr<Value> result = im.Elementwise(
-      node, [&](OpBuilder& b, Location loc, ValueRange x) -> Value {
-        Value rhs = x[1];
-        if (alpha != 1.0) {
-          Value a = im.ComputeConstant(b, alpha, out);
-          rhs = IsFloat(out) ? b.create<mlir::arith::MulFOp>(loc, rhs, a).getResult()
-                             : b.create<mlir::arith::MulIOp>(loc, rhs, a).getResult();
-        }
-        if (IsFloat(out)) return b.create<mlir::arith::AddFOp>(loc, x[0], rhs);
-        return b.create<mlir::arith::AddIOp>(loc, x[0], rhs);
-      });
-  if (!result.ok()) return result.status();
-  im.Define(node.outputs(0), *result);
-  return absl::OkStatus();
-}
-
-const absl::flat_hash_map<std::string, Converter>& Converters() {
-  static const auto* converters =
-      new absl::flat_hash_map<std::string, Converter>{
-          {"add", &ConvertAdd},
-      };
-  return *converters;
-}
-
-// --- GraphImporter. ---
 
 Type GraphImporter::StorageType(ir::DType t) const {
   switch (t) {
@@ -382,8 +306,6 @@ absl::StatusOr<mlir::OwningOpRef<mlir::ModuleOp>> GraphImporter::Import() {
   }
   return module;
 }
-
-}  // namespace
 
 absl::StatusOr<mlir::OwningOpRef<mlir::ModuleOp>> ImportGraph(
     const ir::Graph& graph, mlir::MLIRContext* context) {

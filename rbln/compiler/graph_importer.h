@@ -1,0 +1,92 @@
+// The graph importer: turns graph IR into one `func.func @kernel` of linalg
+// on tensors (see frontend.h for the calling convention). Op converters, one
+// file per op family under ops/, use its helpers to emit their ops.
+#ifndef RBLN_COMPILER_GRAPH_IMPORTER_H_
+#define RBLN_COMPILER_GRAPH_IMPORTER_H_
+
+#include <functional>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "rbln/compiler/ir/graph.pb.h"
+
+namespace rbln::compiler {
+
+bool IsFloat(ir::DType t);
+
+// Emits the kernel for one graph. Values are tensors of the storage type;
+// scalar computation in linalg bodies uses the compute type (f32 for floats).
+class GraphImporter {
+ public:
+  GraphImporter(const ir::Graph& graph, mlir::MLIRContext* context)
+      : graph_(graph), context_(context), builder_(context) {}
+
+  absl::StatusOr<mlir::OwningOpRef<mlir::ModuleOp>> Import();
+
+  // --- Used by op converters. ---
+  mlir::OpBuilder& builder() { return builder_; }
+  mlir::MLIRContext* context() const { return context_; }
+  mlir::Location loc() const { return builder_.getUnknownLoc(); }
+  const ir::TensorType& TypeOf(const std::string& name) const {
+    return types_.at(name);
+  }
+  mlir::Value ValueOf(const std::string& name) const { return values_.at(name); }
+  void Define(const ir::Value& v, mlir::Value tensor) {
+    values_[v.name()] = tensor;
+    types_[v.name()] = v.type();
+  }
+
+  mlir::Type StorageType(ir::DType t) const;
+  mlir::Type ComputeType(ir::DType t) const;
+  mlir::RankedTensorType TensorTypeOf(const ir::TensorType& t) const;
+
+  // storage scalar -> compute scalar of `t`.
+  mlir::Value ToCompute(mlir::OpBuilder& b, mlir::Value v, ir::DType t) const;
+  // compute scalar of `t` -> storage scalar of `t`.
+  mlir::Value FromCompute(mlir::OpBuilder& b, mlir::Value v, ir::DType t) const;
+  // compute scalar of `from` -> compute scalar of `to` (type promotion).
+  mlir::Value CastCompute(mlir::OpBuilder& b, mlir::Value v, ir::DType from, ir::DType to) const;
+  mlir::Value ComputeConstant(mlir::OpBuilder& b, double value, ir::DType t) const;
+
+  // A linalg.generic over the output's shape, broadcasting inputs NumPy-style.
+  // `body` gets the inputs in the output's compute type and returns the
+  // result in that type.
+  using ScalarBody =
+      std::function<mlir::Value(mlir::OpBuilder&, mlir::Location, mlir::ValueRange computed)>;
+  absl::StatusOr<mlir::Value> Elementwise(const ir::Node& node,
+                                    const ScalarBody& body);
+
+ private:
+  mlir::Value Bf16ToF32(mlir::OpBuilder& b, mlir::Value bits) const;
+  mlir::Value F32ToBf16(mlir::OpBuilder& b, mlir::Value f) const;
+
+  const ir::Graph& graph_;
+  mlir::MLIRContext* context_;
+  mutable mlir::OpBuilder builder_;  // Type getters are non-const in MLIR.
+  absl::flat_hash_map<std::string, mlir::Value> values_;
+  absl::flat_hash_map<std::string, ir::TensorType> types_;
+};
+
+// Converts one node; registered per op name.
+using OpConverter = absl::Status (*)(GraphImporter&, const ir::Node&);
+using OpConverterTable = absl::flat_hash_map<std::string, OpConverter>;
+
+// Helpers shared by converters.
+double FloatAttr(const ir::Node& node, const std::string& name, double dflt);
+absl::Status CheckArity(const ir::Node& node, int inputs, int outputs);
+
+// One registration function per op family (ops/*.cc).
+void RegisterElementwiseOps(OpConverterTable& table);
+void RegisterReductionOps(OpConverterTable& table);
+void RegisterMatmulOps(OpConverterTable& table);
+
+}  // namespace rbln::compiler
+
+#endif  // RBLN_COMPILER_GRAPH_IMPORTER_H_
