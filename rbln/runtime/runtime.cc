@@ -20,6 +20,7 @@ absl::StatusOr<Runtime*> Runtime::Get() {
         if (!options.ok()) {
           return absl::StatusOr<std::unique_ptr<Runtime>>(options.status());
         }
+        options->publish_stats = true;
         return Create(*profile, *options);
       }());
   if (!runtime->ok()) return runtime->status();
@@ -71,7 +72,14 @@ Runtime::Runtime(const DeviceProfile& profile, RuntimeOptions options,
       storage_(profile.num_npus, kVirtualRangeFactor * profile.memory_per_npu(),
                this, &dma_, options.eager_malloc),
       executor_(&storage_),
-      totals_(profile.num_npus) {}
+      totals_(profile.num_npus) {
+  if (options.publish_stats) {
+    absl::MutexLock lock(&totals_mu_);
+    publisher_ = StatsPublisher::Create(profile.name, profile.num_npus,
+                                        profile.chiplets_per_npu,
+                                        profile.memory_per_chiplet);
+  }
+}
 
 absl::Status Runtime::CheckNpuIndex(int npu) const {
   if (npu < 0 || npu >= num_npus()) {
@@ -176,9 +184,14 @@ std::vector<Stat*> Stats(AllocatorStats& s) {
 }  // namespace
 
 void Runtime::UpdateTotals(int npu) {
-  AllocatorStats sum;
-  for (const auto& cache : npus_[npu].caches) sum += cache->stats();
   absl::MutexLock lock(&totals_mu_);
+  AllocatorStats sum;
+  const auto& caches = npus_[npu].caches;
+  for (int c = 0; c < static_cast<int>(caches.size()); ++c) {
+    const AllocatorStats chiplet = caches[c]->stats();
+    if (publisher_) publisher_->Publish(npu, c, chiplet);
+    sum += chiplet;
+  }
   AllocatorStats& total = totals_[npu];
   std::vector<Stat*> from = Stats(sum), to = Stats(total);
   for (size_t i = 0; i < from.size(); ++i) {

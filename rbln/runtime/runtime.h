@@ -29,6 +29,7 @@
 #include "rbln/runtime/dma_engine.h"
 #include "rbln/runtime/executor.h"
 #include "rbln/runtime/physical_memory.h"
+#include "rbln/runtime/stats_publisher.h"
 #include "rbln/runtime/virtual_storage.h"
 
 namespace rbln::runtime {
@@ -36,6 +37,8 @@ namespace rbln::runtime {
 struct RuntimeOptions {
   // Acquire physical memory when a storage is created (SPEC D1).
   bool eager_malloc = false;
+  // Publish per-chiplet statistics for rbln-smi (the process-wide runtime).
+  bool publish_stats = false;
 };
 
 class Runtime : public PhysicalMemory {
@@ -110,6 +113,9 @@ class Runtime : public PhysicalMemory {
 
   mutable absl::Mutex totals_mu_;
   std::vector<AllocatorStats> totals_ ABSL_GUARDED_BY(totals_mu_);
+  // Null unless options.publish_stats; published under totals_mu_ so the
+  // last write is the latest state.
+  std::unique_ptr<StatsPublisher> publisher_ ABSL_GUARDED_BY(totals_mu_);
   absl::Mutex droppers_mu_;
   std::vector<std::function<void()>> droppers_ ABSL_GUARDED_BY(droppers_mu_);
 };

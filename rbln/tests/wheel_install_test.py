@@ -4,6 +4,7 @@ runs there."""
 # spec: B1, B3
 
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -54,6 +55,32 @@ def test_import_torch_alone(venv_python, tmp_path):
     venv_dir = os.path.dirname(os.path.dirname(venv_python))
     assert lines[0].startswith(venv_dir) and "/site-packages/torch_rbln/" in lines[0]
     assert lines[1:] == ["rbln:0", "tensor([4., 6.], dtype=torch.float16)"]
+
+
+def test_rbln_smi_command(venv_python, tmp_path):
+    # The wheel installs an `rbln-smi` command; a live process using the
+    # device shows up with its chiplets.
+    smi = os.path.join(os.path.dirname(venv_python), "rbln-smi")
+    env = dict(os.environ, RBLN_SMI_DIR=str(tmp_path))
+    env.pop("PYTHONPATH", None)
+    user = subprocess.Popen(
+        [venv_python, "-c", "import torch, sys; x = torch.ones(1024, dtype=torch.float16, device='rbln');"
+         " y = x + x; print('ready', flush=True); sys.stdin.readline()"],
+        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert user.stdout.readline().strip() == "ready"
+        r = subprocess.run([smi, "--json"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+        assert r.returncode == 0, r.stderr
+        report = json.loads(r.stdout)
+        mine = [p for p in report["processes"] if p["pid"] == user.pid]
+        assert len(mine) == 1 and len(mine[0]["chiplets"]) == 4
+        assert sum(c["allocated_current"] for c in mine[0]["chiplets"]) == 2 * 4096
+    finally:
+        user.stdin.write("\n")
+        user.stdin.close()
+        user.wait(timeout=60)
+    assert not os.path.exists(os.path.join(tmp_path, f"rbln-smi.{user.pid}"))
 
 
 def test_demo_runs(venv_python, tmp_path):

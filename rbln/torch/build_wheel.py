@@ -29,7 +29,10 @@ def metadata(version: str) -> str:
 
 def entry_points() -> str:
     # torch imports every `torch.backends` entry point at `import torch`.
-    return f"[torch.backends]\n{NAME} = {NAME}:_autoload\n"
+    return (
+        f"[torch.backends]\n{NAME} = {NAME}:_autoload\n\n"
+        f"[console_scripts]\nrbln-smi = {NAME}.smi:main\n"
+    )
 
 
 def write_dist_info(version: str, out_dir: str) -> None:
@@ -45,9 +48,13 @@ def record_line(path: str, data: bytes) -> str:
     return f"{path},sha256={digest.decode()},{len(data)}"
 
 
-def build_wheel(version: str, tag: str, package_root: str, out: str, srcs):
+def build_wheel(version: str, tag: str, package_root: str, out: str, srcs, extras=()):
     dist_info = f"{NAME}-{version}.dist-info"
     files = {}
+    for extra in extras:  # SRC=ARCNAME: files from other packages.
+        src, arcname = extra.split("=", 1)
+        with open(src, "rb") as f:
+            files[arcname] = (f.read(), os.stat(src).st_mode)
     for src in srcs:
         marker = package_root.rstrip("/") + "/"
         idx = src.find(marker)
@@ -99,12 +106,13 @@ def main():
     w.add_argument("--tag", required=True)
     w.add_argument("--package-root", required=True)
     w.add_argument("--out", required=True)
+    w.add_argument("--extra", action="append", default=[], help="SRC=ARCNAME")
     w.add_argument("srcs", nargs="+")
     args = parser.parse_args()
     if args.cmd == "dist-info":
         write_dist_info(args.version, args.out_dir)
     else:
-        build_wheel(args.version, args.tag, args.package_root, args.out, args.srcs)
+        build_wheel(args.version, args.tag, args.package_root, args.out, args.srcs, args.extra)
 
 
 if __name__ == "__main__":

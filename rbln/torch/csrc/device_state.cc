@@ -1,5 +1,8 @@
 #include "rbln/torch/csrc/device_state.h"
 
+#include <pthread.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <mutex>
 #include <vector>
@@ -19,6 +22,27 @@ std::mutex g_commit_mu;
 // Droppers registered before the commit; handed to the runtime at commit.
 std::vector<std::function<void()>>* g_pending_droppers = nullptr;
 thread_local c10::DeviceIndex t_current_device = 0;
+
+// SPEC C1 (beyond): a child forked after the parent used the device inherits
+// the parent's device mappings (shared memory) but no usable runtime; its
+// first device call raises instead of corrupting the parent's tensors.
+std::atomic<bool> g_in_bad_fork{false};
+pid_t g_committed_pid = 0;
+
+void MarkChildAfterFork() {
+  if (g_committed.load() != nullptr) g_in_bad_fork.store(true);
+}
+
+void CheckNotInBadFork() {
+  if (!g_in_bad_fork.load()) return;
+  TORCH_CHECK(false, "rbln: this process (pid ", getpid(),
+              ") was forked from pid ", g_committed_pid,
+              " after that process had used the rbln device; a forked child "
+              "cannot use the parent's runtime. Use the 'spawn' start method "
+              "(torch.multiprocessing.set_start_method('spawn')), or fork "
+              "before the first device use; DataLoader workers must not use "
+              "rbln tensors.");
+}
 
 }  // namespace
 
@@ -89,7 +113,10 @@ void SetCurrentDevice(c10::DeviceIndex index) {
   t_current_device = index;
 }
 
+bool InBadFork() { return g_in_bad_fork.load(); }
+
 runtime::Runtime& RuntimeOrThrow() {
+  CheckNotInBadFork();
   if (runtime::Runtime* rt = g_committed.load()) return *rt;
   std::lock_guard<std::mutex> lock(g_commit_mu);
   if (runtime::Runtime* rt = g_committed.load()) return *rt;
@@ -105,6 +132,9 @@ runtime::Runtime& RuntimeOrThrow() {
   for (const std::string& warning : g_committed_plan->map.warnings) {
     TORCH_WARN("rbln: ", warning);
   }
+  g_committed_pid = getpid();
+  static const bool fork_handler_installed [[maybe_unused]] =
+      pthread_atfork(nullptr, nullptr, &MarkChildAfterFork) == 0;
   g_committed.store(*rt);
   return **rt;
 }

@@ -45,6 +45,8 @@ void SetCurrentDevice(c10::DeviceIndex index);  // Checked.
 // call commits the plan and prints its warnings once.
 runtime::Runtime& RuntimeOrThrow();
 bool RuntimeCommitted();
+// True in a child forked after the parent committed the runtime (SPEC C1).
+bool InBadFork();
 
 // Registers a cache that torch.rbln.empty_cache() must drop (SPEC E1). Safe
 // before the runtime exists (e.g. from static initializers).

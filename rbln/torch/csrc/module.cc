@@ -106,6 +106,7 @@ PYBIND11_MODULE(_C, m) {
           RuntimeOrThrow();
         }));
   m.def("_is_committed", &RuntimeCommitted);
+  m.def("_is_in_bad_fork", &InBadFork);
   m.def("_device_profile", Translated(+[] { return ProfileDict(); }));
   m.def("_device_map", Translated(+[] {
           const DevicePlan plan = PlanOrThrow();

@@ -253,6 +253,37 @@ def test_eager_malloc_acquires_at_creation():
     assert bad.returncode != 0 and "TORCH_RBLN_EAGER_MALLOC has invalid value 'sometimes'" in bad.stderr
 
 
+def test_fork_after_use_raises_in_the_child():
+    # spec: C1 -- fork before first use is fine; fork after use raises a
+    # clear error at the child's first device call; the parent is unharmed.
+    r = rbln_test_util.run_python(
+        "import os, torch\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    x = torch.ones(4, dtype=torch.float16, device='rbln'); y = x + x\n"
+        "    os._exit(0 if y.cpu()[0].item() == 2 else 3)\n"
+        "print('early child', os.waitpid(pid, 0)[1])\n"
+        "x = torch.ones(4, dtype=torch.float16, device='rbln'); y = x + x\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    bad = torch.rbln._is_in_bad_fork()\n"
+        "    try:\n"
+        "        z = x + x\n"
+        "        os._exit(4)\n"
+        "    except RuntimeError as e:\n"
+        "        print('child:', bad, e, flush=True)\n"
+        "        os._exit(0)\n"
+        "print('late child', os.waitpid(pid, 0)[1])\n"
+        "print('parent', y.cpu().tolist(), torch.rbln._is_in_bad_fork())\n"
+    )
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "early child 0" in out
+    assert "child: True rbln: this process" in out and "'spawn' start method" in out
+    assert "late child 0" in out
+    assert "parent [2.0, 2.0, 2.0, 2.0] False" in out
+
+
 def test_views_share_storage_and_copy_back():
     base = torch.zeros(4, 4, device="rbln")
     view = base[1:3, 1:3]

@@ -231,7 +231,8 @@ def is_initialized() -> bool:
 
 
 def _is_in_bad_fork() -> bool:
-    return False
+    """True in a child forked after the parent used the device (SPEC C1)."""
+    return _C._is_in_bad_fork()
 
 
 def manual_seed(seed: int) -> None:
