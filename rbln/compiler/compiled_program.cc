@@ -8,6 +8,8 @@
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "rbln/compiler/blas_loader.h"
+#include "rbln/compiler/blas_rewrite_pass.h"
 #include "rbln/compiler/frontend.h"
 #include "rbln/compiler/ir/graph_util.h"
 
@@ -57,6 +59,13 @@ std::string LlvmErrorToString(llvm::Error error) {
 
 absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::Create(
     mlir::ModuleOp llvm_module, const ir::Graph& graph) {
+  // The JIT resolves cblas_sgemm (from the BLAS rewrite) among the process's
+  // symbols, where LoadOpenBlas() puts it.
+  if (llvm_module.lookupSymbol(kSgemmName) && !LoadOpenBlas()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "program %s calls %s, but libopenblas.so.0 could not be loaded",
+        graph.name(), kSgemmName));
+  }
   mlir::ExecutionEngineOptions options;
   // -O2 with no fast-math flags: LLVM may vectorize but not reassociate.
   auto transformer = mlir::makeOptimizingTransformer(

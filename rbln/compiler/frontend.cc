@@ -172,6 +172,20 @@ Value GraphImporter::ComputeConstant(OpBuilder& b, double value,
 
 absl::StatusOr<Value> GraphImporter::Elementwise(const ir::Node& node,
                                                  const ScalarBody& body) {
+  return Elementwise(
+      node,
+      std::vector<ir::DType>(node.inputs_size(), node.outputs(0).type().dtype()),
+      body);
+}
+
+absl::StatusOr<Value> GraphImporter::Elementwise(
+    const ir::Node& node, const std::vector<ir::DType>& operand_dtypes,
+    const ScalarBody& body) {
+  if (operand_dtypes.size() != static_cast<size_t>(node.inputs_size())) {
+    return absl::InternalError(absl::StrFormat(
+        "op %s: %d operand dtypes for %d inputs", node.op(),
+        operand_dtypes.size(), node.inputs_size()));
+  }
   const ir::TensorType& out_type = node.outputs(0).type();
   const int rank = out_type.shape_size();
   std::vector<mlir::AffineMap> maps;
@@ -215,8 +229,13 @@ absl::StatusOr<Value> GraphImporter::Elementwise(const ir::Node& node,
       iterators, [&](OpBuilder& b, Location l, ValueRange args) {
         std::vector<Value> computed;
         for (size_t i = 0; i < in_dtypes.size(); ++i) {
-          Value v = ToCompute(b, args[i], in_dtypes[i]);
-          computed.push_back(CastCompute(b, v, in_dtypes[i], out_dtype));
+          const ir::DType in = in_dtypes[i], operand = operand_dtypes[i];
+          Value v = CastCompute(b, ToCompute(b, args[i], in), in, operand);
+          if ((in == ir::INT32 || in == ir::INT64) &&
+              (operand == ir::FLOAT16 || operand == ir::BFLOAT16)) {
+            v = ToCompute(b, FromCompute(b, v, operand), operand);
+          }
+          computed.push_back(v);
         }
         Value r = body(b, l, computed);
         b.create<mlir::linalg::YieldOp>(l, FromCompute(b, r, out_dtype));

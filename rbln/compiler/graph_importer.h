@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -62,6 +63,14 @@ class GraphImporter {
       std::function<mlir::Value(mlir::OpBuilder&, mlir::Location, mlir::ValueRange computed)>;
   absl::StatusOr<mlir::Value> Elementwise(const ir::Node& node,
                                     const ScalarBody& body);
+  // Same, but input i reaches `body` in the compute type of
+  // `operand_dtypes[i]` (comparisons compare in the inputs' promoted type,
+  // masks are tested as they are); `body` still returns the output's compute
+  // type. Integer inputs converted to a half type are rounded to it first, as
+  // PyTorch casts them to the common dtype before computing.
+  absl::StatusOr<mlir::Value> Elementwise(
+      const ir::Node& node, const std::vector<ir::DType>& operand_dtypes,
+      const ScalarBody& body);
 
  private:
   mlir::Value Bf16ToF32(mlir::OpBuilder& b, mlir::Value bits) const;

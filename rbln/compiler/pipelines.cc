@@ -1,6 +1,8 @@
 #include "rbln/compiler/pipelines.h"
 
 #include <fstream>
+#include <optional>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -11,6 +13,8 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "rbln/compiler/bind_outputs_pass.h"
+#include "rbln/compiler/blas_loader.h"
+#include "rbln/compiler/blas_rewrite_pass.h"
 #include "rbln/compiler/mlir_setup.h"
 #include "rbln/core/env.h"
 
@@ -32,6 +36,39 @@ constexpr char kDeallocation[] = "buffer-deallocation-pipeline";
 #else
 constexpr char kDeallocation[] = "func.func(buffer-deallocation)";
 #endif
+
+// Stands in for a stage that cannot be built, so that the reason reaches
+// the caller as that stage's failure.
+class ErrorPass
+    : public mlir::PassWrapper<ErrorPass,
+                               mlir::OperationPass<mlir::func::FuncOp>> {
+ public:
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(ErrorPass)
+  explicit ErrorPass(std::string message) : message_(std::move(message)) {}
+  void runOnOperation() override {
+    // On the location, not the op: the message needs no IR dump.
+    mlir::emitError(getOperation().getLoc(), message_);
+    signalPassFailure();
+  }
+
+ private:
+  std::string message_;
+};
+
+// GEMMs to cblas_sgemm (SPEC P5), between bufferization and lowering; none
+// when RBLN_COMPILER_BLAS=0 or OpenBLAS does not load (matmul then lowers to
+// loops).
+std::optional<Stage> BlasStage() {
+  absl::StatusOr<bool> enabled = BlasRewriteEnabled();
+  if (!enabled.ok()) {
+    std::string message(enabled.status().message());
+    return Stage{"blas", "",
+                 [message] { return std::make_unique<ErrorPass>(message); }};
+  }
+  if (!*enabled) return std::nullopt;
+  RegisterBlasRewritePass();
+  return Text("blas", kBlasRewritePassName);
+}
 
 }  // namespace
 
@@ -72,10 +109,11 @@ const std::vector<Stage>& LoweringStages() {
 
 std::vector<Stage> FullPipeline() {
   std::vector<Stage> all;
-  for (const auto* part :
-       {&FusionStages(), &BufferizationStages(), &LoweringStages()}) {
+  for (const auto* part : {&FusionStages(), &BufferizationStages()}) {
     all.insert(all.end(), part->begin(), part->end());
   }
+  if (std::optional<Stage> blas = BlasStage()) all.push_back(*std::move(blas));
+  all.insert(all.end(), LoweringStages().begin(), LoweringStages().end());
   return all;
 }
 

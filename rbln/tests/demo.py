@@ -18,12 +18,7 @@ def counters_delta(before, after, prefix):
 
 
 def main():
-    profile = torch.rbln.get_device_profile()
-    print(
-        f"simulated NPU: {profile['name']}, {profile['num_npus']} NPU(s) x "
-        f"{profile['chiplets_per_npu']} chiplet(s) x "
-        f"{profile['memory_per_chiplet'] / 2**30:.0f} GiB"
-    )
+    print(torch.rbln.device_summary())
 
     # SPEC B3.
     print("\n== SPEC B3")
@@ -62,6 +57,9 @@ def main():
     after = torch.rbln.counters()
     print("mul ran through the CPU fallback:", counters_delta(before, after, "dispatch/cpu_fallback/"))
     assert torch.equal(m, torch.add(a, b, alpha=2) * 0.5)
+
+    print("\n== device memory (lazy: acquired at first device use)")
+    print(torch.rbln.memory_summary())
 
     print("\n== counters")
     for k, v in torch.rbln.counters().items():

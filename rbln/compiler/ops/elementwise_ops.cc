@@ -1,46 +1,816 @@
 // Element-wise ops: one linalg.generic each, NumPy broadcasting, computed in
 // f32 for half types and rounded once (as PyTorch's CPU kernels do).
+//
+// IR conventions (graph op names are ATen base names):
+// - Binary ops take two tensor inputs, or one tensor input and a number
+//   attribute "other": the second operand is then that Python scalar. Its
+//   kind matters for type promotion, as in PyTorch: `f` is a Python float,
+//   `i` a Python int, `b` a Python bool.
+// - Arithmetic computes in the output's compute type; inputs are converted to
+//   it and a scalar keeps its value in f32 (PyTorch's opmath scalar).
+//   Comparisons and logical ops produce 0/1 in the output type (normally
+//   bool) and compare in the compute type of the inputs' promoted dtype, with
+//   a scalar first rounded to that dtype.
+// - NaN behaves as in PyTorch. MLIR 16 lowers arith.maxf/minf to llvm.maxnum
+//   and llvm.minnum, which drop NaN, so maximum, minimum, clamp and relu are
+//   compares and selects here.
+// - Integer division by zero cannot raise from a kernel: it gives 0 (PyTorch
+//   raises ZeroDivisionError; callers that care check first).
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
 #include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "llvm/ADT/APFloat.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "rbln/compiler/graph_importer.h"
 
 namespace rbln::compiler {
 namespace {
 
+namespace arith = ::mlir::arith;
+namespace math = ::mlir::math;
 using ::mlir::Location;
 using ::mlir::OpBuilder;
+using ::mlir::Type;
 using ::mlir::Value;
 using ::mlir::ValueRange;
 
-// add(a, b, alpha) = a + alpha * b.
-absl::Status ConvertAdd(GraphImporter& im, const ir::Node& node) {
-  if (absl::Status s = CheckArity(node, 2, 1); !s.ok()) return s;
-  const ir::DType out = node.outputs(0).type().dtype();
-  if (out == ir::BOOL) {
-    return absl::UnimplementedError(
-        "The following operators are not implemented: ['add' on bool]");
+// --- Dtypes and attributes. ---
+
+bool IsHalf(ir::DType t) { return t == ir::FLOAT16 || t == ir::BFLOAT16; }
+
+const char* DTypeText(ir::DType t) {
+  switch (t) {
+    case ir::FLOAT16:
+      return "float16";
+    case ir::BFLOAT16:
+      return "bfloat16";
+    case ir::FLOAT32:
+      return "float32";
+    case ir::INT32:
+      return "int32";
+    case ir::INT64:
+      return "int64";
+    case ir::BOOL:
+      return "bool";
+    default:
+      return "unknown";
   }
-  const double alpha = FloatAttr(node, "alpha", 1.0);
-  absl::StatusOr<Value> result = im.Elementwise(
-      node, [&](OpBuilder& b, Location loc, ValueRange x) -> Value {
-        Value rhs = x[1];
-        if (alpha != 1.0) {
-          Value a = im.ComputeConstant(b, alpha, out);
-          rhs = IsFloat(out) ? b.create<mlir::arith::MulFOp>(loc, rhs, a).getResult()
-                             : b.create<mlir::arith::MulIOp>(loc, rhs, a).getResult();
-        }
-        if (IsFloat(out)) return b.create<mlir::arith::AddFOp>(loc, x[0], rhs);
-        return b.create<mlir::arith::AddIOp>(loc, x[0], rhs);
-      });
+}
+
+// bool < integer < floating point, PyTorch's promotion categories.
+int Category(ir::DType t) {
+  if (t == ir::BOOL) return 0;
+  return IsFloat(t) ? 2 : 1;
+}
+
+// PyTorch's promotion of two tensor dtypes: the higher category wins, then
+// the wider type; f16 with bf16 gives f32.
+ir::DType Promote(ir::DType a, ir::DType b) {
+  if (a == b) return a;
+  if (Category(a) != Category(b)) return Category(a) > Category(b) ? a : b;
+  return IsFloat(a) ? ir::FLOAT32 : ir::INT64;
+}
+
+// A tensor of dtype `t` with a Python scalar: the scalar only promotes to a
+// higher category (to the default float32 or int64).
+ir::DType PromoteWithScalar(ir::DType t, const ir::Attribute& scalar) {
+  switch (scalar.value_case()) {
+    case ir::Attribute::kF:
+      return Category(t) < 2 ? ir::FLOAT32 : t;
+    case ir::Attribute::kI:
+      return Category(t) < 1 ? ir::INT64 : t;
+    default:
+      return t;
+  }
+}
+
+ir::DType OutDType(const ir::Node& node) {
+  return node.outputs(0).type().dtype();
+}
+
+const ir::Attribute* FindAttr(const ir::Node& node, const std::string& name) {
+  auto it = node.attrs().find(name);
+  return it == node.attrs().end() ? nullptr : &it->second;
+}
+
+std::string StringAttr(const ir::Node& node, const std::string& name,
+                       const std::string& dflt) {
+  const ir::Attribute* a = FindAttr(node, name);
+  return a != nullptr && a->value_case() == ir::Attribute::kS ? a->s() : dflt;
+}
+
+double AsDouble(const ir::Attribute& a) {
+  switch (a.value_case()) {
+    case ir::Attribute::kI:
+      return static_cast<double>(a.i());
+    case ir::Attribute::kB:
+      return a.b() ? 1.0 : 0.0;
+    default:
+      return a.f();
+  }
+}
+
+// Truncation toward zero, as a C++ cast, but NaN gives 0 and out-of-range
+// values saturate where the cast would be undefined.
+int64_t TruncToInt64(double f) {
+  if (std::isnan(f)) return 0;
+  if (f >= 9.2233720368547758e18) return std::numeric_limits<int64_t>::max();
+  if (f <= -9.2233720368547758e18) return std::numeric_limits<int64_t>::min();
+  return static_cast<int64_t>(f);
+}
+
+// A scalar used with an integer tensor: ints exactly, floats truncated.
+int64_t AsInt(const ir::Attribute& a) {
+  if (a.value_case() == ir::Attribute::kI) return a.i();
+  return TruncToInt64(AsDouble(a));
+}
+
+absl::Status NotImplementedFor(const ir::Node& node, ir::DType t) {
+  return absl::UnimplementedError(absl::StrFormat(
+      "The following operators are not implemented: ['%s' on %s]", node.op(),
+      DTypeText(t)));
+}
+
+absl::Status CheckUnary(const ir::Node& node) { return CheckArity(node, 1, 1); }
+
+// Two tensors, or one tensor and the scalar attribute "other".
+absl::Status CheckBinary(const ir::Node& node) {
+  return CheckArity(node, FindAttr(node, "other") != nullptr ? 1 : 2, 1);
+}
+
+std::vector<ir::DType> InputDTypes(const GraphImporter& im,
+                                   const ir::Node& node) {
+  std::vector<ir::DType> dtypes;
+  for (const std::string& name : node.inputs()) {
+    dtypes.push_back(im.TypeOf(name).dtype());
+  }
+  return dtypes;
+}
+
+// --- Scalar arithmetic in a compute type (f32, or the integer type). ---
+
+bool IsFp(Value v) { return v.getType().isa<mlir::FloatType>(); }
+
+Value IntConstant(OpBuilder& b, Location l, Type type, int64_t v) {
+  // Wrap to the type's width, as a C++ cast would.
+  if (type.getIntOrFloatBitWidth() == 32) v = static_cast<int32_t>(v);
+  if (type.getIntOrFloatBitWidth() == 8) v = v != 0;  // bool
+  return b.create<arith::ConstantOp>(l, b.getIntegerAttr(type, v));
+}
+
+// `v` in a compute type: f32, or an integer type (truncated toward zero).
+Value Constant(OpBuilder& b, Location l, Type type, double v) {
+  if (type.isa<mlir::FloatType>()) {
+    return b.create<arith::ConstantOp>(
+        l, b.getFloatAttr(type, static_cast<float>(v)));
+  }
+  return IntConstant(b, l, type, TruncToInt64(v));
+}
+
+Value NaN(OpBuilder& b, Location l) {
+  return Constant(b, l, b.getF32Type(),
+                  std::numeric_limits<float>::quiet_NaN());
+}
+
+Value Add(OpBuilder& b, Location l, Value x, Value y) {
+  if (IsFp(x)) return b.create<arith::AddFOp>(l, x, y);
+  return b.create<arith::AddIOp>(l, x, y);
+}
+
+Value Sub(OpBuilder& b, Location l, Value x, Value y) {
+  if (IsFp(x)) return b.create<arith::SubFOp>(l, x, y);
+  return b.create<arith::SubIOp>(l, x, y);
+}
+
+Value Mul(OpBuilder& b, Location l, Value x, Value y) {
+  if (IsFp(x)) return b.create<arith::MulFOp>(l, x, y);
+  return b.create<arith::MulIOp>(l, x, y);
+}
+
+Value Select(OpBuilder& b, Location l, Value cond, Value x, Value y) {
+  return b.create<arith::SelectOp>(l, cond, x, y);
+}
+
+enum class Cmp { kEq, kNe, kLt, kLe, kGt, kGe };
+
+// Float compares are ordered (false when either side is NaN) except kNe,
+// which is true then, as in C++ and PyTorch. Integers compare signed (bool
+// is 0/1, so that works for it too).
+Value Compare(OpBuilder& b, Location l, Cmp cmp, Value x, Value y) {
+  if (IsFp(x)) {
+    static constexpr arith::CmpFPredicate kFloat[] = {
+        arith::CmpFPredicate::OEQ, arith::CmpFPredicate::UNE,
+        arith::CmpFPredicate::OLT, arith::CmpFPredicate::OLE,
+        arith::CmpFPredicate::OGT, arith::CmpFPredicate::OGE};
+    return b.create<arith::CmpFOp>(l, kFloat[static_cast<int>(cmp)], x, y);
+  }
+  static constexpr arith::CmpIPredicate kInt[] = {
+      arith::CmpIPredicate::eq,  arith::CmpIPredicate::ne,
+      arith::CmpIPredicate::slt, arith::CmpIPredicate::sle,
+      arith::CmpIPredicate::sgt, arith::CmpIPredicate::sge};
+  return b.create<arith::CmpIOp>(l, kInt[static_cast<int>(cmp)], x, y);
+}
+
+// Truthiness: nonzero, and NaN counts as true.
+Value NonZero(OpBuilder& b, Location l, Value x) {
+  return Compare(b, l, Cmp::kNe, x, Constant(b, l, x.getType(), 0));
+}
+
+// An i1 as 0/1 in the compute type of `t`.
+Value FromBool(GraphImporter& im, OpBuilder& b, Location l, Value bit,
+               ir::DType t) {
+  Type type = im.ComputeType(t);
+  if (type.isa<mlir::FloatType>())
+    return b.create<arith::UIToFPOp>(l, type, bit);
+  return b.create<arith::ExtUIOp>(l, type, bit);
+}
+
+// A scalar cast to a half type the way c10::Half(float(v)) and
+// c10::BFloat16(float(v)) do: through float, rounding to nearest even.
+double RoundToDType(double v, ir::DType t) {
+  if (!IsHalf(t)) return static_cast<float>(v);
+  llvm::APFloat f(static_cast<float>(v));
+  bool loses_info = false;
+  f.convert(
+      t == ir::FLOAT16 ? llvm::APFloat::IEEEhalf() : llvm::APFloat::BFloat(),
+      llvm::APFloat::rmNearestTiesToEven, &loses_info);
+  f.convert(llvm::APFloat::IEEEsingle(), llvm::APFloat::rmNearestTiesToEven,
+            &loses_info);
+  return f.convertToFloat();
+}
+
+// The Python scalar `a` in the compute type of `t`; with `round`, first cast
+// to `t` (PyTorch does so for comparisons and clamp bounds; arithmetic keeps
+// the scalar in f32).
+Value ScalarOperand(GraphImporter& im, OpBuilder& b, Location l,
+                    const ir::Attribute& a, ir::DType t, bool round) {
+  Type type = im.ComputeType(t);
+  if (t == ir::BOOL) return IntConstant(b, l, type, AsDouble(a) != 0);
+  if (!IsFloat(t)) return IntConstant(b, l, type, AsInt(a));
+  return Constant(b, l, type,
+                  round ? RoundToDType(AsDouble(a), t) : AsDouble(a));
+}
+
+// --- Emitting nodes. ---
+
+using BinaryFn = std::function<Value(OpBuilder&, Location, Value, Value)>;
+using UnaryFn = std::function<Value(OpBuilder&, Location, Value)>;
+
+absl::Status Emit(GraphImporter& im, const ir::Node& node,
+                  const std::vector<ir::DType>& operand_dtypes,
+                  const GraphImporter::ScalarBody& body) {
+  absl::StatusOr<Value> result = im.Elementwise(node, operand_dtypes, body);
   if (!result.ok()) return result.status();
   im.Define(node.outputs(0), *result);
   return absl::OkStatus();
+}
+
+// `fn(lhs, rhs)` with both operands in the compute type of `operand`; a
+// scalar "other" becomes a constant, rounded to `operand` if `round_scalar`.
+absl::Status EmitBinary(GraphImporter& im, const ir::Node& node,
+                        ir::DType operand, bool round_scalar,
+                        const BinaryFn& fn) {
+  const ir::Attribute* other = FindAttr(node, "other");
+  return Emit(im, node, std::vector<ir::DType>(node.inputs_size(), operand),
+              [&](OpBuilder& b, Location l, ValueRange x) {
+                Value rhs = x.size() > 1 ? x[1] : Value();
+                if (other != nullptr) {
+                  rhs = ScalarOperand(im, b, l, *other, operand, round_scalar);
+                }
+                return fn(b, l, x[0], rhs);
+              });
+}
+
+// Arithmetic in the output's compute type. A bool output only comes from
+// bool operands (PyTorch refuses to cast a number result to bool).
+absl::Status EmitArithmetic(GraphImporter& im, const ir::Node& node,
+                            const BinaryFn& fn) {
+  const ir::DType out = OutDType(node);
+  if (out == ir::BOOL) {
+    for (ir::DType t : InputDTypes(im, node)) {
+      if (t != ir::BOOL) return NotImplementedFor(node, t);
+    }
+  }
+  return EmitBinary(im, node, out, /*round_scalar=*/false, fn);
+}
+
+absl::Status EmitUnary(GraphImporter& im, const ir::Node& node,
+                       const UnaryFn& fn) {
+  return Emit(
+      im, node, {OutDType(node)},
+      [&](OpBuilder& b, Location l, ValueRange x) { return fn(b, l, x[0]); });
+}
+
+// --- Arithmetic. ---
+
+// add(a, b, alpha) = a + alpha * b; sub(a, b, alpha) = a - alpha * b, which
+// is bit-identical to PyTorch's a + (-alpha) * b.
+absl::Status ConvertAddOrSub(GraphImporter& im, const ir::Node& node,
+                             bool subtract) {
+  if (absl::Status s = CheckBinary(node); !s.ok()) return s;
+  const ir::DType out = OutDType(node);
+  if (out == ir::BOOL) return NotImplementedFor(node, out);
+  const double alpha = FloatAttr(node, "alpha", 1.0);
+  return EmitArithmetic(
+      im, node, [&](OpBuilder& b, Location l, Value x, Value y) {
+        if (alpha != 1.0) {
+          y = Mul(b, l, y, Constant(b, l, y.getType(), alpha));
+        }
+        return subtract ? Sub(b, l, x, y) : Add(b, l, x, y);
+      });
+}
+
+absl::Status ConvertAdd(GraphImporter& im, const ir::Node& node) {
+  return ConvertAddOrSub(im, node, /*subtract=*/false);
+}
+
+absl::Status ConvertSub(GraphImporter& im, const ir::Node& node) {
+  return ConvertAddOrSub(im, node, /*subtract=*/true);
+}
+
+// On bool (0/1 in i8) the product is logical and, as in PyTorch.
+absl::Status ConvertMul(GraphImporter& im, const ir::Node& node) {
+  if (absl::Status s = CheckBinary(node); !s.ok()) return s;
+  return EmitArithmetic(im, node, &Mul);
+}
+
+// Integer a / b rounded toward zero. Dividing by 0 gives 0 and INT_MIN / -1
+// wraps, where the hardware would trap.
+Value TruncDivInt(OpBuilder& b, Location l, Value x, Value y) {
+  Type t = x.getType();
+  Value zero = IntConstant(b, l, t, 0), one = IntConstant(b, l, t, 1);
+  Value by_zero = Compare(b, l, Cmp::kEq, y, zero);
+  Value by_minus_one = Compare(b, l, Cmp::kEq, y, IntConstant(b, l, t, -1));
+  Value safe =
+      Select(b, l, b.create<arith::OrIOp>(l, by_zero, by_minus_one), one, y);
+  Value q = b.create<arith::DivSIOp>(l, x, safe);
+  q = Select(b, l, by_minus_one, Sub(b, l, zero, x), q);
+  return Select(b, l, by_zero, zero, q);
+}
+
+// Integer floor division: the truncated quotient, one less when the
+// remainder is nonzero and its sign differs from the divisor's (0 when
+// dividing by 0, like TruncDivInt).
+Value FloorDivInt(OpBuilder& b, Location l, Value x, Value y) {
+  Type t = x.getType();
+  Value zero = IntConstant(b, l, t, 0);
+  Value q = TruncDivInt(b, l, x, y);
+  Value r = Sub(b, l, x, Mul(b, l, q, y));
+  Value adjust = b.create<arith::AndIOp>(
+      l, Compare(b, l, Cmp::kNe, r, zero),
+      Compare(b, l, Cmp::kNe, Compare(b, l, Cmp::kLt, r, zero),
+              Compare(b, l, Cmp::kLt, y, zero)));
+  Value floor = Select(b, l, adjust, Sub(b, l, q, IntConstant(b, l, t, 1)), q);
+  return Select(b, l, Compare(b, l, Cmp::kEq, y, zero), zero, floor);
+}
+
+// c10::div_floor_floating: floor of the exact quotient, computed from fmod so
+// that it is right where floor(a / b) is off by one after rounding.
+Value FloorDivFloat(OpBuilder& b, Location l, Value x, Value y) {
+  Type f32 = b.getF32Type();
+  Value zero = Constant(b, l, f32, 0), one = Constant(b, l, f32, 1);
+  Value quotient = b.create<arith::DivFOp>(l, x, y);
+  Value mod = b.create<arith::RemFOp>(l, x, y);
+  Value div = b.create<arith::DivFOp>(l, Sub(b, l, x, mod), y);
+  Value mod_sign_differs = b.create<arith::AndIOp>(
+      l, Compare(b, l, Cmp::kNe, mod, zero),
+      b.create<arith::XOrIOp>(l, Compare(b, l, Cmp::kLt, y, zero),
+                              Compare(b, l, Cmp::kLt, mod, zero)));
+  div = Select(b, l, mod_sign_differs, Sub(b, l, div, one), div);
+  Value floor = b.create<math::FloorOp>(l, div);
+  Value half = Constant(b, l, f32, 0.5);
+  floor = Select(b, l, Compare(b, l, Cmp::kGt, Sub(b, l, div, floor), half),
+                 Add(b, l, floor, one), floor);
+  Value signed_zero = b.create<math::CopySignOp>(l, zero, quotient);
+  Value result =
+      Select(b, l, Compare(b, l, Cmp::kNe, div, zero), floor, signed_zero);
+  return Select(b, l, Compare(b, l, Cmp::kEq, y, zero), quotient, result);
+}
+
+// div: true division, or "rounding_mode" = "trunc" / "floor".
+absl::Status ConvertDiv(GraphImporter& im, const ir::Node& node) {
+  if (absl::Status s = CheckBinary(node); !s.ok()) return s;
+  const ir::DType out = OutDType(node);
+  const std::string mode = StringAttr(node, "rounding_mode", "");
+  BinaryFn fn;
+  if (mode.empty()) {
+    if (!IsFloat(out)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "div without rounding_mode is true division; its output must be "
+          "floating point, not %s",
+          DTypeText(out)));
+    }
+    fn = [](OpBuilder& b, Location l, Value x, Value y) -> Value {
+      return b.create<arith::DivFOp>(l, x, y);
+    };
+  } else if (mode == "trunc") {
+    fn = [](OpBuilder& b, Location l, Value x, Value y) -> Value {
+      if (!IsFp(x)) return TruncDivInt(b, l, x, y);
+      return b.create<math::TruncOp>(l, b.create<arith::DivFOp>(l, x, y));
+    };
+  } else if (mode == "floor") {
+    fn = [](OpBuilder& b, Location l, Value x, Value y) -> Value {
+      return IsFp(x) ? FloorDivFloat(b, l, x, y) : FloorDivInt(b, l, x, y);
+    };
+  } else {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "div expected rounding_mode to be one of None, 'trunc', or 'floor' "
+        "but found '%s'",
+        mode));
+  }
+  if (out == ir::BOOL) return NotImplementedFor(node, out);
+  return EmitArithmetic(im, node, fn);
+}
+
+// PyTorch's powi: square-and-multiply with wrapping products; a negative
+// exponent gives 1 for base 1, +-1 for base -1 and 0 otherwise.
+Value IntPow(OpBuilder& b, Location l, Value base, Value exp) {
+  Type t = base.getType();
+  Value zero = IntConstant(b, l, t, 0), one = IntConstant(b, l, t, 1);
+  Value minus_one = IntConstant(b, l, t, -1);
+  Value negative = Compare(b, l, Cmp::kLt, exp, zero);
+  auto loop = b.create<mlir::scf::WhileOp>(
+      l, mlir::TypeRange{t, t, t},
+      ValueRange{one, base, Select(b, l, negative, zero, exp)},
+      [&](OpBuilder& b, Location l, ValueRange args) {
+        b.create<mlir::scf::ConditionOp>(
+            l, Compare(b, l, Cmp::kNe, args[2], zero), args);
+      },
+      [&](OpBuilder& b, Location l, ValueRange args) {
+        Value result = args[0], x = args[1], e = args[2];
+        Value odd =
+            Compare(b, l, Cmp::kNe, b.create<arith::AndIOp>(l, e, one), zero);
+        result = Select(b, l, odd, Mul(b, l, result, x), result);
+        b.create<mlir::scf::YieldOp>(
+            l, ValueRange{result, Mul(b, l, x, x),
+                          b.create<arith::ShRUIOp>(l, e, one)});
+      });
+  Value odd_exp =
+      Compare(b, l, Cmp::kNe, b.create<arith::AndIOp>(l, exp, one), zero);
+  Value inverse = Select(b, l, Compare(b, l, Cmp::kEq, base, one), one,
+                         Select(b, l, Compare(b, l, Cmp::kEq, base, minus_one),
+                                Select(b, l, odd_exp, minus_one, one), zero));
+  return Select(b, l, negative, inverse, loop.getResult(0));
+}
+
+Value Reciprocal(OpBuilder& b, Location l, Value x) {
+  return b.create<arith::DivFOp>(l, Constant(b, l, x.getType(), 1), x);
+}
+
+// pow(x, e) for a scalar exponent: PyTorch's float32 and bfloat16 kernels
+// special-case a few exponents (which changes results at -0 and -inf); its
+// float16 kernel always calls pow.
+Value FloatPowScalar(OpBuilder& b, Location l, Value x, double e, ir::DType t) {
+  if (t != ir::FLOAT16) {
+    if (e == 0.5) return b.create<math::SqrtOp>(l, x);
+    if (e == -0.5) return b.create<math::RsqrtOp>(l, x);
+    if (e == -1.0) return Reciprocal(b, l, x);
+    if (e == 2.0) return Mul(b, l, x, x);
+    if (e == 3.0) return Mul(b, l, Mul(b, l, x, x), x);
+    if (e == -2.0) return Reciprocal(b, l, Mul(b, l, x, x));
+  }
+  return b.create<math::PowFOp>(l, x, Constant(b, l, x.getType(), e));
+}
+
+absl::Status ConvertPow(GraphImporter& im, const ir::Node& node) {
+  if (absl::Status s = CheckBinary(node); !s.ok()) return s;
+  const ir::DType out = OutDType(node);
+  if (out == ir::BOOL) return NotImplementedFor(node, out);
+  const ir::Attribute* other = FindAttr(node, "other");
+  if (other != nullptr && IsFloat(out)) {
+    // PyTorch casts the exponent to the tensor's dtype.
+    const double e = RoundToDType(AsDouble(*other), out);
+    return Emit(im, node, {out}, [&](OpBuilder& b, Location l, ValueRange x) {
+      return FloatPowScalar(b, l, x[0], e, out);
+    });
+  }
+  return EmitArithmetic(
+      im, node, [](OpBuilder& b, Location l, Value x, Value y) -> Value {
+        if (!IsFp(x)) return IntPow(b, l, x, y);
+        return b.create<math::PowFOp>(l, x, y);
+      });
+}
+
+// maximum/minimum propagate NaN; otherwise `x > y ? x : y` (for maximum),
+// which returns y on ties of +0 and -0 as PyTorch's vectorized kernel does.
+absl::Status ConvertMaxMin(GraphImporter& im, const ir::Node& node,
+                           Cmp pick_x) {
+  if (absl::Status s = CheckBinary(node); !s.ok()) return s;
+  return EmitArithmetic(
+      im, node, [pick_x](OpBuilder& b, Location l, Value x, Value y) {
+        Value r = Select(b, l, Compare(b, l, pick_x, x, y), x, y);
+        if (!IsFp(x)) return r;
+        Value unordered =
+            b.create<arith::CmpFOp>(l, arith::CmpFPredicate::UNO, x, y);
+        return Select(b, l, unordered, NaN(b, l), r);
+      });
+}
+
+absl::Status ConvertMaximum(GraphImporter& im, const ir::Node& node) {
+  return ConvertMaxMin(im, node, Cmp::kGt);
+}
+
+absl::Status ConvertMinimum(GraphImporter& im, const ir::Node& node) {
+  return ConvertMaxMin(im, node, Cmp::kLt);
+}
+
+// --- Comparisons and logic. ---
+
+absl::Status ConvertComparison(GraphImporter& im, const ir::Node& node,
+                               Cmp cmp) {
+  if (absl::Status s = CheckBinary(node); !s.ok()) return s;
+  const ir::DType lhs = im.TypeOf(node.inputs(0)).dtype();
+  const ir::Attribute* other = FindAttr(node, "other");
+  const ir::DType operand =
+      other != nullptr ? PromoteWithScalar(lhs, *other)
+                       : Promote(lhs, im.TypeOf(node.inputs(1)).dtype());
+  const ir::DType out = OutDType(node);
+  return EmitBinary(im, node, operand, /*round_scalar=*/true,
+                    [&](OpBuilder& b, Location l, Value x, Value y) {
+                      return FromBool(im, b, l, Compare(b, l, cmp, x, y), out);
+                    });
+}
+
+template <Cmp kCmp>
+absl::Status ConvertCompare(GraphImporter& im, const ir::Node& node) {
+  return ConvertComparison(im, node, kCmp);
+}
+
+// logical_and/or test each operand for nonzero in its own type.
+absl::Status ConvertLogical(GraphImporter& im, const ir::Node& node,
+                            bool is_and) {
+  if (absl::Status s = CheckBinary(node); !s.ok()) return s;
+  const ir::Attribute* other = FindAttr(node, "other");
+  const ir::DType out = OutDType(node);
+  return Emit(im, node, InputDTypes(im, node),
+              [&](OpBuilder& b, Location l, ValueRange x) {
+                Value lhs = NonZero(b, l, x[0]);
+                Value rhs = other != nullptr
+                                ? IntConstant(b, l, b.getI1Type(),
+                                              AsDouble(*other) != 0)
+                                : NonZero(b, l, x[1]);
+                Value r = is_and
+                              ? b.create<arith::AndIOp>(l, lhs, rhs).getResult()
+                              : b.create<arith::OrIOp>(l, lhs, rhs).getResult();
+                return FromBool(im, b, l, r, out);
+              });
+}
+
+absl::Status ConvertLogicalAnd(GraphImporter& im, const ir::Node& node) {
+  return ConvertLogical(im, node, /*is_and=*/true);
+}
+
+absl::Status ConvertLogicalOr(GraphImporter& im, const ir::Node& node) {
+  return ConvertLogical(im, node, /*is_and=*/false);
+}
+
+absl::Status ConvertLogicalNot(GraphImporter& im, const ir::Node& node) {
+  if (absl::Status s = CheckUnary(node); !s.ok()) return s;
+  const ir::DType out = OutDType(node);
+  return Emit(im, node, InputDTypes(im, node),
+              [&](OpBuilder& b, Location l, ValueRange x) {
+                Value zero = Constant(b, l, x[0].getType(), 0);
+                return FromBool(im, b, l, Compare(b, l, Cmp::kEq, x[0], zero),
+                                out);
+              });
+}
+
+// where(cond, a, b): a and b in the output's type, cond tested as it is.
+absl::Status ConvertWhere(GraphImporter& im, const ir::Node& node) {
+  if (absl::Status s = CheckArity(node, 3, 1); !s.ok()) return s;
+  const ir::DType out = OutDType(node);
+  const ir::DType cond = im.TypeOf(node.inputs(0)).dtype();
+  return Emit(im, node, {cond, out, out},
+              [](OpBuilder& b, Location l, ValueRange x) {
+                return Select(b, l, NonZero(b, l, x[0]), x[1], x[2]);
+              });
+}
+
+// masked_fill(x, mask) with attribute "value": value where mask is set.
+absl::Status ConvertMaskedFill(GraphImporter& im, const ir::Node& node) {
+  if (absl::Status s = CheckArity(node, 2, 1); !s.ok()) return s;
+  const ir::Attribute* value = FindAttr(node, "value");
+  if (value == nullptr) {
+    return absl::InvalidArgumentError(
+        "masked_fill needs the attribute 'value'");
+  }
+  const ir::DType out = OutDType(node);
+  const ir::DType mask = im.TypeOf(node.inputs(1)).dtype();
+  return Emit(
+      im, node, {out, mask}, [&](OpBuilder& b, Location l, ValueRange x) {
+        // Rounded once more to the output by the generic.
+        Value fill = ScalarOperand(im, b, l, *value, out, /*round=*/false);
+        return Select(b, l, NonZero(b, l, x[1]), fill, x[0]);
+      });
+}
+
+// --- Unary ops. ---
+
+// Ops defined on numbers but not on bool.
+absl::Status ConvertNumeric(GraphImporter& im, const ir::Node& node,
+                            const UnaryFn& fn) {
+  if (absl::Status s = CheckUnary(node); !s.ok()) return s;
+  const ir::DType out = OutDType(node);
+  if (out == ir::BOOL) return NotImplementedFor(node, out);
+  return EmitUnary(im, node, fn);
+}
+
+// Ops with a floating-point result. An integer input is converted to f32
+// directly, not rounded to a half output first: PyTorch promotes it to the
+// default float32.
+absl::Status ConvertFloating(GraphImporter& im, const ir::Node& node,
+                             const UnaryFn& fn) {
+  if (absl::Status s = CheckUnary(node); !s.ok()) return s;
+  const ir::DType out = OutDType(node);
+  if (!IsFloat(out)) return NotImplementedFor(node, out);
+  const ir::DType in = im.TypeOf(node.inputs(0)).dtype();
+  return Emit(
+      im, node, {IsFloat(in) ? out : ir::FLOAT32},
+      [&](OpBuilder& b, Location l, ValueRange x) { return fn(b, l, x[0]); });
+}
+
+template <typename MathOp>
+absl::Status ConvertMath(GraphImporter& im, const ir::Node& node) {
+  return ConvertFloating(im, node, [](OpBuilder& b, Location l, Value x) {
+    return b.create<MathOp>(l, x).getResult();
+  });
+}
+
+absl::Status ConvertAbs(GraphImporter& im, const ir::Node& node) {
+  return ConvertNumeric(
+      im, node, [](OpBuilder& b, Location l, Value x) -> Value {
+        if (IsFp(x)) return b.create<math::AbsFOp>(l, x);
+        return b.create<math::AbsIOp>(l, x);  // Wraps at INT_MIN.
+      });
+}
+
+absl::Status ConvertNeg(GraphImporter& im, const ir::Node& node) {
+  return ConvertNumeric(im, node,
+                        [](OpBuilder& b, Location l, Value x) -> Value {
+                          if (IsFp(x)) return b.create<arith::NegFOp>(l, x);
+                          return Sub(b, l, Constant(b, l, x.getType(), 0), x);
+                        });
+}
+
+// ceil/floor of an integer is the integer.
+template <typename MathOp>
+absl::Status ConvertRounding(GraphImporter& im, const ir::Node& node) {
+  return ConvertNumeric(im, node,
+                        [](OpBuilder& b, Location l, Value x) -> Value {
+                          if (IsFp(x)) return b.create<MathOp>(l, x);
+                          return x;
+                        });
+}
+
+// relu = clamp_min(x, 0): NaN and -0 pass through.
+absl::Status ConvertRelu(GraphImporter& im, const ir::Node& node) {
+  return ConvertNumeric(im, node, [](OpBuilder& b, Location l, Value x) {
+    Value zero = Constant(b, l, x.getType(), 0);
+    return Select(b, l, Compare(b, l, Cmp::kLt, x, zero), zero, x);
+  });
+}
+
+// clamp with optional "min"/"max" (rounded to the tensor's dtype, as PyTorch
+// casts them): min(max(x, lo), hi) with PyTorch's vectorized tie and NaN
+// behavior: NaN input stays NaN, NaN bounds are ignored, lo > hi gives hi.
+absl::Status ConvertClamp(GraphImporter& im, const ir::Node& node) {
+  if (absl::Status s = CheckUnary(node); !s.ok()) return s;
+  const ir::Attribute* lo = FindAttr(node, "min");
+  const ir::Attribute* hi = FindAttr(node, "max");
+  if (lo == nullptr && hi == nullptr) {
+    return absl::InvalidArgumentError(
+        "torch.clamp: At least one of 'min' or 'max' must not be None");
+  }
+  const ir::DType out = OutDType(node);
+  if (out == ir::BOOL) return NotImplementedFor(node, out);
+  return EmitUnary(im, node, [&](OpBuilder& b, Location l, Value x) {
+    auto bound = [&](const ir::Attribute& a) {
+      return ScalarOperand(im, b, l, a, out, /*round=*/true);
+    };
+    if (lo != nullptr) {
+      Value v = bound(*lo);
+      x = Select(b, l, Compare(b, l, Cmp::kLt, x, v), v, x);
+    }
+    if (hi != nullptr) {
+      Value v = bound(*hi);
+      x = Select(b, l, Compare(b, l, Cmp::kGt, x, v), v, x);
+    }
+    return x;
+  });
+}
+
+Value Sigmoid(OpBuilder& b, Location l, Value x) {
+  Value one = Constant(b, l, x.getType(), 1);
+  Value e = b.create<math::ExpOp>(l, b.create<arith::NegFOp>(l, x));
+  return b.create<arith::DivFOp>(l, one, Add(b, l, one, e));
+}
+
+// silu(x) = x / (1 + exp(-x)), PyTorch's form (not x * sigmoid(x)).
+Value Silu(OpBuilder& b, Location l, Value x) {
+  Value one = Constant(b, l, x.getType(), 1);
+  Value e = b.create<math::ExpOp>(l, b.create<arith::NegFOp>(l, x));
+  return b.create<arith::DivFOp>(l, x, Add(b, l, one, e));
+}
+
+// PyTorch's GeluKernel constants (M_SQRT1_2; M_SQRT2 * M_2_SQRTPI * 0.5).
+constexpr double kSqrtHalf = 0.70710678118654752440;
+constexpr double kGeluBeta =
+    1.41421356237309504880 * 1.12837916709551257390 * 0.5;
+constexpr double kGeluKappa = 0.044715;
+
+// PyTorch's GeluKernel, in its order of operations.
+absl::Status ConvertGelu(GraphImporter& im, const ir::Node& node) {
+  const std::string approximate = StringAttr(node, "approximate", "none");
+  if (approximate != "none" && approximate != "tanh") {
+    return absl::InvalidArgumentError(
+        "approximate argument must be either none or tanh.");
+  }
+  const bool tanh = approximate == "tanh";
+  return ConvertFloating(im, node, [tanh](OpBuilder& b, Location l, Value x) {
+    Type f32 = x.getType();
+    Value half_x = Mul(b, l, x, Constant(b, l, f32, 0.5));
+    Value one = Constant(b, l, f32, 1);
+    Value t;
+    if (tanh) {
+      Value cube = Mul(b, l, Mul(b, l, x, x), x);
+      Value kappa_cube = Mul(b, l, Constant(b, l, f32, kGeluKappa), cube);
+      Value inner =
+          Mul(b, l, Constant(b, l, f32, kGeluBeta), Add(b, l, x, kappa_cube));
+      t = b.create<math::TanhOp>(l, inner);
+    } else {
+      t = b.create<math::ErfOp>(l,
+                                Mul(b, l, x, Constant(b, l, f32, kSqrtHalf)));
+    }
+    return Mul(b, l, half_x, Add(b, l, one, t));
+  });
+}
+
+// --- Casts and copies. ---
+
+// to_dtype / _to_copy / copy / clone: the output type says the dtype.
+// Float to integer truncates toward zero, anything to bool tests nonzero (NaN
+// is true), integers wrap; half results round once from f32, so
+// int -> f16 rounds through float, like c10::Half.
+absl::Status ConvertCast(GraphImporter& im, const ir::Node& node) {
+  if (absl::Status s = CheckUnary(node); !s.ok()) return s;
+  const ir::DType from = im.TypeOf(node.inputs(0)).dtype();
+  const ir::DType to = OutDType(node);
+  return Emit(im, node, {from}, [&](OpBuilder& b, Location l, ValueRange x) {
+    if (to == ir::BOOL) return FromBool(im, b, l, NonZero(b, l, x[0]), to);
+    return im.CastCompute(b, x[0], from, to);
+  });
 }
 
 }  // namespace
 
 void RegisterElementwiseOps(OpConverterTable& table) {
   table["add"] = &ConvertAdd;
+  table["sub"] = &ConvertSub;
+  table["mul"] = &ConvertMul;
+  table["div"] = &ConvertDiv;
+  table["pow"] = &ConvertPow;
+  table["maximum"] = &ConvertMaximum;
+  table["minimum"] = &ConvertMinimum;
+  table["eq"] = &ConvertCompare<Cmp::kEq>;
+  table["ne"] = &ConvertCompare<Cmp::kNe>;
+  table["lt"] = &ConvertCompare<Cmp::kLt>;
+  table["le"] = &ConvertCompare<Cmp::kLe>;
+  table["gt"] = &ConvertCompare<Cmp::kGt>;
+  table["ge"] = &ConvertCompare<Cmp::kGe>;
+  table["logical_and"] = &ConvertLogicalAnd;
+  table["logical_or"] = &ConvertLogicalOr;
+  table["logical_not"] = &ConvertLogicalNot;
+  table["where"] = &ConvertWhere;
+  table["masked_fill"] = &ConvertMaskedFill;
+  table["abs"] = &ConvertAbs;
+  table["neg"] = &ConvertNeg;
+  table["ceil"] = &ConvertRounding<math::CeilOp>;
+  table["floor"] = &ConvertRounding<math::FloorOp>;
+  table["log"] = &ConvertMath<math::LogOp>;
+  table["exp"] = &ConvertMath<math::ExpOp>;
+  table["sqrt"] = &ConvertMath<math::SqrtOp>;
+  table["rsqrt"] = &ConvertMath<math::RsqrtOp>;
+  table["tanh"] = &ConvertMath<math::TanhOp>;
+  table["sigmoid"] = [](GraphImporter& im, const ir::Node& node) {
+    return ConvertFloating(im, node, &Sigmoid);
+  };
+  table["silu"] = [](GraphImporter& im, const ir::Node& node) {
+    return ConvertFloating(im, node, &Silu);
+  };
+  table["relu"] = &ConvertRelu;
+  table["gelu"] = &ConvertGelu;
+  table["clamp"] = &ConvertClamp;
+  for (const char* cast : {"to_dtype", "_to_copy", "copy", "clone"}) {
+    table[cast] = &ConvertCast;
+  }
 }
 
 }  // namespace rbln::compiler

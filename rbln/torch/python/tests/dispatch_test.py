@@ -1,0 +1,132 @@
+"""Pre-dispatch checks, their order and switches, compiled-kernel ops."""
+# spec: G1, G2, H1, H2, H3, H6, H8
+
+import sys
+
+import pytest
+import torch
+
+import rbln_test_util
+
+
+def delta(before, after, key):
+    return after.get(key, 0) - before.get(key, 0)
+
+
+def test_unaligned_last_dim_falls_back_and_counts_recompiles():
+    # spec: H1, H3 -- a 3-element add runs on CPU, every call re-checked.
+    x = torch.ones(3, dtype=torch.float16, device="rbln")
+    before = torch.rbln.counters()
+    for _ in range(3):
+        y = x + x
+    after = torch.rbln.counters()
+    assert torch.equal(y.cpu(), torch.full((3,), 2.0, dtype=torch.float16))
+    assert delta(before, after, "dispatch/cpu_fallback_why/add/alignment") == 3
+    assert delta(before, after, "dispatch/recompile/add") == 3
+    assert delta(before, after, "dispatch/compiled_runs") == 0
+
+
+def test_storage_offset_view_falls_back():
+    # spec: H6 -- base[1:, :] is contiguous with offset 128: creating it is
+    # fine, the op falls back.
+    base = torch.ones(128, 128, dtype=torch.float16, device="rbln")
+    view = base[1:, :]
+    assert view.is_contiguous() and view.storage_offset() == 128
+    before = torch.rbln.counters()
+    y = view + view
+    after = torch.rbln.counters()
+    assert delta(before, after, "dispatch/cpu_fallback_why/add/storage_offset") == 1
+    assert torch.equal(y.cpu(), torch.full((127, 128), 2.0, dtype=torch.float16))
+
+
+def test_nan_inf_check_downloads_and_falls_back():
+    # spec: H1, H8 -- the NaN/Inf check reads inputs on the host.
+    z = torch.ones(64, dtype=torch.float16, device="rbln")
+    z = z + z  # device-latest
+    y = torch.ones(64, dtype=torch.float16, device="rbln")
+    before = torch.rbln.counters()
+    w = z * y
+    after = torch.rbln.counters()
+    assert delta(before, after, "storage/downloads") >= 1  # z came to the host.
+    assert delta(before, after, "dispatch/compiled_runs") == 1
+    bad = torch.tensor([float("nan")] + [1.0] * 63, dtype=torch.float16, device="rbln")
+    before = torch.rbln.counters()
+    r = bad * y
+    after = torch.rbln.counters()
+    assert delta(before, after, "dispatch/cpu_fallback_why/mul/nan_inf") == 1
+    assert torch.isnan(r.cpu()[0]) and r.cpu()[1].item() == 1.0
+    assert torch.equal(w.cpu(), torch.full((64,), 2.0, dtype=torch.float16))
+
+
+def test_deploy_skips_checks_and_downloads():
+    # spec: H2, H8 -- with TORCH_RBLN_DEPLOY=ON: no check, no D2H for z * y,
+    # and a NaN input runs on the device.
+    r = rbln_test_util.run_python(
+        "import torch\n"
+        "c = torch.rbln.counters\n"
+        "z = torch.ones(64, dtype=torch.float16, device='rbln'); z = z + z\n"
+        "y = torch.ones(64, dtype=torch.float16, device='rbln')\n"
+        "b = c(); w = z * y; a = c()\n"
+        "nan = torch.full((64,), float('nan'), dtype=torch.float16, device='rbln') * y\n"
+        "print(a.get('storage/downloads', 0) - b.get('storage/downloads', 0),"
+        " a['dispatch/compiled_runs'] - b['dispatch/compiled_runs'], bool(torch.isnan(nan.cpu()).all()),"
+        " c().get('dispatch/cpu_fallback_why/mul/nan_inf', 0))\n",
+        {"TORCH_RBLN_DEPLOY": "ON"},
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "0 1 True 0"
+
+
+def test_disable_individual_checks():
+    # spec: H2 -- TORCH_RBLN_DEV_DISABLE_OP_CPU_FALLBACK=alignment lets a
+    # 3-element add compile; a bad name is a clear error.
+    r = rbln_test_util.run_python(
+        "import torch\n"
+        "x = torch.ones(3, dtype=torch.float16, device='rbln'); y = x + x\n"
+        "print(y.cpu().tolist(), torch.rbln.counters().get('dispatch/compiled_runs', 0))\n",
+        {"TORCH_RBLN_DEV_DISABLE_OP_CPU_FALLBACK": "alignment"},
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[2.0, 2.0, 2.0] 1"
+    bad = rbln_test_util.run_python(
+        "import torch\nx = torch.ones(64, dtype=torch.float16, device='rbln'); x + x\n",
+        {"TORCH_RBLN_DEV_DISABLE_OP_CPU_FALLBACK": "alignment,typo"},
+    )
+    assert bad.returncode != 0
+    assert "TORCH_RBLN_DEV_DISABLE_OP_CPU_FALLBACK has invalid value 'alignment,typo'" in bad.stderr
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_compiled_ops_match_cpu(dtype):
+    # spec: G1 -- a few compiled-kernel ops (out=, in-place too) against CPU.
+    torch.manual_seed(0)
+    a = torch.randn(4, 64).to(dtype)
+    b = (torch.randn(4, 64).abs() + 0.5).to(dtype)
+    x, y = a.to("rbln"), b.to("rbln")
+    cases = {
+        "sub": (lambda p, q: p - q),
+        "mul": (lambda p, q: p * q),
+        "div": (lambda p, q: p / q),
+        "maximum": torch.maximum,
+        "gt": (lambda p, q: p > q),
+        "relu": (lambda p, q: torch.relu(p)),
+        "neg": (lambda p, q: -p),
+        "abs": (lambda p, q: p.abs()),
+        "where": (lambda p, q: torch.where(p > 0, p, q)),
+    }
+    before = torch.rbln.counters()
+    for name, fn in cases.items():
+        got = fn(x, y).cpu()
+        torch.testing.assert_close(got, fn(a, b), msg=name)
+    out = torch.empty(4, 64, dtype=dtype, device="rbln")
+    torch.mul(x, y, out=out)
+    x.mul_(2)
+    after = torch.rbln.counters()
+    torch.testing.assert_close(out.cpu(), a * b)
+    torch.testing.assert_close(x.cpu(), a * 2)
+    # One run per case, plus `p > 0` inside "where", plus out= and in-place.
+    assert delta(before, after, "dispatch/compiled_runs") == len(cases) + 1 + 2
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))
