@@ -1,6 +1,7 @@
 #include "rbln/compiler/bind_outputs_pass.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Interfaces/DestinationStyleOpInterface.h"
 #include "mlir/Pass/Pass.h"
@@ -32,16 +33,35 @@ class BindOutputsPass
                           << " has no writable output argument";
         return signalPassFailure();
       }
+      if (ret.getOperand(i) == out_arg) continue;
       if (mlir::failed(Bind(ret.getOperand(i), out_arg))) {
-        ret.emitOpError() << "result " << i
-                          << " is not computed by a destination-style op "
-                             "whose destination chain ends in tensor.empty";
-        return signalPassFailure();
+        // Canonicalization can fold an identity op away (clone, x * 1.0) so
+        // the result is a function argument or some other value: copy it
+        // into the output argument.
+        ret->setOperand(i, CopyInto(ret, ret.getOperand(i), out_arg));
       }
     }
   }
 
  private:
+  // An identity linalg.generic from `value` into `out_arg`, before `ret`.
+  static mlir::Value CopyInto(mlir::func::ReturnOp ret, mlir::Value value,
+                              mlir::Value out_arg) {
+    mlir::OpBuilder b(ret);
+    const auto type = out_arg.getType().cast<mlir::RankedTensorType>();
+    const int64_t rank = type.getRank();
+    llvm::SmallVector<mlir::AffineMap> maps(2, b.getMultiDimIdentityMap(rank));
+    llvm::SmallVector<mlir::utils::IteratorType> iterators(
+        rank, mlir::utils::IteratorType::parallel);
+    auto copy = b.create<mlir::linalg::GenericOp>(
+        ret.getLoc(), mlir::TypeRange{type}, mlir::ValueRange{value},
+        mlir::ValueRange{out_arg}, maps, iterators,
+        [](mlir::OpBuilder& nested, mlir::Location loc, mlir::ValueRange args) {
+          nested.create<mlir::linalg::YieldOp>(loc, args[0]);
+        });
+    return copy.getResult(0);
+  }
+
   // Follows result -> tied init through DPS ops to the tensor.empty at the
   // root and binds that operand to `out_arg`.
   static mlir::LogicalResult Bind(mlir::Value result, mlir::Value out_arg) {

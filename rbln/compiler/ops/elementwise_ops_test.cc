@@ -1540,7 +1540,7 @@ TEST(ElementwiseOpsTest, IntPowFusesWithItsConsumer) {
 // input), so the returned value is a function argument and bind-outputs
 // finds no destination-style op to write the output buffer with. Enable when
 // bind-outputs copies such results into their output argument.
-TEST(ElementwiseOpsTest, DISABLED_IdentityOutputsCompile) {
+TEST(ElementwiseOpsTest, IdentityOutputsCompile) {
   const ir::TensorType t = Type(ir::FLOAT32, {4});
   ir::Graph returns_input = testing::AddGraph(t);
   returns_input.add_outputs("a");

@@ -14,7 +14,7 @@
 //     max/min with two outputs return (values, indices) like max(x, dim);
 //     with one output they are amax/amin. argmax/argmin output INT64 and
 //     index the flattened reduced dims (the whole tensor without "dim").
-//   softmax, log_softmax (x)           "dim" int, required.
+//   softmax, log_softmax (x)           "dim": one dim, required.
 //   layer_norm(x[, weight[, bias]])    "normalized_ndim" int (default: the
 //     weight's rank), "eps" (default 1e-5); with two inputs and bool
 //     "has_bias" true the second input is the bias (no weight).

@@ -181,6 +181,7 @@ Call ReadCall(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
   Call call;
   call.op = schema.name().substr(schema.name().find("::") + 2);
   if (!call.op.empty() && call.op.back() == '_') call.op.pop_back();  // add_ -> add
+  if (call.op == "_softmax" || call.op == "_log_softmax") call.op.erase(0, 1);
   call.overload = absl::StrCat(schema.name(), schema.overload_name().empty() ? "" : ".",
                                schema.overload_name());
   const auto& args = schema.arguments();
@@ -441,6 +442,8 @@ constexpr const char* kCompiledOps[] = {
     "le.Tensor", "le.Scalar", "gt.Tensor", "gt.Scalar", "ge.Tensor", "ge.Scalar",
     "abs", "neg", "ceil", "floor", "log", "rsqrt", "sigmoid", "silu", "relu",
     "gelu", "logical_not", "clamp", "where.self", "masked_fill.Scalar",
+    "mm", "bmm", "addmm", "_softmax", "_log_softmax",
+    "sum.dim_IntList", "mean.dim", "amax", "amin",
 };
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -128,5 +128,31 @@ def test_compiled_ops_match_cpu(dtype):
     assert delta(before, after, "dispatch/compiled_runs") == len(cases) + 1 + 2
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_reductions_softmax_and_matmul_compile(dtype):
+    # spec: G1 -- f32 accumulation for half types, within fp16 tolerance.
+    torch.manual_seed(1)
+    a = torch.randn(2, 64, 64).to(dtype)
+    b = torch.randn(64, 128).to(dtype)
+    x, w = a.to("rbln"), b.to("rbln")
+    cases = {
+        "softmax": (lambda p, q: torch.softmax(p, dim=-1)),
+        "log_softmax": (lambda p, q: torch.log_softmax(p, dim=-1)),
+        "sum": (lambda p, q: p.sum(dim=(0, 1))),
+        "mean": (lambda p, q: p.mean(dim=1, keepdim=True)),
+        "amax": (lambda p, q: p.amax(dim=0)),
+        "mm": (lambda p, q: p[0] @ q),
+        "bmm": (lambda p, q: torch.bmm(p, p.transpose(1, 2).contiguous())),
+    }
+    before = torch.rbln.counters()
+    for name, fn in cases.items():
+        got = fn(x, w).cpu()
+        want = fn(a.float(), b.float()).to(dtype)
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2, msg=name)
+    after = torch.rbln.counters()
+    assert delta(before, after, "dispatch/compiled_runs") >= len(cases)
+    assert delta(before, after, "dispatch/cpu_fallback_why/softmax/compile_error") == 0
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))
