@@ -33,9 +33,10 @@ struct Stage {
 const std::vector<Stage>& FusionStages();
 // Destination passing and one-shot bufferization (SPEC P4).
 const std::vector<Stage>& BufferizationStages();
-// Loops and the LLVM dialect (SPEC P5 without BLAS).
+// Loops and the LLVM dialect (SPEC P5).
 const std::vector<Stage>& LoweringStages();
-// All of the above, in order.
+// Fusion, bufferization, the BLAS rewrite when OpenBLAS is available and
+// RBLN_COMPILER_BLAS is not 0, then lowering.
 std::vector<Stage> FullPipeline();
 
 // Runs `stages` on `module`. Errors carry MLIR's diagnostics and the name of
