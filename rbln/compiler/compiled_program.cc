@@ -16,23 +16,6 @@
 namespace rbln::compiler {
 namespace {
 
-DType ToRuntimeDType(ir::DType t) {
-  switch (t) {
-    case ir::FLOAT16:
-      return DType::kFloat16;
-    case ir::BFLOAT16:
-      return DType::kBFloat16;
-    case ir::FLOAT32:
-      return DType::kFloat32;
-    case ir::INT32:
-      return DType::kInt32;
-    case ir::INT64:
-      return DType::kInt64;
-    default:
-      return DType::kBool;
-  }
-}
-
 std::vector<ir::TensorType> ArgTypes(const ir::Graph& graph) {
   absl::flat_hash_map<std::string, ir::TensorType> defined;
   std::vector<ir::TensorType> types;
@@ -121,7 +104,7 @@ absl::Status CompiledProgram::Execute(
     const runtime::BufferView& arg = args[i];
     const ir::TensorType& type = arg_types_[i];
     const int rank = type.shape_size();
-    bool shape_ok = arg.dtype == ToRuntimeDType(type.dtype()) &&
+    bool shape_ok = arg.dtype == ir::ToRuntimeDType(type.dtype()) &&
                     static_cast<int>(arg.sizes.size()) == rank &&
                     arg.strides.size() == arg.sizes.size();
     for (int d = 0; shape_ok && d < rank; ++d) {

@@ -120,6 +120,23 @@ std::string TypeToText(const TensorType& type) {
                       absl::StrJoin(type.shape(), ","), "]");
 }
 
+rbln::DType ToRuntimeDType(DType t) {
+  switch (t) {
+    case FLOAT16:
+      return rbln::DType::kFloat16;
+    case BFLOAT16:
+      return rbln::DType::kBFloat16;
+    case FLOAT32:
+      return rbln::DType::kFloat32;
+    case INT32:
+      return rbln::DType::kInt32;
+    case INT64:
+      return rbln::DType::kInt64;
+    default:
+      return rbln::DType::kBool;
+  }
+}
+
 std::string ToText(const Graph& graph) {
   std::vector<std::string> params;
   for (const Value& v : graph.inputs()) {

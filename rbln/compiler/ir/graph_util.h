@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "rbln/compiler/ir/graph.pb.h"
+#include "rbln/core/dtype.h"
 
 namespace rbln::compiler::ir {
 
@@ -26,6 +27,9 @@ uint64_t Fingerprint(const Graph& graph);
 std::string ToText(const Graph& graph);
 
 std::string TypeToText(const TensorType& type);
+
+// The runtime's element type of an IR dtype.
+rbln::DType ToRuntimeDType(DType t);
 
 }  // namespace rbln::compiler::ir
 

@@ -19,6 +19,7 @@
 #include "rbln/compiler/compiled_program.h"
 #include "rbln/compiler/compiler.h"
 #include "rbln/compiler/frontend.h"
+#include "rbln/compiler/ir/graph_util.h"
 #include "rbln/compiler/mlir_setup.h"
 #include "rbln/compiler/pipelines.h"
 #include "rbln/compiler/test_graphs.h"
@@ -67,22 +68,7 @@ int ElementSize(ir::DType t) {
   }
 }
 
-DType RuntimeDType(ir::DType t) {
-  switch (t) {
-    case ir::FLOAT16:
-      return DType::kFloat16;
-    case ir::BFLOAT16:
-      return DType::kBFloat16;
-    case ir::FLOAT32:
-      return DType::kFloat32;
-    case ir::INT32:
-      return DType::kInt32;
-    case ir::INT64:
-      return DType::kInt64;
-    default:
-      return DType::kBool;
-  }
-}
+DType RuntimeDType(ir::DType t) { return ir::ToRuntimeDType(t); }
 
 // Rounds a float to `t` like c10's casts (nearest even), and back to float.
 float RoundFloat(float v, ir::DType t) {

@@ -20,6 +20,7 @@
 #include "rbln/compiler/compiler.h"
 #include "rbln/compiler/frontend.h"
 #include "rbln/compiler/ir/graph.pb.h"
+#include "rbln/compiler/ir/graph_util.h"
 #include "rbln/compiler/mlir_setup.h"
 #include "rbln/compiler/pipelines.h"
 #include "rbln/compiler/test_graphs.h"
@@ -251,22 +252,7 @@ inline std::vector<int64_t> ContiguousStrides(const Shape& shape) {
   return strides;
 }
 
-inline DType RuntimeDType(ir::DType t) {
-  switch (t) {
-    case ir::FLOAT16:
-      return DType::kFloat16;
-    case ir::BFLOAT16:
-      return DType::kBFloat16;
-    case ir::FLOAT32:
-      return DType::kFloat32;
-    case ir::INT32:
-      return DType::kInt32;
-    case ir::INT64:
-      return DType::kInt64;
-    default:
-      return DType::kBool;
-  }
-}
+inline DType RuntimeDType(ir::DType t) { return ir::ToRuntimeDType(t); }
 
 // Runs `program` on `inputs`; outputs start as `output_fill`.
 inline absl::StatusOr<std::vector<HostTensor>> RunProgram(
