@@ -51,6 +51,14 @@ double FloatAttr(const ir::Node& node, const std::string& name, double dflt) {
   return it->second.f();
 }
 
+Shape ShapeOf(const ir::TensorType& t) {
+  return Shape(t.shape().begin(), t.shape().end());
+}
+
+Shape ShapeOf(mlir::Value ranked_tensor) {
+  return ranked_tensor.getType().cast<mlir::RankedTensorType>().getShape().vec();
+}
+
 absl::Status CheckArity(const ir::Node& node, int inputs, int outputs) {
   if (node.inputs_size() != inputs || node.outputs_size() != outputs) {
     return absl::InvalidArgumentError(absl::StrFormat(

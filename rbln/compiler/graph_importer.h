@@ -88,6 +88,9 @@ using OpConverter = absl::Status (*)(GraphImporter&, const ir::Node&);
 using OpConverterTable = absl::flat_hash_map<std::string, OpConverter>;
 
 // Helpers shared by converters.
+using Shape = std::vector<int64_t>;
+Shape ShapeOf(const ir::TensorType& t);
+Shape ShapeOf(mlir::Value ranked_tensor);
 double FloatAttr(const ir::Node& node, const std::string& name, double dflt);
 absl::Status CheckArity(const ir::Node& node, int inputs, int outputs);
 

@@ -43,16 +43,6 @@ using ::mlir::Type;
 using ::mlir::Value;
 using ::mlir::ValueRange;
 using ::mlir::utils::IteratorType;
-using Shape = std::vector<int64_t>;
-
-Shape ShapeOf(Value v) {
-  return v.getType().cast<mlir::RankedTensorType>().getShape().vec();
-}
-
-Shape ShapeOf(const ir::TensorType& t) {
-  return Shape(t.shape().begin(), t.shape().end());
-}
-
 int64_t Product(const Shape& s, size_t begin, size_t end) {
   int64_t p = 1;
   for (size_t i = begin; i < end; ++i) p *= s[i];

@@ -56,7 +56,6 @@ using ::mlir::ValueRange;
 using ::mlir::arith::CmpFPredicate;
 using ::mlir::arith::CmpIPredicate;
 using ::mlir::utils::IteratorType;
-using Shape = std::vector<int64_t>;
 
 // --- Small builders. -------------------------------------------------------
 
@@ -72,10 +71,6 @@ bool BoolAttr(const ir::Node& node, const std::string& name, bool dflt) {
   if (it == node.attrs().end()) return dflt;
   if (it->second.value_case() == ir::Attribute::kI) return it->second.i() != 0;
   return it->second.b();
-}
-
-Shape ShapeOf(const ir::TensorType& t) {
-  return Shape(t.shape().begin(), t.shape().end());
 }
 
 Value Empty(GraphImporter& im, const Shape& shape, Type element) {
