@@ -32,6 +32,7 @@
 #include "rbln/torch/csrc/cpu_fallback.h"
 #include "rbln/torch/csrc/device_state.h"
 #include "rbln/torch/csrc/dispatch_config.h"
+#include "rbln/torch/csrc/fallback_policy.h"
 #include "rbln/torch/csrc/tensor_transfer.h"
 
 namespace rbln::torch_backend {
@@ -395,7 +396,9 @@ void CompiledKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     std::string error;
     entry = Compile(call, *meta, &error);
     if (!entry) {
-      // The compile_error fallback (SPEC I6): counted and warned once per op.
+      // The compile_error fallback (SPEC I6): an error when disabled, else
+      // counted, logged at INFO and warned once.
+      OnFallback(FallbackCategory::kCompileError, call.overload, error);
       TORCH_WARN_ONCE("rbln: compiling ", call.overload, " failed, running it on CPU: ", error);
       CountFallback(call, "compile_error");
       return Fallback(op, stack);

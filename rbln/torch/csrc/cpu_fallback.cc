@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "rbln/core/counters.h"
+#include "rbln/torch/csrc/fallback_policy.h"
 
 namespace rbln::torch_backend {
 
@@ -57,8 +58,14 @@ void RblnCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 namespace {
 
+// Ops with no rbln kernel at all: the unsupported_op category (SPEC I4, I6).
+void UnsupportedOpFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  OnFallback(FallbackCategory::kUnsupportedOp, op.schema().name());
+  RblnCpuFallback(op, stack);
+}
+
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&RblnCpuFallback>());
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&UnsupportedOpFallback>());
 }
 
 }  // namespace

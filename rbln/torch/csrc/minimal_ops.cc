@@ -114,6 +114,19 @@ at::Scalar LocalScalarDense(const at::Tensor& self) {
   return at::native::_local_scalar_dense_cpu(DownloadSpan(self));
 }
 
+// fill_ and zero_ write through the host copy: a tensor made by
+// torch.ones/zeros/full is host work that touches no device memory until a
+// device op uses it (SPEC D1, D4).
+at::Tensor& FillScalar(at::Tensor& self, const at::Scalar& value) {
+  if (self.numel() == 0) return self;
+  at::Tensor host = at::empty(self.sizes(), self.options().device(at::kCPU));
+  host.fill_(value);
+  CopyWithDevice(host, self);
+  return self;
+}
+
+at::Tensor& Zero(at::Tensor& self) { return FillScalar(self, 0); }
+
 at::Tensor& SetSourceTensor(at::Tensor& self, const at::Tensor& source) {
   return at::native::set_tensor_(self, source);
 }
@@ -138,6 +151,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", CopyFrom);
   m.impl("_copy_from_and_resize", CopyFromAndResize);
   m.impl("_local_scalar_dense", LocalScalarDense);
+  m.impl("fill_.Scalar", FillScalar);
+  m.impl("zero_", Zero);
   m.impl("set_.source_Tensor", SetSourceTensor);
   m.impl("set_.source_Storage", SetSourceStorage);
   m.impl("set_.source_Storage_storage_offset", SetSourceStorageOffset);

@@ -17,6 +17,7 @@
 #include "rbln/core/counters.h"
 #include "rbln/core/device_profile.h"
 #include "rbln/torch/csrc/device_state.h"
+#include "rbln/torch/csrc/fallback_policy.h"
 #include "rbln/torch/csrc/pinned_host_allocator.h"
 
 namespace py = pybind11;
@@ -106,6 +107,19 @@ PYBIND11_MODULE(_C, m) {
           RuntimeOrThrow();
         }));
   m.def("_is_committed", &RuntimeCommitted);
+  // The fallback log's source location comes from this Python callable
+  // (returns "file.py:LINE(func)" of the user's frame), called with the GIL.
+  m.def("_set_source_location_provider", [](py::object fn) {
+    auto holder = std::make_shared<py::object>(std::move(fn));
+    SetSourceLocationProvider([holder]() -> std::string {
+      py::gil_scoped_acquire gil;
+      try {
+        return (*holder)().cast<std::string>();
+      } catch (const py::error_already_set&) {
+        return "";
+      }
+    });
+  });
   m.def("_is_in_bad_fork", &InBadFork);
   m.def("_device_profile", Translated(+[] { return ProfileDict(); }));
   m.def("_device_map", Translated(+[] {

@@ -18,6 +18,27 @@ import torch  # noqa: E402
 from . import _C  # noqa: E402  (static registrations run here)
 from . import rbln as _rbln  # noqa: E402
 
+
+def _user_source_location() -> str:
+    """file.py:LINE(func) <- ... of the innermost frames outside torch, for
+    the fallback log (SPEC I4)."""
+    import os
+    import sys
+
+    torch_dir = os.path.dirname(torch.__file__)
+    here = os.path.dirname(__file__)
+    frame = sys._getframe(1)
+    parts = []
+    while frame is not None and len(parts) < 2:
+        path = frame.f_code.co_filename
+        if not path.startswith((torch_dir, here)) and not path.startswith("<frozen"):
+            parts.append(f"{os.path.basename(path)}:{frame.f_lineno}({frame.f_code.co_name})")
+        frame = frame.f_back
+    return " <- ".join(parts)
+
+
+_C._set_source_location_provider(_user_source_location)
+
 if getattr(torch, "rbln", None) is None:
     torch.utils.rename_privateuse1_backend("rbln")
     torch._register_device_module("rbln", _rbln)

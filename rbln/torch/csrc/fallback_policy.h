@@ -1,0 +1,34 @@
+// What happens when an op falls back to the CPU (SPEC I4, I6):
+//   TORCH_RBLN_LOG_LEVEL=INFO (or DEBUG) logs fallbacks of ops without an
+//     rbln kernel, with the user's source location:
+//     [TORCH-RBLN][INFO] `aten::sin` op ran on CPU instead of RBLN (at x.py:3(f))
+//     Fallbacks decided by pre-dispatch checks are not logged (explain()
+//     shows them).
+//   TORCH_RBLN_DISABLE_FALLBACK=compile_error,unsupported_op,strided_copy_error
+//     (or all) turns a category into an error naming the op and how to allow
+//     it again. Read once, at the first fallback.
+#ifndef RBLN_TORCH_CSRC_FALLBACK_POLICY_H_
+#define RBLN_TORCH_CSRC_FALLBACK_POLICY_H_
+
+#include <functional>
+#include <string>
+
+#include "absl/strings/string_view.h"
+
+namespace rbln::torch_backend {
+
+enum class FallbackCategory { kCompileError, kUnsupportedOp, kStridedCopyError };
+absl::string_view FallbackCategoryName(FallbackCategory c);
+
+// Throws if `category` is disabled; otherwise logs (for categories that are
+// logged) and returns, and the caller runs the op on the CPU.
+void OnFallback(FallbackCategory category, absl::string_view op_name,
+                absl::string_view detail = "");
+
+// Returns "file.py:LINE(func)" of the user's code, or "" (set by torch_rbln._C
+// so that this library needs no Python).
+void SetSourceLocationProvider(std::function<std::string()> provider);
+
+}  // namespace rbln::torch_backend
+
+#endif  // RBLN_TORCH_CSRC_FALLBACK_POLICY_H_
