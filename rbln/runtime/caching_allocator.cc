@@ -29,15 +29,10 @@ Stat& Stat::operator+=(const Stat& other) {
 }
 
 AllocatorStats& AllocatorStats::operator+=(const AllocatorStats& other) {
-  allocation += other.allocation;
-  segment += other.segment;
-  active += other.active;
-  inactive_split += other.inactive_split;
-  allocated_bytes += other.allocated_bytes;
-  reserved_bytes += other.reserved_bytes;
-  active_bytes += other.active_bytes;
-  inactive_split_bytes += other.inactive_split_bytes;
-  requested_bytes += other.requested_bytes;
+  std::array<Stat*, 9> mine = AllStats();
+  AllocatorStats copy = other;  // AllStats() hands out mutable pointers.
+  std::array<Stat*, 9> theirs = copy.AllStats();
+  for (size_t i = 0; i < mine.size(); ++i) *mine[i] += *theirs[i];
   num_alloc_retries += other.num_alloc_retries;
   num_ooms += other.num_ooms;
   num_device_alloc += other.num_device_alloc;
@@ -315,24 +310,12 @@ AllocatorStats ChipletCachingAllocator::stats() const {
 
 void ChipletCachingAllocator::ResetPeakStats() {
   absl::MutexLock lock(&mu_);
-  for (Stat* stat :
-       {&stats_.allocation, &stats_.segment, &stats_.active,
-        &stats_.inactive_split, &stats_.allocated_bytes, &stats_.reserved_bytes,
-        &stats_.active_bytes, &stats_.inactive_split_bytes,
-        &stats_.requested_bytes}) {
-    stat->ResetPeak();
-  }
+  for (Stat* stat : stats_.AllStats()) stat->ResetPeak();
 }
 
 void ChipletCachingAllocator::ResetAccumulatedStats() {
   absl::MutexLock lock(&mu_);
-  for (Stat* stat :
-       {&stats_.allocation, &stats_.segment, &stats_.active,
-        &stats_.inactive_split, &stats_.allocated_bytes, &stats_.reserved_bytes,
-        &stats_.active_bytes, &stats_.inactive_split_bytes,
-        &stats_.requested_bytes}) {
-    stat->ResetAccumulated();
-  }
+  for (Stat* stat : stats_.AllStats()) stat->ResetAccumulated();
   stats_.num_alloc_retries = 0;
   stats_.num_ooms = 0;
   stats_.num_device_alloc = 0;

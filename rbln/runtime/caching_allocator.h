@@ -37,6 +37,7 @@
 #ifndef RBLN_RUNTIME_CACHING_ALLOCATOR_H_
 #define RBLN_RUNTIME_CACHING_ALLOCATOR_H_
 
+#include <array>
 #include <cstdint>
 #include <set>
 #include <vector>
@@ -87,6 +88,13 @@ struct AllocatorStats {
   // Sums everything, peaks included, for a card's totals: the sum of the
   // chiplets' peaks is an upper bound of the card's concurrent peak (E6).
   AllocatorStats& operator+=(const AllocatorStats& other);
+
+  // Every Stat field, in declaration order, for field-wise updates.
+  std::array<Stat*, 9> AllStats() {
+    return {&allocation,     &segment,         &active,
+            &inactive_split, &allocated_bytes, &reserved_bytes,
+            &active_bytes,   &inactive_split_bytes, &requested_bytes};
+  }
 };
 
 struct BlockInfo {

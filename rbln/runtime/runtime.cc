@@ -172,17 +172,6 @@ AllocatorStats Runtime::NpuStats(int npu) const {
   return totals_[npu];
 }
 
-namespace {
-
-// Every Stat of an AllocatorStats, for field-wise updates.
-std::vector<Stat*> Stats(AllocatorStats& s) {
-  return {&s.allocation,      &s.segment,         &s.active,
-          &s.inactive_split,  &s.allocated_bytes, &s.reserved_bytes,
-          &s.active_bytes,    &s.inactive_split_bytes, &s.requested_bytes};
-}
-
-}  // namespace
-
 void Runtime::UpdateTotals(int npu) {
   absl::MutexLock lock(&totals_mu_);
   AllocatorStats sum;
@@ -193,7 +182,7 @@ void Runtime::UpdateTotals(int npu) {
     sum += chiplet;
   }
   AllocatorStats& total = totals_[npu];
-  std::vector<Stat*> from = Stats(sum), to = Stats(total);
+  std::array<Stat*, 9> from = sum.AllStats(), to = total.AllStats();
   for (size_t i = 0; i < from.size(); ++i) {
     to[i]->current = from[i]->current;
     to[i]->allocated = from[i]->allocated;
@@ -209,7 +198,7 @@ void Runtime::UpdateTotals(int npu) {
 void Runtime::ResetPeakStats(int npu) {
   for (const auto& cache : npus_[npu].caches) cache->ResetPeakStats();
   absl::MutexLock lock(&totals_mu_);
-  for (Stat* stat : Stats(totals_[npu])) stat->ResetPeak();
+  for (Stat* stat : totals_[npu].AllStats()) stat->ResetPeak();
 }
 
 void Runtime::ResetAccumulatedStats(int npu) {

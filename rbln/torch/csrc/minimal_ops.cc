@@ -23,7 +23,14 @@ namespace {
 
 constexpr c10::DispatchKeySet kRblnKeys(c10::DispatchKey::PrivateUse1);
 
-c10::Device CheckedDevice(std::optional<c10::Device> device) {
+// The device of an rbln factory call, after checking what rbln can make.
+c10::Device CheckedFactoryDevice(std::optional<c10::Device> device,
+                                 std::optional<c10::Layout> layout,
+                                 std::optional<bool> pin_memory) {
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
+              "rbln: only strided tensors are supported");
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory),
+              "rbln: only CPU tensors can be pinned");
   c10::Device dev = c10::device_or_default(device);
   TORCH_CHECK(dev.type() == c10::DeviceType::PrivateUse1,
               "rbln: expected an rbln device, got ", dev);
@@ -38,11 +45,7 @@ at::Tensor EmptyMemoryFormat(c10::IntArrayRef size,
                              std::optional<c10::Device> device,
                              std::optional<bool> pin_memory,
                              std::optional<c10::MemoryFormat> memory_format) {
-  const c10::Device dev = CheckedDevice(device);
-  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
-              "rbln: only strided tensors are supported");
-  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory),
-              "rbln: only CPU tensors can be pinned");
+  const c10::Device dev = CheckedFactoryDevice(device, layout, pin_memory);
   const c10::DeviceGuard guard(dev);
   return at::detail::empty_generic(size, GetDeviceAllocator(), kRblnKeys,
                                    c10::dtype_or_default(dtype), memory_format);
@@ -53,11 +56,7 @@ at::Tensor EmptyStrided(c10::IntArrayRef size, c10::IntArrayRef stride,
                         std::optional<c10::Layout> layout,
                         std::optional<c10::Device> device,
                         std::optional<bool> pin_memory) {
-  const c10::Device dev = CheckedDevice(device);
-  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
-              "rbln: only strided tensors are supported");
-  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory),
-              "rbln: only CPU tensors can be pinned");
+  const c10::Device dev = CheckedFactoryDevice(device, layout, pin_memory);
   const c10::DeviceGuard guard(dev);
   return at::detail::empty_strided_generic(size, stride, GetDeviceAllocator(),
                                            kRblnKeys, c10::dtype_or_default(dtype));

@@ -67,8 +67,7 @@ void CopyWithDevice(const at::Tensor& src, const at::Tensor& dst) {
     } else {
       // Read-modify-write of the destination's span keeps the bytes between
       // strided elements intact.
-      at::Tensor span = dst.is_non_overlapping_and_dense() &&
-                                dst.is_contiguous()
+      at::Tensor span = dst.is_contiguous()
                             ? at::empty(dst.sizes(), dst.options().device(at::kCPU))
                             : DownloadSpan(dst);
       span.copy_(src);
