@@ -4,7 +4,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
+#include "llvm/IR/Module.h"
 #include "llvm/Support/Error.h"
+#include "llvm/Target/TargetMachine.h"
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -30,12 +33,34 @@ std::vector<ir::TensorType> ArgTypes(const ir::Graph& graph) {
   return types;
 }
 
+// The host's TargetMachine (CPU name and features, e.g. AVX2 and F16C). The
+// optimizer needs it for its cost model: without one the loop vectorizer sees
+// no vector registers, and half-precision kernels convert element by element.
+absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> HostTargetMachine();
+
 std::string LlvmErrorToString(llvm::Error error) {
   std::string text;
   llvm::handleAllErrors(std::move(error), [&](const llvm::ErrorInfoBase& e) {
     text += e.message();
   });
   return text;
+}
+
+absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> HostTargetMachine() {
+  llvm::Expected<llvm::orc::JITTargetMachineBuilder> builder =
+      llvm::orc::JITTargetMachineBuilder::detectHost();
+  if (!builder) {
+    return absl::InternalError(absl::StrFormat(
+        "cannot detect the host target: %s", LlvmErrorToString(builder.takeError())));
+  }
+  llvm::Expected<std::unique_ptr<llvm::TargetMachine>> machine =
+      builder->createTargetMachine();
+  if (!machine) {
+    return absl::InternalError(absl::StrFormat(
+        "cannot create the host target machine: %s",
+        LlvmErrorToString(machine.takeError())));
+  }
+  return std::move(*machine);
 }
 
 }  // namespace
@@ -49,11 +74,25 @@ absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::Create(
         "program %s calls %s, but libopenblas.so.0 could not be loaded",
         graph.name(), kSgemmName));
   }
+  absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> host = HostTargetMachine();
+  if (!host.ok()) return host.status();
+  llvm::TargetMachine* machine = host->get();
   mlir::ExecutionEngineOptions options;
   // -O2 with no fast-math flags: LLVM may vectorize but not reassociate.
-  auto transformer = mlir::makeOptimizingTransformer(
-      /*optLevel=*/2, /*sizeLevel=*/0, /*targetMachine=*/nullptr);
-  options.transformer = transformer;
+  auto optimize = mlir::makeOptimizingTransformer(
+      /*optLevel=*/2, /*sizeLevel=*/0, machine);
+  options.transformer = [machine, optimize](llvm::Module* module) -> llvm::Error {
+    // Per-function target attributes select the subtarget the vectorizer's
+    // cost model and the code generator use.
+    const std::string cpu = machine->getTargetCPU().str();
+    const std::string features = machine->getTargetFeatureString().str();
+    for (llvm::Function& fn : *module) {
+      if (fn.isDeclaration()) continue;
+      fn.addFnAttr("target-cpu", cpu);
+      fn.addFnAttr("target-features", features);
+    }
+    return optimize(module);
+  };
   options.jitCodeGenOptLevel = llvm::CodeGenOpt::Level::Default;
   // The JIT'd code is not debugged or profiled through gdb/perf listeners.
   options.enableGDBNotificationListener = false;

@@ -72,7 +72,8 @@ Runtime::Runtime(const DeviceProfile& profile, RuntimeOptions options,
       storage_(profile.num_npus, kVirtualRangeFactor * profile.memory_per_npu(),
                this, &dma_, options.eager_malloc),
       executor_(&storage_),
-      totals_(profile.num_npus) {
+      totals_(profile.num_npus),
+      chiplet_stats_(profile.num_npus) {
   if (options.publish_stats) {
     absl::MutexLock lock(&totals_mu_);
     publisher_ = StatsPublisher::Create(profile.name, profile.num_npus,
@@ -113,7 +114,7 @@ absl::StatusOr<DeviceAllocation> Runtime::AllocatePhysical(int npu,
   }
   ChipletCachingAllocator& cache = *n.caches[chiplet];
   absl::StatusOr<uint64_t> offset = cache.Allocate(nbytes);
-  UpdateTotals(npu);
+  UpdateTotals(npu, chiplet);
   if (!offset.ok()) {
     uint64_t npu_free = 0;
     for (int c = 0; c < static_cast<int>(n.chiplets.size()); ++c) {
@@ -143,7 +144,7 @@ absl::Status Runtime::FreePhysical(const DeviceAllocation& block) {
   const Npu& n = npus_[memory->npu_index()];
   RBLN_RETURN_IF_ERROR(
       n.caches[chiplet]->Free(block.address - memory->chiplet_base(chiplet)));
-  UpdateTotals(memory->npu_index());
+  UpdateTotals(memory->npu_index(), chiplet);
   return absl::OkStatus();
 }
 
@@ -172,15 +173,18 @@ AllocatorStats Runtime::NpuStats(int npu) const {
   return totals_[npu];
 }
 
-void Runtime::UpdateTotals(int npu) {
+void Runtime::UpdateTotals(int npu, int chiplet) {
   absl::MutexLock lock(&totals_mu_);
-  AllocatorStats sum;
   const auto& caches = npus_[npu].caches;
+  std::vector<AllocatorStats>& last = chiplet_stats_[npu];
+  if (last.size() != caches.size()) last.resize(caches.size());
   for (int c = 0; c < static_cast<int>(caches.size()); ++c) {
-    const AllocatorStats chiplet = caches[c]->stats();
-    if (publisher_) publisher_->Publish(npu, c, chiplet);
-    sum += chiplet;
+    if (chiplet >= 0 && c != chiplet) continue;
+    last[c] = caches[c]->stats();
+    if (publisher_) publisher_->Publish(npu, c, last[c]);
   }
+  AllocatorStats sum;
+  for (const AllocatorStats& s : last) sum += s;
   AllocatorStats& total = totals_[npu];
   std::array<Stat*, 9> from = sum.AllStats(), to = total.AllStats();
   for (size_t i = 0; i < from.size(); ++i) {

@@ -98,7 +98,9 @@ class Runtime : public PhysicalMemory {
 
   // Recomputes an NPU's totals after a change: currents and sums from the
   // chiplets, peaks as the running maximum of the total current.
-  void UpdateTotals(int npu) ABSL_LOCKS_EXCLUDED(totals_mu_);
+  // Refreshes the NPU totals after chiplet `chiplet` changed (every chiplet
+  // when -1); only a changed chiplet's allocator is locked and published.
+  void UpdateTotals(int npu, int chiplet = -1) ABSL_LOCKS_EXCLUDED(totals_mu_);
 
   Runtime(const DeviceProfile& profile, RuntimeOptions options,
           std::vector<Npu> npus);
@@ -113,6 +115,8 @@ class Runtime : public PhysicalMemory {
 
   mutable absl::Mutex totals_mu_;
   std::vector<AllocatorStats> totals_ ABSL_GUARDED_BY(totals_mu_);
+  // The last statistics read from each chiplet's allocator, per NPU.
+  std::vector<std::vector<AllocatorStats>> chiplet_stats_ ABSL_GUARDED_BY(totals_mu_);
   // Null unless options.publish_stats; published under totals_mu_ so the
   // last write is the latest state.
   std::unique_ptr<StatsPublisher> publisher_ ABSL_GUARDED_BY(totals_mu_);

@@ -1,86 +1,59 @@
-// Compiled-kernel ops (SPEC G1, G2, H1): one boxed shim serves every op in
-// the table at the bottom. Per call it
-//   1. reads the arguments by the op's schema: device tensors become graph
-//      inputs, Python scalars and other non-tensor arguments become node
-//      attributes (named as in the schema);
-//   2. builds the specialization key (op, attributes, per input dtype, shape,
-//      stride, storage offset, device) and probes the C++ warm cache;
-//   3. on a miss runs the pre-dispatch checks in the spec's order (dtype,
-//      scalar, NaN/Inf; then alignment and storage offset), infers the
-//      output on the meta device, builds the graph IR and compiles it;
-//   4. runs the program on device memory; in-place and out= variants compute
-//      into a fresh buffer and copy into their destination (SPEC K4).
+// Compiled-kernel ops (SPEC G1-G4, H1): one boxed functor per overload in the
+// table at the bottom. Per call it
+//   1. builds the specialization key from the raw stack (WarmKey) and probes
+//      the C++ warm cache; on a hit it runs the program on device memory
+//      directly (after the NaN/Inf check unless TORCH_RBLN_DEPLOY=ON);
+//   2. on a miss reads the arguments by the op's schema (device tensors become
+//      graph inputs, Python scalars and other arguments node attributes),
+//      runs the pre-dispatch checks in the spec's order (dtype, scalar,
+//      NaN/Inf; then alignment and storage offset), infers the output on the
+//      meta device, builds the graph IR and compiles it (the compiler's own
+//      cache answers repeats without codegen);
+//   3. fills the warm cache unless the call is one of G3's wrapper-path cases
+//      (a view input, a Python-scalar operand, or the same tensor twice),
+//      which take step 2 on every call without recompiling;
+//   4. in-place and out= variants compute into a fresh buffer and copy into
+//      their destination (SPEC K4).
 // Calls that fail a check, or whose compile fails, run on the CPU through
 // the boxed fallback; every decision is counted.
 #include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include <atomic>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
 #include "rbln/compiler/compiler.h"
 #include "rbln/compiler/ir/graph.pb.h"
 #include "rbln/core/counters.h"
 #include "rbln/torch/csrc/cpu_fallback.h"
+#include "rbln/torch/csrc/device_allocator.h"
 #include "rbln/torch/csrc/device_state.h"
 #include "rbln/torch/csrc/dispatch_config.h"
 #include "rbln/torch/csrc/fallback_policy.h"
 #include "rbln/torch/csrc/tensor_transfer.h"
+#include "rbln/torch/csrc/warm_cache.h"
 
 namespace rbln::torch_backend {
 namespace {
 
 using compiler::CompiledProgram;
 
-// The compiled program of a specialization, with what running it needs.
-struct WarmEntry {
-  std::shared_ptr<const CompiledProgram> program;
-  std::vector<int64_t> out_sizes;
-  at::ScalarType out_dtype;
-};
-
-class WarmCache {
- public:
-  std::shared_ptr<const WarmEntry> Find(const std::string& key)
-      ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    auto it = entries_.find(key);
-    return it == entries_.end() ? nullptr : it->second;
-  }
-  void Insert(const std::string& key, std::shared_ptr<const WarmEntry> e)
-      ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    entries_[key] = std::move(e);
-  }
-  void Clear() ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    entries_.clear();
-  }
-
- private:
-  absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<const WarmEntry>> entries_
-      ABSL_GUARDED_BY(mu_);
-};
-
-WarmCache& GlobalWarmCache() {
-  static auto* cache = new WarmCache();
-  return *cache;
-}
+constexpr c10::DispatchKeySet kRblnKeys(c10::DispatchKey::PrivateUse1);
 
 // empty_cache() drops compiled programs too: the next call pays its
 // preparation again (SPEC E1).
 const bool g_dropper_registered [[maybe_unused]] = [] {
   RegisterCacheDropper([] {
-    GlobalWarmCache().Clear();
+    WarmCache::Global().Clear();
     compiler::Compiler::Global().ClearCache();
   });
   return true;
@@ -89,6 +62,7 @@ const bool g_dropper_registered [[maybe_unused]] = [] {
 struct DispatchCounters {
   Counter* warm_hits = CounterRegistry::Global().Get("dispatch/warm_hits");
   Counter* warm_misses = CounterRegistry::Global().Get("dispatch/warm_misses");
+  Counter* wrapper_path = CounterRegistry::Global().Get("dispatch/wrapper_path");
   Counter* compiled_runs = CounterRegistry::Global().Get("dispatch/compiled_runs");
 };
 
@@ -151,16 +125,16 @@ runtime::DeviceBuffer Buffer(const at::Tensor& t) {
 
 bool IsHalf(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
 
-// One call, read by the op's schema.
+// One call, read by the op's schema (the slow path).
 struct Call {
   std::string op;        // Graph op: the schema's base name ("mul").
-  std::string overload;  // Full name for keys and logs ("aten::mul.Tensor").
+  std::string overload;  // Full name for logs ("aten::mul.Tensor").
   std::vector<at::Tensor> inputs;
+  std::vector<InputSlot> slots;  // Where each input sits on the stack.
   std::vector<std::string> input_names;
   compiler::ir::Node node;  // Attributes only; inputs/outputs filled later.
-  std::string attr_key;
-  std::optional<at::Tensor> destination;  // In-place self or out=.
   bool has_zero_dim_device_tensor = false;
+  bool has_scalar_operand = false;  // `x + 1.0` (SPEC G3).
   std::string unsupported;  // Why the arguments cannot be described.
 };
 
@@ -177,36 +151,54 @@ void SetScalarAttr(Call& call, const std::string& name, const c10::Scalar& s) {
   }
 }
 
+// The graph op of an overload: "aten::add_" -> "add", "aten::_softmax" ->
+// "softmax".
+std::string GraphOpName(const c10::FunctionSchema& schema) {
+  std::string op = schema.name().substr(schema.name().find("::") + 2);
+  if (!op.empty() && op.back() == '_') op.pop_back();
+  if (op == "_softmax" || op == "_log_softmax") op.erase(0, 1);
+  return op;
+}
+
 Call ReadCall(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
   const c10::FunctionSchema& schema = op.schema();
   Call call;
-  call.op = schema.name().substr(schema.name().find("::") + 2);
-  if (!call.op.empty() && call.op.back() == '_') call.op.pop_back();  // add_ -> add
-  if (call.op == "_softmax" || call.op == "_log_softmax") call.op.erase(0, 1);
+  call.op = GraphOpName(schema);
   call.overload = absl::StrCat(schema.name(), schema.overload_name().empty() ? "" : ".",
                                schema.overload_name());
   const auto& args = schema.arguments();
   const size_t first = stack.size() - args.size();
+  auto add_input = [&](const at::Tensor& t, const std::string& name, int arg,
+                       int list_index) {
+    if (t.dim() == 0) call.has_zero_dim_device_tensor = true;
+    call.inputs.push_back(t);
+    call.slots.push_back(InputSlot{arg, list_index});
+    call.input_names.push_back(name);
+  };
   for (size_t i = 0; i < args.size(); ++i) {
     const c10::Argument& arg = args[i];
     const c10::IValue& v = stack[first + i];
     const std::string& name = arg.name();
-    const bool writes = arg.alias_info() != nullptr && arg.alias_info()->isWrite();
     if (v.isNone()) continue;
     if (v.isTensor()) {
       const at::Tensor& t = v.toTensor();
-      if (writes) call.destination = t;
       if (arg.is_out()) continue;
       if (t.is_cpu() && t.dim() == 0) {
         // A Python scalar operand (`x * 2.0`): an attribute, in the key.
         SetScalarAttr(call, name, t.item());
+        call.has_scalar_operand = true;
         continue;
       }
-      if (t.dim() == 0) call.has_zero_dim_device_tensor = true;
-      call.inputs.push_back(t);
-      call.input_names.push_back(name);
+      add_input(t, name, static_cast<int>(i), -1);
+    } else if (v.isTensorList()) {
+      const c10::List<at::Tensor> list = v.toTensorList();
+      for (size_t k = 0; k < list.size(); ++k) {
+        add_input(list[k], absl::StrCat(name, ".", k), static_cast<int>(i),
+                  static_cast<int>(k));
+      }
     } else if (v.isScalar()) {
       SetScalarAttr(call, name, v.toScalar());
+      if (name == "other" || name == "exponent") call.has_scalar_operand = true;
     } else if (v.isString()) {
       (*call.node.mutable_attrs())[name].set_s(v.toStringRef());
     } else if (v.isIntList()) {
@@ -223,24 +215,18 @@ Call ReadCall(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
     attrs["other"] = attrs["exponent"];
     attrs.erase("exponent");
   }
-  std::vector<std::string> parts;
-  std::map<std::string, std::string> sorted;
-  for (const auto& [k, a] : attrs) sorted[k] = a.ShortDebugString();
-  for (const auto& [k, a] : sorted) parts.push_back(absl::StrCat(k, "=", a));
-  call.attr_key = absl::StrJoin(parts, ";");
   return call;
 }
 
-std::string SpecializationKey(const Call& call) {
-  std::string key = absl::StrCat(call.overload, "|", call.attr_key);
-  for (const at::Tensor& t : call.inputs) {
-    absl::StrAppend(&key, "|", static_cast<int>(t.scalar_type()), ":",
-                    t.device().index(), ":", t.storage_offset(), ":");
-    for (int64_t s : t.sizes()) absl::StrAppend(&key, s, ",");
-    absl::StrAppend(&key, ":");
-    for (int64_t s : t.strides()) absl::StrAppend(&key, s, ",");
+// In-place self or out=: the argument the op writes, if any.
+std::optional<int> DestinationArg(const c10::FunctionSchema& schema) {
+  const auto& args = schema.arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].alias_info() != nullptr && args[i].alias_info()->isWrite()) {
+      return static_cast<int>(i);
+    }
   }
-  return key;
+  return std::nullopt;
 }
 
 // The functional result's sizes and dtype, by running the op on meta tensors.
@@ -248,11 +234,20 @@ std::optional<at::Tensor> InferOutput(const c10::OperatorHandle& op,
                                       const torch::jit::Stack& stack) {
   const size_t n = op.schema().arguments().size();
   torch::jit::Stack meta(stack.end() - n, stack.end());
+  auto to_meta = [](const at::Tensor& t) {
+    return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta));
+  };
   for (c10::IValue& v : meta) {
+    if (v.isTensorList()) {
+      std::vector<at::Tensor> list;
+      for (const at::Tensor& t : v.toTensorList()) list.push_back(to_meta(t));
+      v = c10::IValue(list);
+      continue;
+    }
     if (!v.isTensor()) continue;
     const at::Tensor& t = v.toTensor();
     if (t.is_cpu() && t.dim() == 0) continue;  // Scalars stay as they are.
-    v = at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta));
+    v = to_meta(t);
   }
   try {
     op.callBoxed(meta);
@@ -263,8 +258,22 @@ std::optional<at::Tensor> InferOutput(const c10::OperatorHandle& op,
   return meta[0].toTensor();
 }
 
-// The shim's checks (SPEC H1), on every call, before the warm cache: dtype,
-// scalar, NaN/Inf. Returns the failed check, if any.
+// The NaN/Inf check reads inputs on the host: a device-latest input costs a
+// D2H (SPEC H8).
+bool HasNanOrInf(const std::vector<at::Tensor>& inputs) {
+  for (const at::Tensor& t : inputs) {
+    if (!IsHalf(t.scalar_type()) || t.numel() == 0) continue;
+    at::Tensor host = DownloadSpan(t);
+    if (at::isnan(host).any().item<bool>() || at::isinf(host).any().item<bool>()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The shim's checks (SPEC H1): dtype, scalar, NaN/Inf. Returns the failed
+// check, if any. A warm entry exists only for calls that passed dtype and
+// scalar (both decided by the key), so a hit re-runs only NaN/Inf.
 std::optional<Check> FailedShimCheck(const Call& call) {
   const DispatchConfig& config = GetDispatchConfig();
   if (config.Runs(Check::kDtype)) {
@@ -277,16 +286,7 @@ std::optional<Check> FailedShimCheck(const Call& call) {
     }
   }
   if (config.Runs(Check::kScalar) && call.has_zero_dim_device_tensor) return Check::kScalar;
-  if (config.Runs(Check::kNanInf)) {
-    // Reads inputs on the host: a device-latest input costs a D2H (SPEC H8).
-    for (const at::Tensor& t : call.inputs) {
-      if (!IsHalf(t.scalar_type()) || t.numel() == 0) continue;
-      at::Tensor host = DownloadSpan(t);
-      if (at::isnan(host).any().item<bool>() || at::isinf(host).any().item<bool>()) {
-        return Check::kNanInf;
-      }
-    }
-  }
+  if (config.Runs(Check::kNanInf) && HasNanOrInf(call.inputs)) return Check::kNanInf;
   return std::nullopt;
 }
 
@@ -327,6 +327,22 @@ void CountFallback(const Call& call, absl::string_view why) {
   }
 }
 
+// SPEC G3: calls that re-enter the wrapper every time instead of filling the
+// warm cache -- a view input (the kernel runs on a materialized copy, whose
+// key differs from the view's), a Python-scalar operand, or one tensor in
+// two operands. They reuse the compiled program, never recompile.
+bool TakesWrapperPath(const Call& call) {
+  if (call.has_scalar_operand) return true;
+  for (size_t i = 0; i < call.inputs.size(); ++i) {
+    const at::Tensor& t = call.inputs[i];
+    if (!t.is_contiguous() || t.storage_offset() != 0) return true;
+    for (size_t j = 0; j < i; ++j) {
+      if (t.is_alias_of(call.inputs[j])) return true;
+    }
+  }
+  return false;
+}
+
 std::shared_ptr<const WarmEntry> Compile(const Call& call, const at::Tensor& out,
                                          std::string* error) {
   compiler::ir::Graph graph;
@@ -352,76 +368,49 @@ std::shared_ptr<const WarmEntry> Compile(const Call& call, const at::Tensor& out
   }
   auto entry = std::make_shared<WarmEntry>();
   entry->program = *program;
+  entry->inputs = call.slots;
   entry->out_sizes.assign(out.sizes().begin(), out.sizes().end());
   entry->out_dtype = out.scalar_type();
   return entry;
 }
 
-void Fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  RblnCpuFallback(op, stack);
+const at::Tensor& InputAt(const torch::jit::Stack& stack, size_t first,
+                          const InputSlot& slot) {
+  const c10::IValue& v = stack[first + slot.arg];
+  if (slot.list_index < 0) return v.toTensor();
+  // Tensor lists hold their elements as IValues; the reference stays valid
+  // while the stack does.
+  return v.toListRef()[slot.list_index].toTensor();
 }
 
-void CompiledKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  Call call = ReadCall(op, *stack);
-  if (!call.unsupported.empty() || call.inputs.empty()) {
-    CountFallback(call, "argument");
-    return Fallback(op, stack);
-  }
-  for (const at::Tensor& t : call.inputs) {
-    if (t.device() != call.inputs[0].device() || !IrDType(t.scalar_type())) {
-      CountFallback(call, t.device() != call.inputs[0].device() ? "device" : "dtype");
-      return Fallback(op, stack);  // The fallback reports mixed devices.
-    }
-  }
-  if (std::optional<Check> failed = FailedShimCheck(call)) {
-    CountFallback(call, CheckName(*failed));
-    return Fallback(op, stack);
-  }
-  const c10::DeviceGuard guard(call.inputs[0].device());
-  const std::string key = SpecializationKey(call);
-  std::shared_ptr<const WarmEntry> entry = GlobalWarmCache().Find(key);
-  if (entry) {
-    Counters().warm_hits->Increment();
-  } else {
-    Counters().warm_misses->Increment();
-    std::optional<at::Tensor> meta = InferOutput(op, *stack);
-    if (!meta || !IrDType(meta->scalar_type())) {
-      CountFallback(call, "output");
-      return Fallback(op, stack);
-    }
-    if (std::optional<Check> failed = FailedWrapperCheck(call, *meta)) {
-      CountFallback(call, CheckName(*failed));
-      return Fallback(op, stack);
-    }
-    std::string error;
-    entry = Compile(call, *meta, &error);
-    if (!entry) {
-      // The compile_error fallback (SPEC I6): an error when disabled, else
-      // counted, logged at INFO and warned once.
-      OnFallback(FallbackCategory::kCompileError, call.overload, error);
-      TORCH_WARN_ONCE("rbln: compiling ", call.overload, " failed, running it on CPU: ", error);
-      CountFallback(call, "compile_error");
-      return Fallback(op, stack);
-    }
-    GlobalWarmCache().Insert(key, entry);
-  }
+// Runs `entry` on the call's inputs and leaves the result on the stack.
+void Run(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+         const WarmEntry& entry, const std::vector<at::Tensor>& inputs) {
+  const size_t n = op.schema().arguments().size();
+  const size_t first = stack->size() - n;
   // The compiled kernel reads dense row-major buffers.
   std::vector<runtime::DeviceBuffer> buffers;
-  std::vector<at::Tensor> keep_alive;
-  for (const at::Tensor& t : call.inputs) {
-    keep_alive.push_back(t.contiguous());
-    buffers.push_back(Buffer(keep_alive.back()));
+  buffers.reserve(inputs.size() + 1);
+  std::vector<at::Tensor> materialized;
+  for (const at::Tensor& t : inputs) {
+    if (t.is_contiguous()) {
+      buffers.push_back(Buffer(t));
+    } else {
+      materialized.push_back(t.contiguous());
+      buffers.push_back(Buffer(materialized.back()));
+    }
   }
-  at::Tensor result = at::empty(entry->out_sizes,
-                                call.inputs[0].options().dtype(entry->out_dtype));
+  const c10::Device device = inputs[0].device();
+  // Allocates without a dispatcher round trip (a lazy virtual storage).
+  at::Tensor result = at::detail::empty_generic(entry.out_sizes, GetDeviceAllocator(),
+                                                kRblnKeys, entry.out_dtype, std::nullopt);
   buffers.push_back(Buffer(result));
-  ThrowIfErrorOn(result.device(), RuntimeOrThrow().executor().Run(*entry->program, buffers));
+  ThrowIfErrorOn(device, RuntimeOrThrow().executor().Run(*entry.program, buffers));
   Counters().compiled_runs->Increment();
 
-  const size_t n = op.schema().arguments().size();
-  if (call.destination) {
+  if (std::optional<int> dst_arg = DestinationArg(op.schema())) {
     // In place or out=: the result lands in the destination (SPEC K4).
-    at::Tensor dst = *call.destination;
+    at::Tensor dst = (*stack)[first + *dst_arg].toTensor();
     if (dst.sizes() != result.sizes()) dst.resize_(result.sizes());
     CopyWithDevice(result, dst);
     torch::jit::drop(*stack, n);
@@ -429,8 +418,103 @@ void CompiledKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     return;
   }
   torch::jit::drop(*stack, n);
-  torch::jit::push(*stack, result);
+  torch::jit::push(*stack, std::move(result));
 }
+
+// The boxed kernel of one compiled overload.
+class CompiledKernel final : public c10::OperatorKernel {
+ public:
+  explicit CompiledKernel(uint32_t overload_id) : overload_id_(overload_id) {}
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet,
+                  torch::jit::Stack* stack) {
+    if (std::shared_ptr<const WarmEntry> entry = FindWarm(*stack, op)) {
+      const size_t first = stack->size() - op.schema().arguments().size();
+      std::vector<at::Tensor> inputs;
+      inputs.reserve(entry->inputs.size());
+      for (const InputSlot& slot : entry->inputs) {
+        inputs.push_back(InputAt(*stack, first, slot));
+      }
+      if (GetDispatchConfig().Runs(Check::kNanInf) && HasNanOrInf(inputs)) {
+        Call call = ReadCall(op, *stack);
+        CountFallback(call, CheckName(Check::kNanInf));
+        return RblnCpuFallback(op, stack);
+      }
+      Counters().warm_hits->Increment();
+      const c10::DeviceGuard guard(inputs[0].device());
+      return Run(op, stack, *entry, inputs);
+    }
+    Counters().warm_misses->Increment();
+    SlowPath(op, stack);
+  }
+
+ private:
+  // The warm entry of this call, if any. Builds the key into a per-thread
+  // buffer (no allocation once it has grown).
+  std::shared_ptr<const WarmEntry> FindWarm(const torch::jit::Stack& stack,
+                                            const c10::OperatorHandle& op) {
+    thread_local WarmKey key;
+    const size_t n = op.schema().arguments().size();
+    key.Reset(overload_id_);
+    for (size_t i = stack.size() - n; i < stack.size(); ++i) {
+      if (!key.Add(stack[i])) return nullptr;
+    }
+    return WarmCache::Global().Find(key.bytes());
+  }
+
+  void SlowPath(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+    Call call = ReadCall(op, *stack);
+    if (!call.unsupported.empty() || call.inputs.empty()) {
+      CountFallback(call, "argument");
+      return RblnCpuFallback(op, stack);
+    }
+    for (const at::Tensor& t : call.inputs) {
+      if (t.device() != call.inputs[0].device() || !IrDType(t.scalar_type())) {
+        CountFallback(call, t.device() != call.inputs[0].device() ? "device" : "dtype");
+        return RblnCpuFallback(op, stack);  // The fallback reports mixed devices.
+      }
+    }
+    if (std::optional<Check> failed = FailedShimCheck(call)) {
+      CountFallback(call, CheckName(*failed));
+      return RblnCpuFallback(op, stack);
+    }
+    const c10::DeviceGuard guard(call.inputs[0].device());
+    std::optional<at::Tensor> meta = InferOutput(op, *stack);
+    if (!meta || !IrDType(meta->scalar_type())) {
+      CountFallback(call, "output");
+      return RblnCpuFallback(op, stack);
+    }
+    if (std::optional<Check> failed = FailedWrapperCheck(call, *meta)) {
+      CountFallback(call, CheckName(*failed));
+      return RblnCpuFallback(op, stack);
+    }
+    std::string error;
+    std::shared_ptr<const WarmEntry> entry = Compile(call, *meta, &error);
+    if (!entry) {
+      // The compile_error fallback (SPEC I6): an error when disabled, else
+      // counted, logged at INFO and warned once.
+      OnFallback(FallbackCategory::kCompileError, call.overload, error);
+      TORCH_WARN_ONCE("rbln: compiling ", call.overload, " failed, running it on CPU: ", error);
+      CountFallback(call, "compile_error");
+      return RblnCpuFallback(op, stack);
+    }
+    if (TakesWrapperPath(call)) {
+      Counters().wrapper_path->Increment();
+    } else {
+      thread_local WarmKey key;
+      key.Reset(overload_id_);
+      bool keyable = true;
+      const size_t n = op.schema().arguments().size();
+      for (size_t i = stack->size() - n; keyable && i < stack->size(); ++i) {
+        keyable = key.Add((*stack)[i]);
+      }
+      if (keyable) WarmCache::Global().Insert(key.bytes(), entry);
+    }
+    Run(op, stack, *entry, call.inputs);
+  }
+
+  const uint32_t overload_id_;
+};
 
 // ATen overloads served by compiled kernels (SPEC G1). An op the compiler
 // cannot convert falls back to the CPU with a counted compile_error.
@@ -450,8 +534,10 @@ constexpr const char* kCompiledOps[] = {
 };
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  uint32_t id = 0;
   for (const char* name : kCompiledOps) {
-    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&CompiledKernel>());
+    m.impl(name, torch::CppFunction::makeFromBoxedFunctor(
+                     std::make_unique<CompiledKernel>(id++)));
   }
 }
 

@@ -91,6 +91,10 @@ c10::DeviceIndex DeviceCountNoThrow() noexcept {
 }
 
 c10::DeviceIndex DeviceCount() {
+  // Once committed the plan is immutable: no copy on the hot path.
+  if (g_committed.load() != nullptr) {
+    return static_cast<c10::DeviceIndex>(g_committed_plan->map.devices.size());
+  }
   absl::StatusOr<DevicePlan> plan = CurrentPlan();
   if (!plan.ok()) ThrowStatus(plan.status());
   return static_cast<c10::DeviceIndex>(plan->map.devices.size());
@@ -155,6 +159,10 @@ void RegisterCacheDropper(std::function<void()> dropper) {
 
 int PhysicalNpu(c10::DeviceIndex device) {
   CheckDeviceIndex(device);
+  if (g_committed.load() != nullptr) {
+    const DeviceMap& map = g_committed_plan->map;
+    return map.visible_npus[map.devices[device].npus[0]];
+  }
   absl::StatusOr<DevicePlan> plan = CurrentPlan();
   if (!plan.ok()) ThrowStatus(plan.status());
   // Eager work of a logical device runs on its first NPU (SPEC A7).

@@ -1,5 +1,5 @@
 """Pre-dispatch checks, their order and switches, compiled-kernel ops."""
-# spec: G1, G2, H1, H2, H3, H6, H8
+# spec: G1, G2, G3, H1, H2, H3, H6, H8
 
 import sys
 
@@ -24,6 +24,69 @@ def test_unaligned_last_dim_falls_back_and_counts_recompiles():
     assert delta(before, after, "dispatch/cpu_fallback_why/add/alignment") == 3
     assert delta(before, after, "dispatch/recompile/add") == 3
     assert delta(before, after, "dispatch/compiled_runs") == 0
+
+
+def test_warm_cache_hits_call_the_runtime_directly():
+    # spec: G2 -- the second identical call hits the C++ warm cache: no
+    # compile, no wrapper path; a new shape is a new program.
+    x = torch.ones(2, 64, dtype=torch.float16, device="rbln")
+    y = torch.ones(2, 64, dtype=torch.float16, device="rbln")
+    x * y
+    before = torch.rbln.counters()
+    for _ in range(5):
+        z = x * y
+    after = torch.rbln.counters()
+    assert delta(before, after, "dispatch/warm_hits") == 5
+    assert delta(before, after, "dispatch/warm_misses") == 0
+    assert delta(before, after, "compiler/compiles") == 0
+    assert delta(before, after, "compiler/cache_hits") == 0
+    assert torch.equal(z.cpu(), torch.ones(2, 64, dtype=torch.float16))
+    before = torch.rbln.counters()
+    torch.ones(4, 64, dtype=torch.float16, device="rbln") * torch.ones(
+        4, 64, dtype=torch.float16, device="rbln")
+    after = torch.rbln.counters()
+    assert delta(before, after, "dispatch/warm_misses") == 1
+    assert delta(before, after, "compiler/compiles") == 1
+
+
+def test_wrapper_path_cases_reuse_the_program_without_recompiling():
+    # spec: G3 -- a view input, and the same tensor in both operands when
+    # that was the first compile, re-enter the wrapper every call; after
+    # `x + y` compiled the profile, `x + x` hits the warm entry.
+    x = torch.randn(64, 128).half().to("rbln")
+    y = torch.randn(64, 128).half().to("rbln")
+    before = torch.rbln.counters()
+    for _ in range(3):
+        twice = x - x
+    after = torch.rbln.counters()
+    assert delta(before, after, "dispatch/wrapper_path") == 3
+    assert delta(before, after, "dispatch/warm_hits") == 0
+    assert delta(before, after, "compiler/compiles") == 1
+    assert delta(before, after, "compiler/cache_hits") == 2
+    assert torch.equal(twice.cpu(), torch.zeros(64, 128, dtype=torch.float16))
+
+    x * y  # Fills the warm entry of this profile ...
+    before = torch.rbln.counters()
+    same = x * x  # ... which `x * x` then hits.
+    after = torch.rbln.counters()
+    assert delta(before, after, "dispatch/warm_hits") == 1
+    assert delta(before, after, "dispatch/wrapper_path") == 0
+    assert torch.equal(same.cpu(), x.cpu() * x.cpu())
+
+    # A transposed view (128x128, contiguous base): the kernel runs on a
+    # materialized copy, every call through the wrapper.
+    base = torch.randn(128, 128).half()
+    view = base.to("rbln").t()
+    other = torch.randn(128, 128).half()
+    other_rbln = other.to("rbln")
+    before = torch.rbln.counters()
+    for _ in range(2):
+        got = view + other_rbln
+    after = torch.rbln.counters()
+    assert delta(before, after, "dispatch/wrapper_path") == 2
+    assert delta(before, after, "dispatch/warm_hits") == 0
+    assert delta(before, after, "compiler/compiles") <= 1
+    assert torch.equal(got.cpu(), base.t() + other)
 
 
 def test_storage_offset_view_falls_back():
