@@ -28,9 +28,11 @@ def metadata(version: str) -> str:
 
 
 def entry_points() -> str:
-    # torch imports every `torch.backends` entry point at `import torch`.
+    # torch imports every `torch.backends` entry point at `import torch`;
+    # torch.compile(backend="rbln") looks `rbln` up in torch_dynamo_backends.
     return (
         f"[torch.backends]\n{NAME} = {NAME}:_autoload\n\n"
+        f"[torch_dynamo_backends]\nrbln = {NAME}._dynamo:rbln_backend\n\n"
         f"[console_scripts]\nrbln-smi = {NAME}.smi:main\n"
     )
 

@@ -18,6 +18,7 @@
 #include "rbln/core/device_profile.h"
 #include "rbln/torch/csrc/device_state.h"
 #include "rbln/torch/csrc/fallback_policy.h"
+#include "rbln/torch/csrc/graph_program.h"
 #include "rbln/torch/csrc/pinned_host_allocator.h"
 
 namespace py = pybind11;
@@ -248,6 +249,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_offload_dir", [](std::string dir) {
     return runtime::StorageManager::SetThreadOffloadDir(std::move(dir));
   });
+  RegisterGraphProgramBindings(m);
   m.def("_compiler_cache_size",
         [] { return compiler::Compiler::Global().cache_size(); });
 }

@@ -20,6 +20,7 @@ from .memory import (  # noqa: F401  (re-exported as torch.rbln.*)
 
 __all__ = [
     "bind_device_memory",
+    "compiled_programs",
     "counters",
     "current_device",
     "device",
@@ -315,3 +316,12 @@ def _storage_info(t: torch.Tensor) -> dict:
 def counters() -> dict:
     """Snapshot of the backend's event counters (compiles, DMA, fallbacks)."""
     return dict(_C._counters())
+
+
+def compiled_programs():
+    """Graphs compiled by torch.compile(backend="rbln") since the last
+    torch._dynamo.reset(); each has `inspect()` (ops, host ops with
+    host_op_reason, device bytes per chiplet)."""
+    from ._dynamo import compiled_programs as _programs
+
+    return _programs()

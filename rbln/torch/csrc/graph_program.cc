@@ -1,0 +1,307 @@
+#include "rbln/torch/csrc/graph_program.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "rbln/compiler/compiled_program.h"
+#include "rbln/compiler/compiler.h"
+#include "rbln/compiler/ir/graph.pb.h"
+#include "rbln/compiler/ir/graph_util.h"
+#include "rbln/core/counters.h"
+#include "rbln/torch/csrc/device_state.h"
+#include "rbln/torch/csrc/fallback_policy.h"
+
+namespace py = pybind11;
+
+namespace rbln::torch_backend {
+namespace {
+
+// (name, dtype, shape) of a graph value, as Python describes it.
+using ValueSpec = std::tuple<std::string, std::string, std::vector<int64_t>>;
+// (op, input names, outputs, attributes) of a node.
+using NodeSpec =
+    std::tuple<std::string, std::vector<std::string>, std::vector<ValueSpec>, py::dict>;
+
+struct GraphCounters {
+  Counter* compiles = CounterRegistry::Global().Get("graph/compiles");
+  Counter* compile_errors = CounterRegistry::Global().Get("graph/compile_errors");
+  Counter* runs = CounterRegistry::Global().Get("graph/runs");
+  Counter* cpu_fallback = CounterRegistry::Global().Get("graph/cpu_fallback");
+};
+
+const GraphCounters& Counters() {
+  static const auto* counters = new GraphCounters();
+  return *counters;
+}
+
+// Dtype names as torch prints them without the "torch." prefix.
+constexpr std::pair<const char*, at::ScalarType> kDTypes[] = {
+    {"float16", at::kHalf}, {"bfloat16", at::kBFloat16}, {"float32", at::kFloat},
+    {"int32", at::kInt},    {"int64", at::kLong},        {"bool", at::kBool},
+};
+constexpr compiler::ir::DType kIrDTypes[] = {
+    compiler::ir::FLOAT16, compiler::ir::BFLOAT16, compiler::ir::FLOAT32,
+    compiler::ir::INT32,   compiler::ir::INT64,    compiler::ir::BOOL,
+};
+
+int DTypeIndex(const std::string& name) {
+  for (int i = 0; i < static_cast<int>(std::size(kDTypes)); ++i) {
+    if (name == kDTypes[i].first) return i;
+  }
+  throw py::value_error(absl::StrCat(
+      "rbln graph: dtype '", name,
+      "' has no device representation (supported: float16, bfloat16, float32, "
+      "int32, int64, bool)"));
+}
+
+compiler::ir::Value ToIrValue(const ValueSpec& spec) {
+  const auto& [name, dtype, shape] = spec;
+  compiler::ir::Value v;
+  v.set_name(name);
+  v.mutable_type()->set_dtype(kIrDTypes[DTypeIndex(dtype)]);
+  for (int64_t d : shape) v.mutable_type()->add_shape(d);
+  return v;
+}
+
+void SetAttr(const std::string& node, const std::string& name, py::handle value,
+             compiler::ir::Attribute* attr) {
+  // bool before int: Python's bool is an int.
+  if (py::isinstance<py::bool_>(value)) {
+    attr->set_b(value.cast<bool>());
+  } else if (py::isinstance<py::int_>(value)) {
+    attr->set_i(value.cast<int64_t>());
+  } else if (py::isinstance<py::float_>(value)) {
+    attr->set_f(value.cast<double>());
+  } else if (py::isinstance<py::str>(value)) {
+    attr->set_s(value.cast<std::string>());
+  } else {
+    throw py::type_error(absl::StrCat("rbln graph: attribute ", name, " of node ", node,
+                                      " must be bool, int, float or str, got ",
+                                      std::string(py::str(value.get_type()))));
+  }
+}
+
+compiler::ir::Graph BuildGraph(const std::string& name, const std::vector<ValueSpec>& inputs,
+                               const std::vector<NodeSpec>& nodes,
+                               const std::vector<std::string>& outputs) {
+  compiler::ir::Graph graph;
+  graph.set_name(name);
+  for (const ValueSpec& in : inputs) *graph.add_inputs() = ToIrValue(in);
+  for (const auto& [op, node_inputs, node_outputs, attrs] : nodes) {
+    compiler::ir::Node* node = graph.add_nodes();
+    node->set_op(op);
+    for (const std::string& in : node_inputs) node->add_inputs(in);
+    for (const ValueSpec& out : node_outputs) *node->add_outputs() = ToIrValue(out);
+    const std::string label = node_outputs.empty() ? op : std::get<0>(node_outputs[0]);
+    for (const auto& [key, value] : attrs) {
+      const std::string attr_name = key.cast<std::string>();
+      SetAttr(label, attr_name, value, &(*node->mutable_attrs())[attr_name]);
+    }
+  }
+  for (const std::string& out : outputs) graph.add_outputs(out);
+  return graph;
+}
+
+at::ScalarType ScalarTypeOf(compiler::ir::DType t) {
+  for (size_t i = 0; i < std::size(kIrDTypes); ++i) {
+    if (kIrDTypes[i] == t) return kDTypes[i].second;
+  }
+  return at::kFloat;
+}
+
+std::string DTypeName(compiler::ir::DType t) {
+  for (size_t i = 0; i < std::size(kIrDTypes); ++i) {
+    if (kIrDTypes[i] == t) return kDTypes[i].first;
+  }
+  return "?";
+}
+
+// One compiled graph: runs on the device of its inputs.
+class GraphProgram {
+ public:
+  explicit GraphProgram(std::shared_ptr<const compiler::CompiledProgram> program)
+      : program_(std::move(program)) {
+    const compiler::ir::Graph& g = program_->graph();
+    for (const compiler::ir::TensorType& t : program_->arg_types()) {
+      Spec s;
+      s.dtype = ScalarTypeOf(t.dtype());
+      s.runtime_dtype = compiler::ir::ToRuntimeDType(t.dtype());
+      s.shape.assign(t.shape().begin(), t.shape().end());
+      (static_cast<int>(specs_in_.size()) < g.inputs_size() ? specs_in_ : specs_out_)
+          .push_back(std::move(s));
+    }
+  }
+
+  // Inputs in graph order (rbln tensors, one device); returns fresh outputs.
+  // Device-latest inputs cost nothing; host-latest ones are uploaded by the
+  // executor; outputs stay device-latest (SPEC J7).
+  std::vector<at::Tensor> Run(const std::vector<at::Tensor>& inputs) const {
+    const std::string& name = program_->graph().name();
+    TORCH_CHECK(inputs.size() == specs_in_.size(), "rbln graph ", name, " takes ",
+                specs_in_.size(), " inputs, got ", inputs.size());
+    c10::optional<c10::Device> device;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const at::Tensor& t = inputs[i];
+      TORCH_CHECK(t.defined() && t.device().is_privateuseone(), "rbln graph ", name,
+                  ": input ", i, " is on ", t.defined() ? t.device().str() : "nothing",
+                  ", expected an rbln tensor; move it with .to('rbln')");
+      if (!device) device = t.device();
+      TORCH_CHECK(t.device() == *device, "rbln graph ", name, ": input ", i, " is on ",
+                  t.device().str(), " but input 0 is on ", device->str(),
+                  "; a graph runs on one device");
+      const Spec& s = specs_in_[i];
+      TORCH_CHECK(t.scalar_type() == s.dtype && t.sizes().vec() == s.shape, "rbln graph ",
+                  name, ": input ", i, " is ", t.scalar_type(), t.sizes(),
+                  " but the program was compiled for ", s.dtype, c10::IntArrayRef(s.shape));
+    }
+    const c10::Device dev = device.value_or(c10::Device(c10::DeviceType::PrivateUse1,
+                                                        CurrentDevice()));
+    const c10::DeviceGuard guard(dev);
+    std::vector<at::Tensor> keep_alive;
+    std::vector<runtime::DeviceBuffer> buffers;
+    keep_alive.reserve(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      keep_alive.push_back(inputs[i].contiguous());
+      buffers.push_back(Buffer(keep_alive.back(), specs_in_[i]));
+    }
+    std::vector<at::Tensor> outputs;
+    bool any_elements = false;
+    for (const Spec& s : specs_out_) {
+      outputs.push_back(at::empty(s.shape, at::TensorOptions().dtype(s.dtype).device(dev)));
+      buffers.push_back(Buffer(outputs.back(), s));
+      any_elements |= outputs.back().numel() > 0;
+    }
+    if (any_elements) {
+      absl::Status status;
+      {
+        py::gil_scoped_release no_gil;
+        status = RuntimeOrThrow().executor().Run(*program_, buffers);
+      }
+      ThrowIfErrorOn(dev, status);
+    }
+    Counters().runs->Increment();
+    return outputs;
+  }
+
+  std::vector<std::string> Ops() const {
+    std::vector<std::string> ops;
+    for (const compiler::ir::Node& n : program_->graph().nodes()) ops.push_back(n.op());
+    return ops;
+  }
+  std::string Text() const { return compiler::ir::ToText(program_->graph()); }
+  std::string Name() const { return program_->graph().name(); }
+  uint64_t Fingerprint() const { return compiler::ir::Fingerprint(program_->graph()); }
+  // (dtype, shape) of each input / output.
+  std::vector<std::tuple<std::string, std::vector<int64_t>>> InputSpecs() const {
+    return SpecList(specs_in_);
+  }
+  std::vector<std::tuple<std::string, std::vector<int64_t>>> OutputSpecs() const {
+    return SpecList(specs_out_);
+  }
+
+ private:
+  struct Spec {
+    at::ScalarType dtype;
+    DType runtime_dtype;
+    std::vector<int64_t> shape;
+  };
+
+  static runtime::DeviceBuffer Buffer(const at::Tensor& t, const Spec& s) {
+    runtime::DeviceBuffer b;
+    b.address = reinterpret_cast<uintptr_t>(t.data_ptr());
+    b.dtype = s.runtime_dtype;
+    b.sizes.assign(t.sizes().begin(), t.sizes().end());
+    b.strides.assign(t.strides().begin(), t.strides().end());
+    return b;
+  }
+
+  static std::vector<std::tuple<std::string, std::vector<int64_t>>> SpecList(
+      const std::vector<Spec>& specs) {
+    std::vector<std::tuple<std::string, std::vector<int64_t>>> out;
+    for (const Spec& s : specs) {
+      for (size_t i = 0; i < std::size(kDTypes); ++i) {
+        if (kDTypes[i].second == s.dtype) out.emplace_back(kDTypes[i].first, s.shape);
+      }
+    }
+    return out;
+  }
+
+  std::shared_ptr<const compiler::CompiledProgram> program_;
+  std::vector<Spec> specs_in_;
+  std::vector<Spec> specs_out_;
+};
+
+std::shared_ptr<GraphProgram> CompileGraph(const std::string& name,
+                                           const std::vector<ValueSpec>& inputs,
+                                           const std::vector<NodeSpec>& nodes,
+                                           const std::vector<std::string>& outputs) {
+  const compiler::ir::Graph graph = BuildGraph(name, inputs, nodes, outputs);
+  absl::StatusOr<std::shared_ptr<const compiler::CompiledProgram>> program;
+  {
+    py::gil_scoped_release no_gil;
+    program = compiler::Compiler::Global().Compile(graph);
+  }
+  if (!program.ok()) {
+    Counters().compile_errors->Increment();
+    const std::string message(program.status().message());
+    // The frontend lists every op it cannot convert, as PyTorch does (SPEC J6).
+    if (absl::IsUnimplemented(program.status())) {
+      PyErr_SetString(PyExc_NotImplementedError, message.c_str());
+      throw py::error_already_set();
+    }
+    throw std::runtime_error(absl::StrCat("rbln: compiling graph ", name, " failed: ", message));
+  }
+  Counters().compiles->Increment();
+  return std::make_shared<GraphProgram>(*std::move(program));
+}
+
+}  // namespace
+
+void RegisterGraphProgramBindings(py::module_& m) {
+  py::class_<GraphProgram, std::shared_ptr<GraphProgram>>(m, "GraphProgram")
+      .def(
+          "run",
+          [](const GraphProgram& p, const std::vector<at::Tensor>& inputs) {
+            try {
+              return p.Run(inputs);
+            } catch (const c10::Error& e) {
+              throw std::runtime_error(e.what_without_backtrace());
+            }
+          },
+          py::arg("inputs"))
+      .def_property_readonly("name", &GraphProgram::Name)
+      .def_property_readonly("ops", &GraphProgram::Ops)
+      .def_property_readonly("text", &GraphProgram::Text)
+      .def_property_readonly("fingerprint", &GraphProgram::Fingerprint)
+      .def_property_readonly("input_specs", &GraphProgram::InputSpecs)
+      .def_property_readonly("output_specs", &GraphProgram::OutputSpecs);
+  m.def("_graph_compile", &CompileGraph, py::arg("name"), py::arg("inputs"),
+        py::arg("nodes"), py::arg("outputs"));
+  // torch._dynamo.reset(): programs cached by the compiler go too; running
+  // programs keep theirs alive until they finish (SPEC J5).
+  m.def("_graph_clear_caches", [] { compiler::Compiler::Global().ClearCache(); });
+  // The compile_error fallback of a whole graph (SPEC I2, I6, J4): raises if
+  // TORCH_RBLN_DISABLE_FALLBACK contains compile_error, else logs at INFO and
+  // counts graph/cpu_fallback; the caller then runs the graph on the CPU.
+  m.def("_graph_compile_error", [](const std::string& graph_name, const std::string& detail) {
+    try {
+      OnFallback(FallbackCategory::kCompileError, graph_name, detail);
+    } catch (const c10::Error& e) {
+      throw std::runtime_error(e.what_without_backtrace());
+    }
+    Counters().cpu_fallback->Increment();
+  });
+}
+
+}  // namespace rbln::torch_backend

@@ -1,0 +1,504 @@
+"""`torch.compile(backend="rbln")`: the whole captured graph as one program.
+
+Flow (SPEC J1-J7):
+  Dynamo FX graph --aot_autograd (functionalized ATen, a few decompositions)-->
+  ATen FX graph --fx_to_ir--> graph IR --torch_rbln._C._graph_compile--> one
+  program, run on the inputs' device memory (`GraphProgram.run`).
+Every graph input, module parameters and buffers included, is a runtime
+buffer (P9), so blocks with equal shapes share one program. Shapes are static
+(J2). A compile failure runs the whole Dynamo graph on the CPU, moving only
+the call's arguments (I2), unless TORCH_RBLN_DISABLE_FALLBACK contains
+`compile_error` (I6, J4).
+"""
+
+import logging
+import os
+import sys
+import threading
+import time
+import weakref
+
+import torch
+import torch._dynamo
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import make_boxed_func
+
+from .. import _C
+from . import fx_to_ir as _fx_to_ir
+
+DYNAMIC_SHAPE_MESSAGE = "Dynamic shape not supported for rbln backend"
+
+# Options handed to the compiler (SPEC J5).
+_MODES = ("default", "compile_only")
+_KNOWN_OPTIONS = ("num_devices", "cache_dir", "mode", "npu")
+
+# Decompositions into ops the compiler has: aliases of permute/copy and
+# composite ops with simple core-ATen forms. Everything else reaches the IR
+# as the ATen op itself (the compiler implements or reports it).
+_DECOMPOSED_OPS = (
+    "t",
+    "transpose.int",
+    "_unsafe_view",
+    "detach",
+    "alias",
+    "lift_fresh_copy",
+    "masked_fill.Tensor",
+    "rsub.Scalar",
+    "rsub.Tensor",
+    "squeeze.default",
+    "squeeze.dim",
+    "squeeze.dims",
+)
+
+_lock = threading.Lock()
+# Programs by graph key (IR structure + static shapes): equal graphs, e.g.
+# repeated transformer blocks, share one program (P9).
+_program_cache = {}
+# Every graph compiled since the last torch._dynamo.reset(), for
+# compiled_programs() / inspect().
+_compiled_graphs = []
+_graph_counter = 0
+
+
+def _log_info(message: str) -> None:
+    level = os.environ.get("TORCH_RBLN_LOG_LEVEL", "WARNING").upper()
+    if level in ("INFO", "DEBUG"):
+        print(f"[TORCH-RBLN][INFO] {message}", file=sys.stderr, flush=True)
+
+
+class _Options:
+    def __init__(self, options):
+        options = dict(options or {})
+        unknown = sorted(set(options) - set(_KNOWN_OPTIONS))
+        if unknown:
+            raise ValueError(
+                f"rbln backend: unknown option(s) {unknown}; "
+                f"torch.compile(backend='rbln', options=...) takes {list(_KNOWN_OPTIONS)}"
+            )
+        self.mode = options.get("mode", "default")
+        if self.mode not in _MODES:
+            raise ValueError(f"rbln backend: option mode={self.mode!r} is not one of {list(_MODES)}")
+        self.num_devices = options.get("num_devices")
+        if self.num_devices is not None and (
+            not isinstance(self.num_devices, int) or self.num_devices < 1
+        ):
+            raise ValueError(
+                f"rbln backend: option num_devices={self.num_devices!r} must be a positive int "
+                "(the RSD group size)"
+            )
+        self.npu = options.get("npu")
+        self.cache_dir = options.get("cache_dir")
+        self._check_npu()
+
+    def _check_npu(self):
+        if self.npu is None:
+            return
+        profile = _C._device_profile()["name"]
+        if str(self.npu).lower() != profile.lower():
+            raise ValueError(
+                f"rbln backend: option npu={self.npu!r} does not match the device, "
+                f"which is a {profile!r} NPU (RBLN_SIM_PROFILE); compile for npu={profile!r} "
+                "or run on a matching device"
+            )
+
+    def check_num_devices(self, device: torch.device) -> None:
+        """num_devices must fit the logical device's RSD group (SPEC J5)."""
+        if self.num_devices is None:
+            return
+        index = device.index if device.index is not None else _C._current_device()
+        group = _C._device_map()["devices"][index]
+        if self.num_devices > len(group):
+            raise ValueError(
+                f"rbln backend: option num_devices={self.num_devices} but {device} groups "
+                f"{len(group)} NPU(s) (physical {group}); use num_devices <= {len(group)} or a "
+                "logical device with a larger group (RBLN_NPUS_PER_DEVICE / RBLN_DEVICE_MAP)"
+            )
+
+
+class CompileFailure(RuntimeError):
+    """A failure the compile_error fallback may turn into a CPU run."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(str(error))
+        self.error = error
+
+
+def _reads_sizes(gm: torch.fx.GraphModule) -> bool:
+    """True if a node computes with a symbolic size (x.shape[0], view(...))."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        val = node.meta.get("val")
+        if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return True
+        for a in list(node.args) + list(node.kwargs.values()):
+            items = a if isinstance(a, (list, tuple)) else [a]
+            for item in items:
+                if isinstance(item, torch.SymInt):
+                    return True
+                if isinstance(item, torch.fx.Node) and isinstance(
+                    item.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool)
+                ):
+                    return True
+    return False
+
+
+def _meta_values(gm: torch.fx.GraphModule, args):
+    """Each node's value for concrete `args`, computed on meta tensors."""
+    values = {}
+
+    class _MetaInterpreter(torch.fx.Interpreter):
+        def run_node(self, n):
+            out = super().run_node(n)
+            values[n] = out
+            return out
+
+    meta_args = [
+        torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta")
+        if isinstance(a, torch.Tensor) else a
+        for a in args
+    ]
+    _MetaInterpreter(gm).run(*meta_args)
+    return values
+
+
+class CompiledGraph:
+    """One compiled ATen graph: its program(s) and what running them needs.
+
+    Returned by torch.rbln.compiled_programs(); `inspect()` describes it.
+    """
+
+    def __init__(self, gm, name, options):
+        self.gm = gm
+        self.name = name
+        self.options = options
+        self._programs = {}  # input-shape key -> (IrGraph, GraphProgram or None)
+        self._dynamic = False
+        self._constants = {}  # (get_attr target, device) -> device tensor
+        self._last_outputs = []
+        self.compile_seconds = 0.0
+
+    # -- compiling ----------------------------------------------------------
+    def compile_static(self):
+        try:
+            ir = _fx_to_ir.fx_to_ir(self.gm, self.name)
+        except _fx_to_ir.DynamicShapeError:
+            self._dynamic = True
+            self._reads_sizes = _reads_sizes(self.gm)
+            _log_info(f"graph {self.name} has symbolic shapes; compiling per concrete shape")
+            return
+        self._programs[None] = self._compile_ir(ir)
+
+    def _compile_ir(self, ir):
+        start = time.perf_counter()
+        key = ir.key()
+        with _lock:
+            program = _program_cache.get(key)
+        if program is None:
+            try:
+                program = _C._graph_compile(ir.name, ir.inputs, ir.nodes, ir.outputs)
+            except NotImplementedError as e:
+                raise CompileFailure(e) from None
+            except RuntimeError as e:
+                raise CompileFailure(e) from None
+            with _lock:
+                _program_cache[key] = program
+        elapsed = time.perf_counter() - start
+        self.compile_seconds += elapsed
+        _log_info(
+            f"graph {self.name}: compile {elapsed * 1e3:.1f} ms "
+            f"({len(ir.nodes)} ops, {len(ir.inputs)} inputs, {len(ir.outputs)} outputs)"
+        )
+        return ir, program
+
+    def _specialize(self, args):
+        key = tuple(
+            (tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args
+        )
+        entry = self._programs.get(key)
+        if entry is not None:
+            return entry
+        if self._programs and self._reads_sizes:
+            # One shape is compiled; a second one would need sizes computed at
+            # run time, which static programs cannot do (SPEC J2).
+            raise CompileFailure(RuntimeError(DYNAMIC_SHAPE_MESSAGE))
+        try:
+            values = _meta_values(self.gm, args)
+            ir = _fx_to_ir.fx_to_ir(self.gm, self.name, value_of=lambda n: values[n])
+        except CompileFailure:
+            raise
+        except Exception as e:  # noqa: BLE001 -- any failure is a compile error
+            raise CompileFailure(RuntimeError(f"{DYNAMIC_SHAPE_MESSAGE} ({e})")) from None
+        entry = self._compile_ir(ir)
+        self._programs[key] = entry
+        return entry
+
+    # -- running ------------------------------------------------------------
+    def _constant(self, target, device):
+        key = (target, device)
+        t = self._constants.get(key)
+        if t is None:
+            obj = self.gm
+            for part in target.split("."):
+                obj = getattr(obj, part)
+            t = obj.detach().to(device)
+            self._constants[key] = t
+        return t
+
+    def __call__(self, args):
+        # Boxed calling convention (aot_autograd passes one list).
+        args = list(args)
+        ir, program = self._programs[None] if not self._dynamic else self._specialize(args)
+        inputs = []
+        device = None
+        for a in args:
+            if isinstance(a, torch.Tensor) and a.device.type == "rbln":
+                device = a.device
+                break
+        on_host = device is None
+        if on_host:
+            device = torch.device("rbln", _C._current_device())
+        self.options.check_num_devices(device)
+        for kind, src in ir.input_sources:
+            if kind == "arg":
+                t = args[src]
+                if t.device != device:
+                    t = t.to(device)  # CPU call arguments are uploaded each call.
+            else:
+                t = self._constant(src, device)
+            inputs.append(t)
+        args.clear()
+        if self.options.mode == "compile_only":
+            # Build artifacts without running (SPEC J5): meta results.
+            outs = [
+                torch.empty(shape, dtype=getattr(torch, dtype), device="meta")
+                for dtype, shape in program.output_specs
+            ]
+        else:
+            outs = program.run(inputs)
+            if on_host:
+                outs = [o.cpu() for o in outs]
+        self._last_outputs = [weakref.ref(o) for o in outs if o.device.type == "rbln"]
+        results = []
+        for kind, v in ir.output_plan:
+            results.append(outs[v] if kind == "value" else v)
+        return results
+
+    # -- inspection -----------------------------------------------------------
+    def inspect(self) -> dict:
+        """Ops, host ops (with host_op_reason) and device memory per chiplet."""
+        programs = []
+        for key, (ir, program) in self._programs.items():
+            counts = {}
+            for op in ir.ops():
+                counts[op] = counts.get(op, 0) + 1
+            programs.append({
+                "name": program.name,
+                "input_specs": program.input_specs,
+                "output_specs": program.output_specs,
+                "ops": counts,
+                # Every op is compiled into the program: our compiler either
+                # converts an op or fails the compile (then the whole graph
+                # runs on the CPU), so no op runs on the host inside a program.
+                "host_ops": [],
+            })
+        per_chiplet = {}
+        tensors = list(self._constants.values()) + [r() for r in self._last_outputs]
+        seen = set()
+        for t in tensors:
+            if t is None or t.numel() == 0:
+                continue
+            base = t.untyped_storage().data_ptr()
+            if base in seen:
+                continue
+            seen.add(base)
+            info = _C._storage_info(base)
+            if info["has_device_memory"]:
+                k = f"npu.{info['npu']}.chiplet.{info['chiplet']}"
+                per_chiplet[k] = per_chiplet.get(k, 0) + info["device_bytes"]
+        return {
+            "graph": self.name,
+            "mode": self.options.mode,
+            "dynamic": self._dynamic,
+            "programs": programs,
+            "host_ops": [],
+            "device_bytes_per_chiplet": per_chiplet,
+            "compile_seconds": self.compile_seconds,
+        }
+
+    def __repr__(self):
+        ops = sum(len(ir.nodes) for ir, _ in self._programs.values())
+        return f"<rbln CompiledGraph {self.name}: {len(self._programs)} program(s), {ops} ops>"
+
+
+def _decompositions():
+    from torch._decomp import get_decompositions
+
+    ops = []
+    for name in _DECOMPOSED_OPS:
+        packet, _, overload = name.partition(".")
+        op = getattr(torch.ops.aten, packet, None)
+        if op is None:
+            continue
+        ops.append(getattr(op, overload or "default", None) or op)
+    return get_decompositions([o for o in ops if o is not None])
+
+
+def _is_call_argument(node) -> bool:
+    """True for placeholders fed by the compiled function's own arguments
+    (not module parameters/buffers or tensors read from globals/closures)."""
+    grapharg = node.meta.get("grapharg")
+    source = getattr(grapharg, "source", None)
+    if source is None:
+        return True
+    from torch._dynamo.source import AttrSource, LocalSource
+
+    while True:
+        if isinstance(source, AttrSource):
+            return False  # self.weight, module._parameters[...], obj.attr
+        base = getattr(source, "base", None)
+        if base is None:
+            break
+        source = base
+    if not isinstance(source, LocalSource):
+        return False  # globals, closures
+    return bool(getattr(source, "is_input", True)) and source.local_name != "self"
+
+
+class _CompiledFunction:
+    """What the backend returns to Dynamo: the compiled graph, or the whole
+    Dynamo graph on the CPU after a compile failure (SPEC I2, J4, J6)."""
+
+    def __init__(self, gm, name, compiled, failure=None):
+        self.gm = gm
+        self.name = name
+        self.compiled = compiled
+        self.failure = failure
+        self.call_argument = [
+            _is_call_argument(n) for n in gm.graph.nodes if n.op == "placeholder"
+        ]
+
+    def __call__(self, *args):
+        if self.failure is None:
+            try:
+                return self.compiled(*args)
+            except CompileFailure as e:
+                if e.error is not None and DYNAMIC_SHAPE_MESSAGE not in str(e):
+                    self.failure = e.error  # Permanent: later calls skip the attempt.
+                return self._run_on_cpu(args, e.error)
+        return self._run_on_cpu(args, self.failure)
+
+    def _run_on_cpu(self, args, error):
+        detail = f"{type(error).__name__}: {error}"
+        try:
+            _C._graph_compile_error(f"graph {self.name}", detail)
+        except RuntimeError as policy:
+            raise type(error)(f"{error}\n{policy}") from None
+        device = None
+        moved = []
+        for a, is_arg in zip(args, self.call_argument):
+            if is_arg and isinstance(a, torch.Tensor) and a.device.type == "rbln":
+                device = device or a.device
+                a = a.cpu()
+            moved.append(a)
+        outs = self.gm(*moved)
+        if device is None:
+            return outs
+        # Results go back to the device the arguments came from.
+        return type(outs)(o.to(device) if isinstance(o, torch.Tensor) else o for o in outs) \
+            if isinstance(outs, (list, tuple)) else outs
+
+
+def rbln_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=None):
+    """The `rbln` Dynamo backend (registered through the torch_dynamo_backends
+    entry point, SPEC J1)."""
+    global _graph_counter
+    opts = _Options(options)
+    with _lock:
+        _graph_counter += 1
+        name = f"rbln_graph_{_graph_counter}"
+    start = time.perf_counter()
+
+    def compile_aten(aten_gm, aten_inputs, kind):
+        t0 = time.perf_counter()
+        graph = CompiledGraph(aten_gm, f"{name}_{kind}", opts)
+        graph.compile_static()
+        with _lock:
+            _compiled_graphs.append(graph)
+        _log_info(
+            f"graph {graph.name}: capture {(t0 - start) * 1e3:.1f} ms, "
+            f"convert+compile {(time.perf_counter() - t0) * 1e3:.1f} ms"
+        )
+        graph._boxed_call = True
+        return graph
+
+    def compile_backward(aten_gm, aten_inputs):
+        try:
+            return compile_aten(aten_gm, aten_inputs, "backward")
+        except CompileFailure as e:
+            # The forward already runs on the device; the backward runs op by
+            # op (eager rbln ops, with their own fallbacks).
+            _log_info(f"graph {name}_backward runs eagerly: {e}")
+            return make_boxed_func(aten_gm.forward)
+
+    aot = aot_autograd(
+        fw_compiler=lambda g, i: compile_aten(g, i, "forward"),
+        inference_compiler=lambda g, i: compile_aten(g, i, "inference"),
+        bw_compiler=compile_backward,
+        decompositions=_decompositions(),
+    )
+    try:
+        compiled = aot(gm, example_inputs)
+    except CompileFailure as e:
+        return _CompiledFunction(gm, name, None, failure=e.error)
+    except Exception as e:  # noqa: BLE001 -- e.g. the backend error wrapper
+        cause = e
+        while cause is not None and not isinstance(cause, CompileFailure):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            raise
+        return _CompiledFunction(gm, name, None, failure=cause.error)
+    return _CompiledFunction(gm, name, compiled)
+
+
+def compiled_programs():
+    """The graphs compiled by the rbln backend since the last
+    torch._dynamo.reset(), newest last; each has `inspect()`."""
+    with _lock:
+        return list(_compiled_graphs)
+
+
+def reset() -> None:
+    """Called by torch._dynamo.reset(): drops rbln's compiled graphs and
+    programs and the device buffers they hold (SPEC E2, J5), after in-flight
+    work completes."""
+    torch.rbln.synchronize()
+    with _lock:
+        _compiled_graphs.clear()
+        _program_cache.clear()
+    _C._graph_clear_caches()
+
+
+rbln_backend.reset = reset
+
+
+class _RecompileLimitHint(logging.Filter):
+    """Adds what to do to Dynamo's recompile-limit warning (SPEC J2)."""
+
+    def filter(self, record):
+        msg = str(record.msg)
+        if msg.startswith("torch._dynamo hit config.") and _compiled_graphs and "rbln:" not in msg:
+            record.msg = msg + (
+                "\nrbln: the rbln backend compiles one static-shape program per input shape; "
+                "pad inputs or bucket them into a few fixed shapes (batch size, sequence "
+                "length) so that the function stays under the recompile limit"
+            )
+        return True
+
+
+logging.getLogger("torch._dynamo.convert_frame").addFilter(_RecompileLimitHint())
+
+# A changed Python float is a new program, like a changed shape (SPEC G4).
+torch._dynamo.config.specialize_float = True
+# Static shapes (SPEC J2): a new shape recompiles instead of turning dynamic.
+torch._dynamo.config.automatic_dynamic_shapes = False

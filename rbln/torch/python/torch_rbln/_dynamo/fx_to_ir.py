@@ -1,0 +1,286 @@
+"""ATen FX graph -> the compiler's graph IR (`rbln/compiler/ir/graph.proto`).
+
+The conversion is generic: every `call_function` node's target is an ATen
+`OpOverload`, and the node is described from `target._schema` (SPEC J6, the IR
+contract):
+  * `op` is the schema's base name without namespace, overload and trailing
+    `_` (`aten::add_.Tensor` -> `add`);
+  * tensor arguments (and tensor lists) become node inputs in schema order;
+  * every other argument becomes an attribute named as in the schema: bool,
+    int, float, str as themselves, int lists as `"2,3,-1"`, dtypes by name;
+    `None`, devices, layouts and memory formats are left out;
+  * outputs carry each result's dtype and static shape; multi-output ops list
+    all results in schema order (`getitem` picks one).
+So ops the compiler learns later need no change here. Unconvertible graphs
+raise `GraphConversionError` naming the node and why.
+"""
+
+import operator
+from dataclasses import dataclass, field
+
+import torch
+
+# Names the compiler (and the eager shim, compiled_ops.cc) use for ATen ops
+# whose schema name differs from the op the compiler implements.
+_IR_OP_ALIASES = {"_softmax": "softmax", "_log_softmax": "log_softmax"}
+
+# Binary ops take a scalar second operand as "other" (compiled_ops.cc does
+# the same for eager calls).
+_SCALAR_OPERAND_ALIASES = {"exponent": "other"}
+
+_DTYPE_NAMES = {
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+    torch.float32: "float32",
+    torch.int32: "int32",
+    torch.int64: "int64",
+    torch.bool: "bool",
+}
+
+
+class GraphConversionError(RuntimeError):
+    """The FX graph has something the IR cannot describe (not an op gap)."""
+
+
+class DynamicShapeError(GraphConversionError):
+    """The graph computes with symbolic sizes."""
+
+
+@dataclass
+class IrGraph:
+    """Plain-Python form of ir::Graph, as `torch_rbln._C._graph_compile` takes it."""
+
+    name: str
+    inputs: list = field(default_factory=list)  # (name, dtype, shape)
+    nodes: list = field(default_factory=list)  # (op, inputs, outputs, attrs)
+    outputs: list = field(default_factory=list)  # value names
+    # Which FX placeholder (index) or constant (get_attr target) feeds each
+    # graph input, in order.
+    input_sources: list = field(default_factory=list)
+    # For each FX output: ("value", ir output index) or ("const", python value).
+    output_plan: list = field(default_factory=list)
+
+    def key(self):
+        """Hashable identity of the graph: equal keys compile to one program."""
+        return (
+            tuple((n, d, tuple(s)) for n, d, s in self.inputs),
+            tuple(
+                (op, tuple(ins), tuple((n, d, tuple(s)) for n, d, s in outs),
+                 tuple(sorted(attrs.items())))
+                for op, ins, outs, attrs in self.nodes
+            ),
+            tuple(self.outputs),
+        )
+
+    def ops(self):
+        return [n[0] for n in self.nodes]
+
+
+def ir_op_name(target) -> str:
+    """`aten::native_layer_norm.default` -> `native_layer_norm` (IR contract)."""
+    name = target._schema.name.split("::", 1)[-1]
+    if name.endswith("_") and not name.endswith("__"):
+        name = name[:-1]
+    return _IR_OP_ALIASES.get(name, name)
+
+
+def dtype_name(dtype) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        raise GraphConversionError(
+            f"dtype {dtype} has no rbln device representation "
+            f"(supported: {', '.join(_DTYPE_NAMES.values())})"
+        )
+    return name
+
+
+def _static_shape(t, what):
+    shape = []
+    for d in t.shape:
+        if not isinstance(d, int):
+            raise DynamicShapeError(f"{what} has a symbolic size {d}")
+        shape.append(d)
+    return shape
+
+
+def _attr_value(value, what):
+    """An attribute value as bool/int/float/str, or None to leave it out."""
+    if value is None or isinstance(value, (torch.device, torch.layout, torch.memory_format)):
+        return None
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return value
+    if isinstance(value, str):
+        return value
+    if isinstance(value, torch.dtype):
+        return dtype_name(value)
+    if isinstance(value, torch.SymInt) or isinstance(value, torch.SymFloat):
+        raise DynamicShapeError(f"{what} is symbolic ({value})")
+    if isinstance(value, (list, tuple)):
+        if all(isinstance(v, bool) for v in value):
+            return ",".join("1" if v else "0" for v in value)
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return ",".join(str(v) for v in value)
+        if any(isinstance(v, (torch.SymInt, torch.fx.Node)) for v in value):
+            raise DynamicShapeError(f"{what} holds symbolic sizes ({value})")
+        if all(isinstance(v, (int, float)) for v in value):
+            return ",".join(repr(float(v)) for v in value)
+    raise GraphConversionError(f"{what} has a value of type {type(value).__name__} ({value!r})")
+
+
+class _Converter:
+    def __init__(self, gm: torch.fx.GraphModule, name: str, value_of):
+        self.gm = gm
+        self.ir = IrGraph(name=name)
+        # FX node -> IR value name (tensors), list of names (multi-output),
+        # or a Python constant (non-tensor values such as ints).
+        self.env = {}
+        self.used_names = set()
+        self.value_of = value_of  # node -> example value (FakeTensor, int, ...)
+
+    def fresh(self, base):
+        base = "".join(c if c.isalnum() or c == "_" else "_" for c in base) or "v"
+        name, i = base, 1
+        while name in self.used_names:
+            name, i = f"{base}_{i}", i + 1
+        self.used_names.add(name)
+        return name
+
+    def tensor_value(self, name, t, what):
+        return (name, dtype_name(t.dtype), _static_shape(t, what))
+
+    def convert(self):
+        placeholder_index = 0
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder":
+                self._placeholder(node, placeholder_index)
+                placeholder_index += 1
+            elif node.op == "get_attr":
+                self._get_attr(node)
+            elif node.op == "call_function":
+                self._call_function(node)
+            elif node.op == "output":
+                self._output(node)
+            else:
+                raise GraphConversionError(f"FX node {node.name}: unsupported kind {node.op}")
+        return self.ir
+
+    def _placeholder(self, node, index):
+        val = self.value_of(node)
+        if isinstance(val, torch.Tensor):
+            name = self.fresh(node.name)
+            self.ir.inputs.append(self.tensor_value(name, val, f"input {node.name}"))
+            self.ir.input_sources.append(("arg", index))
+            self.env[node] = name
+        elif isinstance(val, (int, float, bool)) or val is None:
+            self.env[node] = val  # Specialized Python value.
+        else:
+            raise DynamicShapeError(f"input {node.name} is symbolic ({val})")
+
+    def _get_attr(self, node):
+        obj = self.gm
+        for part in node.target.split("."):
+            obj = getattr(obj, part)
+        if not isinstance(obj, torch.Tensor):
+            raise GraphConversionError(f"constant {node.target} is a {type(obj).__name__}")
+        # Constants are runtime inputs too (moved to the device once).
+        name = self.fresh(node.name)
+        self.ir.inputs.append(self.tensor_value(name, obj, f"constant {node.target}"))
+        self.ir.input_sources.append(("const", node.target))
+        self.env[node] = name
+
+    def _call_function(self, node):
+        target = node.target
+        if target is operator.getitem:
+            src, idx = node.args
+            produced = self.env[src]
+            if not isinstance(produced, list):
+                raise GraphConversionError(f"{node.name}: getitem on a single value")
+            self.env[node] = produced[idx]
+            return
+        if not isinstance(target, torch._ops.OpOverload):
+            val = self.value_of(node)
+            if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)) or (
+                "sym" in getattr(target, "__name__", "")
+            ):
+                raise DynamicShapeError(f"{node.name} computes with sizes ({target})")
+            raise GraphConversionError(f"{node.name}: call of {target} is not an ATen op")
+        schema = target._schema
+        op = ir_op_name(target)
+        inputs, attrs = [], {}
+        n_args = len(node.args)
+        for i, arg in enumerate(schema.arguments):
+            if arg.kwarg_only or i >= n_args:
+                if arg.name not in node.kwargs:
+                    continue  # Default value: the compiler knows it.
+                value = node.kwargs[arg.name]
+            else:
+                value = node.args[i]
+            what = f"argument {arg.name} of {node.name} ({schema.name})"
+            if isinstance(value, torch.fx.Node):
+                produced = self.env[value]
+                if isinstance(produced, str):
+                    inputs.append(produced)
+                    continue
+                value = produced  # A specialized non-tensor value.
+            elif isinstance(value, (list, tuple)) and any(isinstance(v, torch.fx.Node) for v in value):
+                if all(isinstance(v, torch.fx.Node) and isinstance(self.env[v], str) for v in value):
+                    inputs.extend(self.env[v] for v in value)  # Tensor[] (cat, stack).
+                    continue
+                value = [self.env[v] if isinstance(v, torch.fx.Node) else v for v in value]
+                if any(v is None or isinstance(v, (str, list)) for v in value):
+                    raise GraphConversionError(f"{what}: a list mixing tensors and other values")
+            attr = _attr_value(value, what)
+            if attr is None:
+                continue
+            name = arg.name
+            if isinstance(arg.type, torch.TensorType) or "Tensor" in str(arg.type):
+                name = _SCALAR_OPERAND_ALIASES.get(name, name)  # A scalar operand.
+            attrs[name] = attr
+        val = self.value_of(node)
+        if isinstance(val, torch.Tensor):
+            name = self.fresh(node.name)
+            outputs = [self.tensor_value(name, val, f"result of {node.name}")]
+            self.env[node] = name
+        elif isinstance(val, (list, tuple)):
+            outputs, names = [], []
+            for i, v in enumerate(val):
+                if not isinstance(v, torch.Tensor):
+                    raise GraphConversionError(f"{node.name}: result {i} is not a tensor ({v!r})")
+                name = self.fresh(f"{node.name}_{i}")
+                outputs.append(self.tensor_value(name, v, f"result {i} of {node.name}"))
+                names.append(name)
+            self.env[node] = names
+        elif isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            raise DynamicShapeError(f"{node.name} computes with sizes ({schema.name})")
+        else:
+            raise GraphConversionError(f"{node.name}: result of type {type(val).__name__}")
+        self.ir.nodes.append((op, inputs, outputs, attrs))
+
+    def _output(self, node):
+        (results,) = node.args
+        if not isinstance(results, (list, tuple)):
+            results = [results]
+        for r in results:
+            produced = self.env[r] if isinstance(r, torch.fx.Node) else r
+            if isinstance(produced, str):
+                self.ir.output_plan.append(("value", len(self.ir.outputs)))
+                self.ir.outputs.append(produced)
+            elif isinstance(produced, list):
+                raise GraphConversionError(f"output {r} is a tuple of tensors")
+            else:
+                self.ir.output_plan.append(("const", produced))
+
+
+def fx_to_ir(gm: torch.fx.GraphModule, name: str, value_of=None) -> IrGraph:
+    """Converts an ATen FX graph; `value_of(node)` gives each node's example
+    value (default: `node.meta["val"]`, set by the tracer)."""
+    if value_of is None:
+        def value_of(node):
+            if "val" not in node.meta:
+                raise GraphConversionError(f"FX node {node.name} has no example value")
+            return node.meta["val"]
+    return _Converter(gm, name, value_of).convert()
