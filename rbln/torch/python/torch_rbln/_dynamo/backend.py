@@ -25,6 +25,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 
 from .. import _C
 from . import fx_to_ir as _fx_to_ir
+from .constant_folding import fold_constants
 
 DYNAMIC_SHAPE_MESSAGE = "Dynamic shape not supported for rbln backend"
 
@@ -174,14 +175,15 @@ class CompiledGraph:
         self.options = options
         self._programs = {}  # input-shape key -> (IrGraph, GraphProgram or None)
         self._dynamic = False
-        self._constants = {}  # (get_attr target, device) -> device tensor
+        self._constants = {}  # (constant key, device) -> device tensor
+        self._folded = fold_constants(gm)
         self._last_outputs = []
         self.compile_seconds = 0.0
 
     # -- compiling ----------------------------------------------------------
     def compile_static(self):
         try:
-            ir = _fx_to_ir.fx_to_ir(self.gm, self.name)
+            ir = _fx_to_ir.fx_to_ir(self.gm, self.name, folded=self._folded)
         except _fx_to_ir.DynamicShapeError:
             self._dynamic = True
             self._reads_sizes = _reads_sizes(self.gm)
@@ -224,7 +226,8 @@ class CompiledGraph:
             raise CompileFailure(RuntimeError(DYNAMIC_SHAPE_MESSAGE))
         try:
             values = _meta_values(self.gm, args)
-            ir = _fx_to_ir.fx_to_ir(self.gm, self.name, value_of=lambda n: values[n])
+            ir = _fx_to_ir.fx_to_ir(self.gm, self.name, value_of=lambda n: values[n],
+                                    folded=fold_constants(self.gm))
         except CompileFailure:
             raise
         except Exception as e:  # noqa: BLE001 -- any failure is a compile error
@@ -234,14 +237,18 @@ class CompiledGraph:
         return entry
 
     # -- running ------------------------------------------------------------
-    def _constant(self, target, device):
-        key = (target, device)
+    def _constant(self, kind, src, device):
+        """A constant input on `device`, uploaded once (SPEC P9: constants are
+        program inputs, not code)."""
+        key = (kind, src if kind == "const" else id(src), device)
         t = self._constants.get(key)
         if t is None:
-            obj = self.gm
-            for part in target.split("."):
-                obj = getattr(obj, part)
-            t = obj.detach().to(device)
+            obj = src
+            if kind == "const":
+                obj = self.gm
+                for part in src.split("."):
+                    obj = getattr(obj, part)
+            t = obj.detach().contiguous().to(device)
             self._constants[key] = t
         return t
 
@@ -265,7 +272,7 @@ class CompiledGraph:
                 if t.device != device:
                     t = t.to(device)  # CPU call arguments are uploaded each call.
             else:
-                t = self._constant(src, device)
+                t = self._constant(kind, src, device)
             inputs.append(t)
         args.clear()
         if self.options.mode == "compile_only":
@@ -341,7 +348,18 @@ def _decompositions():
         if op is None:
             continue
         ops.append(getattr(op, overload or "default", None) or op)
-    return get_decompositions([o for o in ops if o is not None])
+    table = get_decompositions([o for o in ops if o is not None])
+    table[torch.ops.aten._safe_softmax.default] = _safe_softmax
+    return table
+
+
+def _safe_softmax(x, dim, dtype=None):
+    """SDPA's softmax: rows that are all -inf give 0, not NaN. Written with
+    softmax/amax/eq/where, which the compiler has (torch's own decomposition
+    needs `all`)."""
+    out = torch.softmax(x, dim, dtype=dtype)
+    masked_rows = torch.amax(x, dim, keepdim=True) == float("-inf")
+    return torch.where(masked_rows, torch.zeros((), dtype=out.dtype, device=out.device), out)
 
 
 def _is_call_argument(node) -> bool:
@@ -365,6 +383,12 @@ def _is_call_argument(node) -> bool:
     return bool(getattr(source, "is_input", True)) and source.local_name != "self"
 
 
+def _source_name(node) -> str:
+    source = getattr(node.meta.get("grapharg"), "source", None)
+    name = getattr(source, "name", None) or node.name
+    return name() if callable(name) else name
+
+
 class _CompiledFunction:
     """What the backend returns to Dynamo: the compiled graph, or the whole
     Dynamo graph on the CPU after a compile failure (SPEC I2, J4, J6)."""
@@ -374,9 +398,10 @@ class _CompiledFunction:
         self.name = name
         self.compiled = compiled
         self.failure = failure
-        self.call_argument = [
-            _is_call_argument(n) for n in gm.graph.nodes if n.op == "placeholder"
-        ]
+        self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.call_argument = [_is_call_argument(n) for n in self.placeholders]
+        # Dynamo drops node.meta["grapharg"] after compiling; keep the names.
+        self.source_names = [_source_name(n) for n in self.placeholders]
 
     def __call__(self, *args):
         if self.failure is None:
@@ -401,6 +426,18 @@ class _CompiledFunction:
                 device = device or a.device
                 a = a.cpu()
             moved.append(a)
+        # Parameters and tensors read from outside the arguments stay where
+        # they are; on rbln they make the CPU run fail (SPEC I2).
+        for a, what in zip(moved, self.source_names):
+            if isinstance(a, torch.Tensor) and a.device.type == "rbln":
+                raise RuntimeError(
+                    f"Expected all tensors to be on the same device, but found at least two "
+                    f"devices, cpu and {a.device}! The rbln compile_error fallback runs graph "
+                    f"{self.name} on the CPU and moves only the call's arguments; {what} is not "
+                    f"an argument and stays on {a.device}. ({detail}) Fix the compile error "
+                    "(TORCH_RBLN_DISABLE_FALLBACK=compile_error raises it), or pass the tensor "
+                    "as an argument."
+                )
         outs = self.gm(*moved)
         if device is None:
             return outs

@@ -132,8 +132,9 @@ def _attr_value(value, what):
 
 
 class _Converter:
-    def __init__(self, gm: torch.fx.GraphModule, name: str, value_of):
+    def __init__(self, gm: torch.fx.GraphModule, name: str, value_of, folded):
         self.gm = gm
+        self.folded = folded
         self.ir = IrGraph(name=name)
         # FX node -> IR value name (tensors), list of names (multi-output),
         # or a Python constant (non-tensor values such as ints).
@@ -181,6 +182,9 @@ class _Converter:
             raise DynamicShapeError(f"input {node.name} is symbolic ({val})")
 
     def _get_attr(self, node):
+        if node.users and all(u in self.folded for u in node.users):
+            self.env[node] = None  # Only feeds folded constants.
+            return
         obj = self.gm
         for part in node.target.split("."):
             obj = getattr(obj, part)
@@ -192,7 +196,22 @@ class _Converter:
         self.ir.input_sources.append(("const", node.target))
         self.env[node] = name
 
+    def _folded_constant(self, node):
+        value = self.folded[node]
+        if not isinstance(value, torch.Tensor):
+            self.env[node] = value if not isinstance(value, (list, tuple)) else None
+            return
+        if all(u in self.folded for u in node.users):
+            self.env[node] = None  # Only feeds other constants.
+            return
+        name = self.fresh(node.name)
+        self.ir.inputs.append(self.tensor_value(name, value, f"constant {node.name}"))
+        self.ir.input_sources.append(("tensor", value))
+        self.env[node] = name
+
     def _call_function(self, node):
+        if node in self.folded:
+            return self._folded_constant(node)
         target = node.target
         if target is operator.getitem:
             src, idx = node.args
@@ -275,12 +294,14 @@ class _Converter:
                 self.ir.output_plan.append(("const", produced))
 
 
-def fx_to_ir(gm: torch.fx.GraphModule, name: str, value_of=None) -> IrGraph:
+def fx_to_ir(gm: torch.fx.GraphModule, name: str, value_of=None, folded=None) -> IrGraph:
     """Converts an ATen FX graph; `value_of(node)` gives each node's example
-    value (default: `node.meta["val"]`, set by the tracer)."""
+    value (default: `node.meta["val"]`, set by the tracer); `folded` maps
+    constant nodes to their values (constant_folding.fold_constants), which
+    become constant program inputs."""
     if value_of is None:
         def value_of(node):
             if "val" not in node.meta:
                 raise GraphConversionError(f"FX node {node.name} has no example value")
             return node.meta["val"]
-    return _Converter(gm, name, value_of).convert()
+    return _Converter(gm, name, value_of, folded or {}).convert()
