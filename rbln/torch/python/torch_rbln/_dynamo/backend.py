@@ -291,6 +291,12 @@ class CompiledGraph:
             results.append(outs[v] if kind == "value" else v)
         return results
 
+    def release(self):
+        """Frees the device buffers this graph holds (its constants); a later
+        call uploads them again."""
+        self._constants.clear()
+        self._last_outputs = []
+
     # -- inspection -----------------------------------------------------------
     def inspect(self) -> dict:
         """Ops, host ops (with host_op_reason) and device memory per chiplet."""
@@ -511,8 +517,11 @@ def reset() -> None:
     work completes."""
     torch.rbln.synchronize()
     with _lock:
+        graphs = list(_compiled_graphs)
         _compiled_graphs.clear()
         _program_cache.clear()
+    for graph in graphs:
+        graph.release()
     _C._graph_clear_caches()
 
 

@@ -49,6 +49,14 @@ def _small(value) -> bool:
 def fold_constants(gm: torch.fx.GraphModule) -> dict:
     """Returns {node: CPU value} for every call_function node whose inputs are
     all constants (get_attr tensors or folded nodes)."""
+    # Compilers run inside the tracer's fake mode; constants are real.
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        return _fold(gm)
+
+
+def _fold(gm):
     folded = {}
     for node in gm.graph.nodes:
         if node.op == "get_attr":

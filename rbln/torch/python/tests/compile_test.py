@@ -1,0 +1,235 @@
+"""torch.compile(backend="rbln"): whole graphs as one program."""
+# spec: J2, J3, J5, J6, J7, I2, P9, E2
+
+import logging
+import sys
+
+import pytest
+import torch
+import torch._dynamo
+
+import torch_rbln  # noqa: F401
+from torch_rbln import _dynamo as rbln_dynamo
+
+DEV = "rbln:0"
+
+
+def graph_counters():
+    return {k: v for k, v in torch.rbln.counters().items() if k.startswith(("graph/", "runtime/dma"))}
+
+
+def delta(before, after, key):
+    return after.get(key, 0) - before.get(key, 0)
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def compute(x, y):
+    return torch.relu(x + y)
+
+
+def test_compile_reuse_recompile_on_new_shape():
+    # spec: J3, J1 -- one program for the graph, reused, recompiled per shape.
+    x = torch.randn(128, 128, dtype=torch.float16)
+    y = torch.randn_like(x)
+    xd, yd = x.to(DEV), y.to(DEV)
+    f = torch.compile(compute, backend="rbln", dynamic=False)
+    c0 = graph_counters()
+    with torch.inference_mode():
+        first = f(xd, yd)
+        c1 = graph_counters()
+        second = f(xd, yd)
+        c2 = graph_counters()
+        sx = torch.randn(64, 128, dtype=torch.float16)
+        sy = torch.randn_like(sx)
+        small = f(sx.to(DEV), sy.to(DEV))
+        c3 = graph_counters()
+    assert delta(c0, c1, "graph/compiles") == 1 and delta(c0, c1, "graph/runs") == 1
+    assert delta(c1, c2, "graph/compiles") == 0 and delta(c1, c2, "graph/runs") == 1
+    assert delta(c2, c3, "graph/compiles") == 1
+    assert first.device == torch.device(DEV) and small.shape == (64, 128)
+    torch.testing.assert_close(first.cpu(), torch.relu(x + y))
+    torch.testing.assert_close(second.cpu(), torch.relu(x + y))
+    torch.testing.assert_close(small.cpu(), torch.relu(sx + sy))
+    # The whole graph is one program with both ops.
+    progs = torch.rbln.compiled_programs()
+    assert [p.inspect()["programs"][0]["ops"] for p in progs] == [{"add": 1, "relu": 1}] * 2
+
+
+def test_graph_outputs_stay_on_device_and_feed_the_next_graph():
+    # spec: J7 -- device-latest inputs cost nothing; outputs feed the next graph.
+    x = torch.randn(128, 128, dtype=torch.float16)
+    f = torch.compile(compute, backend="rbln", dynamic=False)
+    g = torch.compile(lambda a: a * 2.0, backend="rbln", dynamic=False)
+    xd = x.to(DEV)
+    with torch.inference_mode():
+        g(f(xd, xd))  # Warm-up: compiles, uploads the host-latest input once.
+        before = graph_counters()
+        out = g(f(xd, xd))
+        after = graph_counters()
+    assert torch.rbln._storage_info(out)["state"] == "device-latest"
+    for key in ("runtime/dma_h2d_copies", "runtime/dma_d2h_copies", "runtime/dma_d2d_copies"):
+        assert delta(before, after, key) == 0, key
+    assert delta(before, after, "graph/runs") == 2
+    torch.testing.assert_close(out.cpu(), torch.relu(x + x) * 2.0)
+
+
+class ScaleShift(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.randn(n, dtype=torch.float16))
+        self.register_buffer("shift", torch.randn(n, dtype=torch.float16))
+
+    def forward(self, x):
+        return torch.relu(x * self.scale + self.shift)
+
+
+def test_parameters_and_buffers_are_runtime_inputs():
+    # spec: P9 -- weights are program inputs: equal shapes share one program,
+    # and new weight values need no recompile.
+    a, b = ScaleShift(128), ScaleShift(128)
+    x = torch.randn(64, 128, dtype=torch.float16)
+    ad, bd = ScaleShift(128).to(DEV), ScaleShift(128).to(DEV)
+    ad.load_state_dict(a.state_dict())
+    bd.load_state_dict(b.state_dict())
+    fa = torch.compile(ad, backend="rbln", dynamic=False)
+    fb = torch.compile(bd, backend="rbln", dynamic=False)
+    with torch.inference_mode():
+        ra = fa(x.to(DEV))
+        c1 = torch.rbln.counters()
+        rb = fb(x.to(DEV))
+        c2 = torch.rbln.counters()
+        with torch.no_grad():
+            bd.scale.mul_(2)
+        rb2 = fb(x.to(DEV))
+        c3 = torch.rbln.counters()
+    torch.testing.assert_close(ra.cpu(), a(x).detach())
+    torch.testing.assert_close(rb.cpu(), b(x).detach())
+    with torch.no_grad():
+        b.scale.mul_(2)
+    torch.testing.assert_close(rb2.cpu(), b(x).detach())
+    # The second module reuses the first one's program; new values: no compile.
+    assert delta(c1, c2, "graph/compiles") == 0
+    assert delta(c2, c3, "graph/compiles") == 0 and delta(c2, c3, "graph/runs") == 1
+    prog = torch.rbln.compiled_programs()[0].inspect()["programs"][0]
+    assert len(prog["input_specs"]) == 3  # x, scale, shift
+
+
+def test_unconvertible_graph_runs_on_cpu_with_arguments_moved():
+    # spec: I2, J6 -- a compile failure runs the whole graph on the CPU.
+    x = torch.rand(64, 64, dtype=torch.float16)
+    f = torch.compile(lambda a: torch.erfinv(a * 0.5) + 1.0, backend="rbln", dynamic=False)
+    before = graph_counters()
+    out = f(x.to(DEV))
+    after = graph_counters()
+    assert out.device == torch.device(DEV)
+    torch.testing.assert_close(out.cpu(), torch.erfinv(x * 0.5) + 1.0)
+    assert delta(before, after, "graph/cpu_fallback") == 1
+    assert delta(before, after, "graph/compile_errors") == 1
+    assert delta(before, after, "graph/runs") == 0
+
+
+def test_cpu_fallback_does_not_move_closed_over_tensors():
+    # spec: I2 -- tensors read from outside the arguments stay on rbln.
+    w = torch.randn(64, 64, dtype=torch.float16, device=DEV)
+    f = torch.compile(lambda a: torch.erfinv(a * w), backend="rbln", dynamic=False)
+    with pytest.raises(RuntimeError, match=r"Expected all tensors to be on the same device.*\['w'\] is not an argument"):
+        f(torch.randn(64, 64, dtype=torch.float16, device=DEV))
+
+
+def times_x_rows(x):
+    return torch.relu(x * x.shape[0])
+
+
+def test_dynamic_shapes_fail_on_second_shape_and_fall_back():
+    # spec: J2 -- the first shape compiles; the second needs sizes at run
+    # time, fails with the J2 message and the graph runs on the CPU.
+    c = torch.compile(times_x_rows, backend="rbln", dynamic=True)
+    a = torch.randn(128, 64, dtype=torch.float16)
+    b = torch.randn(96, 64, dtype=torch.float16)
+    c0 = graph_counters()
+    ra = c(a.to(DEV))
+    c1 = graph_counters()
+    rb = c(b.to(DEV))
+    c2 = graph_counters()
+    assert torch.equal(ra.cpu(), times_x_rows(a)) and torch.equal(rb.cpu(), times_x_rows(b))
+    assert delta(c0, c1, "graph/runs") == 1 and delta(c0, c1, "graph/cpu_fallback") == 0
+    assert delta(c1, c2, "graph/runs") == 0 and delta(c1, c2, "graph/cpu_fallback") == 1
+    assert rb.device == torch.device(DEV)
+
+
+def test_recompile_limit_message_suggests_padding_or_bucketing():
+    # spec: J2
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    logger = logging.getLogger("torch._dynamo.convert_frame")
+    handler = Keep()
+    logger.addHandler(handler)
+    try:
+        with torch._dynamo.config.patch(recompile_limit=2):
+            f = torch.compile(lambda a: a + a, backend="rbln", dynamic=False)
+            for n in (64, 128, 192):
+                out = f(torch.ones(n, 64, dtype=torch.float16, device=DEV))
+    finally:
+        logger.removeHandler(handler)
+    assert out.shape == (192, 64)
+    (hit,) = [m for m in records if "hit config.recompile_limit" in m]
+    assert "pad inputs or bucket them" in hit
+
+
+def test_options_compile_only_and_errors():
+    # spec: J5
+    x = torch.randn(128, 128, dtype=torch.float16, device=DEV)
+    f = torch.compile(compute, backend="rbln", dynamic=False, options={"mode": "compile_only"})
+    before = graph_counters()
+    out = f(x, x)
+    after = graph_counters()
+    assert out.device.type == "meta" and out.shape == (128, 128) and out.dtype == torch.float16
+    assert delta(before, after, "graph/compiles") == 1 and delta(before, after, "graph/runs") == 0
+    profile = torch.rbln.get_device_profile()["name"]
+    ok = torch.compile(compute, backend="rbln", options={"npu": profile, "num_devices": 1})
+    torch.testing.assert_close(ok(x, x).cpu(), torch.relu(x.cpu() * 2))
+    bad = [
+        ({"npu": "no-such-npu"}, f"does not match the device, which is a '{profile}' NPU"),
+        ({"mode": "fast"}, "option mode='fast' is not one of"),
+        ({"colour": 1}, r"unknown option\(s\) \['colour'\]"),
+        ({"num_devices": 64}, "option num_devices=64 but rbln:0 groups"),
+    ]
+    for options, message in bad:
+        torch._dynamo.reset()
+        g = torch.compile(compute, backend="rbln", options=options)
+        with pytest.raises(Exception, match=message):
+            g(x, x)
+
+
+def test_dynamo_reset_clears_programs_and_frees_constant_buffers():
+    # spec: J5, E2 -- constants live on the device while cached; reset frees them.
+    def with_constant(a):
+        return a + torch.ones(512, 512, dtype=a.dtype, device=a.device).tril()
+
+    x = torch.randn(512, 512, dtype=torch.float16, device=DEV)
+    f = torch.compile(with_constant, backend="rbln", dynamic=False)
+    out = f(x)
+    torch.testing.assert_close(out.cpu(), with_constant(x.cpu()))
+    (graph,) = torch.rbln.compiled_programs()
+    report = graph.inspect()
+    assert report["programs"][0]["ops"] == {"add": 1} and report["host_ops"] == []
+    assert sum(report["device_bytes_per_chiplet"].values()) >= 2 * 512 * 512 * 2
+    del out
+    held = torch.rbln.memory_allocated(DEV)
+    torch._dynamo.reset()
+    assert torch.rbln.compiled_programs() == []
+    assert torch.rbln.memory_allocated(DEV) <= held - 512 * 512 * 2
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))
