@@ -40,9 +40,6 @@ _DECOMPOSED_OPS = (
     "t",
     "transpose.int",
     "_unsafe_view",
-    "detach",
-    "alias",
-    "lift_fresh_copy",
     "masked_fill.Tensor",
     "rsub.Scalar",
     "rsub.Tensor",
@@ -58,6 +55,8 @@ _program_cache = {}
 # Every graph compiled since the last torch._dynamo.reset(), for
 # compiled_programs() / inspect().
 _compiled_graphs = []
+# (graph name, exception) of every compile failure since the last reset.
+_compile_failures = []
 _graph_counter = 0
 
 
@@ -389,6 +388,18 @@ def _is_call_argument(node) -> bool:
     return bool(getattr(source, "is_input", True)) and source.local_name != "self"
 
 
+def _record_failure(name, error):
+    with _lock:
+        _compile_failures.append((name, error))
+
+
+def compile_failures():
+    """(graph name, exception) of each compile failure since the last
+    torch._dynamo.reset(): what made a graph run on the CPU."""
+    with _lock:
+        return list(_compile_failures)
+
+
 def _source_name(node) -> str:
     source = getattr(node.meta.get("grapharg"), "source", None)
     name = getattr(source, "name", None) or node.name
@@ -404,6 +415,8 @@ class _CompiledFunction:
         self.name = name
         self.compiled = compiled
         self.failure = failure
+        if failure is not None:
+            _record_failure(name, failure)
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.call_argument = [_is_call_argument(n) for n in self.placeholders]
         # Dynamo drops node.meta["grapharg"] after compiling; keep the names.
@@ -414,7 +427,8 @@ class _CompiledFunction:
             try:
                 return self.compiled(*args)
             except CompileFailure as e:
-                if e.error is not None and DYNAMIC_SHAPE_MESSAGE not in str(e):
+                _record_failure(self.name, e.error)
+                if DYNAMIC_SHAPE_MESSAGE not in str(e):
                     self.failure = e.error  # Permanent: later calls skip the attempt.
                 return self._run_on_cpu(args, e.error)
         return self._run_on_cpu(args, self.failure)
@@ -519,6 +533,7 @@ def reset() -> None:
     with _lock:
         graphs = list(_compiled_graphs)
         _compiled_graphs.clear()
+        _compile_failures.clear()
         _program_cache.clear()
     for graph in graphs:
         graph.release()

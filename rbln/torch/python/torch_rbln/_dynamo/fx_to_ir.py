@@ -24,6 +24,10 @@ import torch
 # whose schema name differs from the op the compiler implements.
 _IR_OP_ALIASES = {"_softmax": "softmax", "_log_softmax": "log_softmax"}
 
+# Ops that only alias their input: in a functional graph the value is the
+# input itself (the frontend copies graph outputs that are inputs).
+_IDENTITY_OPS = {"alias", "detach", "view_of", "lift_fresh_copy"}
+
 # Binary ops take a scalar second operand as "other" (compiled_ops.cc does
 # the same for eager calls).
 _SCALAR_OPERAND_ALIASES = {"exponent": "other"}
@@ -229,6 +233,9 @@ class _Converter:
             raise GraphConversionError(f"{node.name}: call of {target} is not an ATen op")
         schema = target._schema
         op = ir_op_name(target)
+        if op in _IDENTITY_OPS and isinstance(self.env.get(node.args[0]), str):
+            self.env[node] = self.env[node.args[0]]
+            return
         inputs, attrs = [], {}
         n_args = len(node.args)
         for i, arg in enumerate(schema.arguments):

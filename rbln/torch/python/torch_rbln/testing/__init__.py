@@ -1,0 +1,1 @@
+"""Small reference models for tests, demos and benchmarks."""
