@@ -1,5 +1,5 @@
 """torch.compile(backend="rbln"): whole graphs as one program."""
-# spec: J2, J3, J5, J6, J7, I2, P9, E2
+# spec: J1, J2, J3, J5, J6, J7, I2, H5, P9, E2
 
 import logging
 import sys
@@ -77,6 +77,34 @@ def test_graph_outputs_stay_on_device_and_feed_the_next_graph():
         assert delta(before, after, key) == 0, key
     assert delta(before, after, "graph/runs") == 2
     torch.testing.assert_close(out.cpu(), torch.relu(x + x) * 2.0)
+
+
+def test_graphs_ignore_the_eager_alignment_rules():
+    # spec: H5 -- a last dim of 3 falls back in eager but not inside a graph.
+    x = torch.randn(5, 3, dtype=torch.float16)
+    f = torch.compile(compute, backend="rbln", dynamic=False)
+    f(x.to(DEV), x.to(DEV))
+    before = torch.rbln.counters()
+    out = f(x.to(DEV), x.to(DEV))
+    after = torch.rbln.counters()
+    torch.testing.assert_close(out.cpu(), torch.relu(x + x))
+    assert delta(before, after, "graph/runs") == 1
+    assert not [k for k in after if "fallback" in k and delta(before, after, k)]
+
+
+def test_training_forward_compiles_and_gradients_match():
+    # spec: J1 -- aot_autograd: the forward graph is a program; weights the
+    # backward needs are returned as themselves, not copied.
+    cpu = ScaleShift(128)
+    dev = ScaleShift(128).to(DEV)
+    dev.load_state_dict(cpu.state_dict())
+    x = torch.randn(64, 128, dtype=torch.float16)
+    loss = torch.compile(dev, backend="rbln", dynamic=False)(x.to(DEV)).float().sum()
+    loss.backward()
+    cpu(x).float().sum().backward()
+    torch.testing.assert_close(dev.scale.grad.cpu(), cpu.scale.grad, atol=1e-2, rtol=1e-2)
+    (fw,) = [g for g in torch.rbln.compiled_programs() if g.name.endswith("_forward")]
+    assert fw.inspect()["programs"][0]["ops"]["relu"] == 1
 
 
 class ScaleShift(torch.nn.Module):

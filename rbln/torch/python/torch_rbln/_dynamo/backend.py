@@ -192,6 +192,8 @@ class CompiledGraph:
 
     def _compile_ir(self, ir):
         start = time.perf_counter()
+        if not ir.outputs:
+            return ir, None  # Only inputs and constants are returned.
         key = ir.key()
         with _lock:
             program = _program_cache.get(key)
@@ -265,16 +267,21 @@ class CompiledGraph:
         if on_host:
             device = torch.device("rbln", _C._current_device())
         self.options.check_num_devices(device)
+        originals = []  # What the graph was given, for returned inputs.
         for kind, src in ir.input_sources:
             if kind == "arg":
                 t = args[src]
+                originals.append(t)
                 if t.device != device:
                     t = t.to(device)  # CPU call arguments are uploaded each call.
             else:
                 t = self._constant(kind, src, device)
+                originals.append(t)
             inputs.append(t)
         args.clear()
-        if self.options.mode == "compile_only":
+        if program is None:
+            outs = []
+        elif self.options.mode == "compile_only":
             # Build artifacts without running (SPEC J5): meta results.
             outs = [
                 torch.empty(shape, dtype=getattr(torch, dtype), device="meta")
@@ -287,7 +294,12 @@ class CompiledGraph:
         self._last_outputs = [weakref.ref(o) for o in outs if o.device.type == "rbln"]
         results = []
         for kind, v in ir.output_plan:
-            results.append(outs[v] if kind == "value" else v)
+            if kind == "value":
+                results.append(outs[v])
+            elif kind == "input":
+                results.append(originals[v])
+            else:
+                results.append(v)
         return results
 
     def release(self):
@@ -301,6 +313,8 @@ class CompiledGraph:
         """Ops, host ops (with host_op_reason) and device memory per chiplet."""
         programs = []
         for key, (ir, program) in self._programs.items():
+            if program is None:
+                continue
             counts = {}
             for op in ir.ops():
                 counts[op] = counts.get(op, 0) + 1

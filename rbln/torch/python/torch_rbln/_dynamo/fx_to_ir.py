@@ -61,7 +61,8 @@ class IrGraph:
     # Which FX placeholder (index) or constant (get_attr target) feeds each
     # graph input, in order.
     input_sources: list = field(default_factory=list)
-    # For each FX output: ("value", ir output index) or ("const", python value).
+    # For each FX output: ("value", ir output index), ("input", ir input
+    # index) or ("const", python value).
     output_plan: list = field(default_factory=list)
 
     def key(self):
@@ -292,7 +293,12 @@ class _Converter:
             results = [results]
         for r in results:
             produced = self.env[r] if isinstance(r, torch.fx.Node) else r
-            if isinstance(produced, str):
+            input_names = [name for name, _, _ in self.ir.inputs]
+            if isinstance(produced, str) and produced in input_names:
+                # A returned input (aot_autograd saves weights for backward
+                # this way) is the input tensor itself, not a copy.
+                self.ir.output_plan.append(("input", input_names.index(produced)))
+            elif isinstance(produced, str):
                 self.ir.output_plan.append(("value", len(self.ir.outputs)))
                 self.ir.outputs.append(produced)
             elif isinstance(produced, list):
