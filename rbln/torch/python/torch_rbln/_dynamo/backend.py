@@ -16,6 +16,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 import weakref
 
 import torch
@@ -88,6 +89,14 @@ class _Options:
             )
         self.npu = options.get("npu")
         self.cache_dir = options.get("cache_dir")
+        if self.cache_dir is not None:
+            # Said out loud rather than ignored: nothing is written there yet.
+            warnings.warn(
+                f"rbln backend: option cache_dir={self.cache_dir!r} is accepted but not used "
+                "yet: the compiler has no on-disk program cache, so every process compiles "
+                "its graphs again",
+                stacklevel=2,
+            )
         self._check_npu()
 
     def _check_npu(self):
