@@ -378,7 +378,26 @@ def _decompositions():
         ops.append(getattr(op, overload or "default", None) or op)
     table = get_decompositions([o for o in ops if o is not None])
     table[torch.ops.aten._safe_softmax.default] = _safe_softmax
+    table[torch.ops.aten.split.Tensor] = _split
+    table[torch.ops.aten.split_with_sizes.default] = _split_with_sizes
     return table
+
+
+def _split_with_sizes(x, split_sizes, dim=0):
+    """split as one `slice` per piece: single-output ops the compiler has."""
+    pieces, start = [], 0
+    for size in split_sizes:
+        pieces.append(torch.ops.aten.slice.Tensor(x, dim, start, start + size))
+        start += size
+    return pieces
+
+
+def _split(x, split_size, dim=0):
+    total = x.shape[dim]
+    sizes = [split_size] * (total // split_size)
+    if total % split_size:
+        sizes.append(total % split_size)
+    return _split_with_sizes(x, sizes or [0], dim)
 
 
 def _safe_softmax(x, dim, dtype=None):
