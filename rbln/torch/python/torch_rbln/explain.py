@@ -391,7 +391,9 @@ def explain(with_stack: bool = False) -> ExplainRegion:
         signal, nothing when no signal fires.
 
     Regions cover the whole process (all threads) and do not nest: entering
-    one while another records raises RuntimeError. After the block, read
+    one while another records raises RuntimeError. Entering resets the peak
+    device memory statistics (as torch.rbln.reset_peak_memory_stats() does)
+    so that the header's peak is the region's own. After the block, read
     `report()`, `verdict()` or `to_dict()`.
     """
     return ExplainRegion(with_stack=with_stack)
