@@ -29,6 +29,7 @@ absl::Status Executor::Run(const Executable& program,
     absl::StatusOr<StorageInfo> first =
         args.empty() ? absl::NotFoundError("") : storage_->Info(args[0].address);
     record.set_npu(first.ok() ? first->npu : -1);
+    record.set_correlation_id(ProfileRecorder::CurrentCorrelationId());
     record.set_start_ns(ProfileRecorder::NowNs());
   }
   std::vector<BufferView> views(args.size());

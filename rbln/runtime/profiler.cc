@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -54,6 +55,27 @@ int64_t StageNs(const profile::Stage& s) { return s.end_ns() - s.start_ns(); }
 }  // namespace
 
 ProfileRecorder* ProfileRecorder::Global() { return g_recorder; }
+
+namespace {
+thread_local std::vector<uint64_t> t_correlation_ids;
+}  // namespace
+
+void ProfileRecorder::PushCorrelationId(uint64_t id) {
+  t_correlation_ids.push_back(id);
+}
+
+void ProfileRecorder::PopCorrelationId() {
+  if (!t_correlation_ids.empty()) t_correlation_ids.pop_back();
+}
+
+uint64_t ProfileRecorder::CurrentCorrelationId() {
+  return t_correlation_ids.empty() ? 0 : t_correlation_ids.back();
+}
+
+uint64_t ProfileRecorder::num_seen() const {
+  absl::MutexLock lock(&mu_);
+  return profile_.executions_size() + profile_.dropped_executions();
+}
 
 ProfileRecorder::ProfileRecorder(uint64_t max_executions)
     : max_executions_(max_executions) {

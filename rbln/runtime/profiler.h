@@ -31,6 +31,15 @@ class ProfileRecorder {
   // CLOCK_MONOTONIC in nanoseconds: the clock of every recorded time.
   static int64_t NowNs();
 
+  // The launching thread's correlation ids (torch.profiler's Kineto bridge
+  // pushes the id of each ATen op it records); executions store the top.
+  static void PushCorrelationId(uint64_t id);
+  static void PopCorrelationId();
+  static uint64_t CurrentCorrelationId();
+
+  // Executions recorded so far (ids are 1..this, dropped ones included).
+  uint64_t num_seen() const ABSL_LOCKS_EXCLUDED(mu_);
+
   // Adds a finished execution; assigns its id (1, 2, ...).
   void Record(profile::Execution execution) ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -38,6 +38,7 @@ _SCHEMA = {
         4: ("start_ns", "sint"),
         5: ("end_ns", "sint"),
         6: ("stages", "Stage"),
+        7: ("correlation_id", "int"),
     },
     "Stage": {
         1: ("name", "str"),
