@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "rbln/core/signal_recorder.h"
 #include "rbln/core/status_macros.h"
 
 namespace rbln::runtime {
@@ -19,6 +20,28 @@ namespace {
 constexpr uint64_t kVirtualPage = 4096;
 
 thread_local std::string t_offload_dir;
+
+// Host-side accesses of rbln storages, whether served from the host shadow or
+// after a real DMA (explain()'s v2h/h2v; the DMA engine counts the real
+// transfers).
+struct HostAccessCounters {
+  Counter* reads = CounterRegistry::Global().Get("storage/host_reads");
+  Counter* read_bytes = CounterRegistry::Global().Get("storage/host_read_bytes");
+  Counter* writes = CounterRegistry::Global().Get("storage/host_writes");
+  Counter* write_bytes = CounterRegistry::Global().Get("storage/host_write_bytes");
+};
+
+const HostAccessCounters& HostAccess() {
+  static const auto* counters = new HostAccessCounters();
+  return *counters;
+}
+
+// runtime/v2v_slow: a device-to-device copy between different chiplets
+// (or NPUs), which the v2v engine cannot keep on one chiplet (SPEC D7).
+const Signal& V2vSlow() {
+  static const auto* signal = new Signal("runtime/v2v_slow");
+  return *signal;
+}
 
 }  // namespace
 
@@ -216,6 +239,8 @@ absl::Status StorageManager::WriteFromHost(uintptr_t address, const void* src,
   if (n == 0) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
   RBLN_ASSIGN_OR_RETURN(Storage * s, Find(address, n));
+  HostAccess().writes->Increment();
+  HostAccess().write_bytes->Add(static_cast<int64_t>(n));
   const uint64_t offset = address - s->base;
   if (s->state == DataState::kDeviceLatest) {
     // The device holds the rest of the bytes: write through to it.
@@ -234,6 +259,8 @@ absl::Status StorageManager::ReadToHost(void* dst, uintptr_t address,
   if (n == 0) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
   RBLN_ASSIGN_OR_RETURN(Storage * s, Find(address, n));
+  HostAccess().reads->Increment();
+  HostAccess().read_bytes->Add(static_cast<int64_t>(n));
   if (s->state == DataState::kDeviceLatest) {
     RBLN_RETURN_IF_ERROR(Download(*s));
     s->state = DataState::kInSync;
@@ -266,15 +293,20 @@ absl::Status StorageManager::CopyOnDevice(uintptr_t dst, uintptr_t src,
   RBLN_ASSIGN_OR_RETURN(void* to, MapForDevice(dst, n, DeviceAccess::kWrite));
   (void)from;
   (void)to;
-  absl::MutexLock lock(&mu_);
-  RBLN_ASSIGN_OR_RETURN(Storage * d, Find(dst, n));
-  RBLN_ASSIGN_OR_RETURN(Storage * s, Find(src, n));
-  (d->block->npu == s->block->npu && d->block->chiplet == s->block->chiplet
-       ? same_chiplet_copies_
-       : cross_chiplet_copies_)
-      ->Increment();
-  return dma_->DeviceToDevice(d->block->address + (dst - d->base),
-                              s->block->address + (src - s->base), n);
+  bool cross_chiplet = false;
+  {
+    absl::MutexLock lock(&mu_);
+    RBLN_ASSIGN_OR_RETURN(Storage * d, Find(dst, n));
+    RBLN_ASSIGN_OR_RETURN(Storage * s, Find(src, n));
+    cross_chiplet = d->block->npu != s->block->npu ||
+                    d->block->chiplet != s->block->chiplet;
+    (cross_chiplet ? cross_chiplet_copies_ : same_chiplet_copies_)->Increment();
+    RBLN_RETURN_IF_ERROR(dma_->DeviceToDevice(d->block->address + (dst - d->base),
+                                              s->block->address + (src - s->base), n));
+  }
+  // Outside mu_: firing may ask Python for the source line.
+  if (cross_chiplet) V2vSlow().Fire(static_cast<int64_t>(n));
+  return absl::OkStatus();
 }
 
 absl::Status StorageManager::Bind(uintptr_t base) {

@@ -58,6 +58,14 @@ def main():
     print("mul ran through the CPU fallback:", counters_delta(before, after, "dispatch/cpu_fallback/"))
     assert torch.equal(m, torch.add(a, b, alpha=2) * 0.5)
 
+    print("\n== torch.rbln.explain(): a warm step, then one with hidden host work")
+    with torch.rbln.explain() as clean:
+        (da + db).cpu()
+    print(clean.report())
+    with torch.rbln.explain(with_stack=True) as bad:
+        (da.float() + 1).cpu()  # float32 on the device: a dtype conversion and a CPU fallback
+    print(bad.report())
+
     print("\n== device memory (lazy: acquired at first device use)")
     print(torch.rbln.memory_summary())
 

@@ -38,6 +38,7 @@
 #include "rbln/torch/csrc/device_allocator.h"
 #include "rbln/torch/csrc/device_state.h"
 #include "rbln/torch/csrc/dispatch_config.h"
+#include "rbln/torch/csrc/explain_signals.h"
 #include "rbln/torch/csrc/fallback_policy.h"
 #include "rbln/torch/csrc/tensor_transfer.h"
 #include "rbln/torch/csrc/warm_cache.h"
@@ -316,15 +317,12 @@ std::optional<Check> FailedWrapperCheck(const Call& call, const at::Tensor& out)
   return std::nullopt;
 }
 
+// Counts the decision and fires explain()'s signal (cpu_fallback, or
+// recompile for the wrapper-side checks: SPEC H1).
 void CountFallback(const Call& call, absl::string_view why) {
-  CounterRegistry& r = CounterRegistry::Global();
-  r.Get(absl::StrCat("dispatch/cpu_fallback_why/", call.op, "/", why))->Increment();
-  // Wrapper-side checks re-enter the wrapper every call: SPEC H1 reports
-  // them as repeated recompiles.
-  if (why == "alignment" || why == "storage_offset") {
-    r.Get("dispatch/recompile")->Increment();
-    r.Get(absl::StrCat("dispatch/recompile/", call.op))->Increment();
-  }
+  int64_t bytes = 0;
+  for (const at::Tensor& t : call.inputs) bytes += t.is_cpu() ? 0 : t.nbytes();
+  RecordCompiledOpFallback(call.op, call.overload, why, bytes);
 }
 
 // SPEC G3: calls that re-enter the wrapper every time instead of filling the

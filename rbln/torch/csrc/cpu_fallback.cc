@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "rbln/core/counters.h"
+#include "rbln/torch/csrc/explain_signals.h"
 #include "rbln/torch/csrc/fallback_policy.h"
 
 namespace rbln::torch_backend {
@@ -61,6 +62,7 @@ namespace {
 // Ops with no rbln kernel at all: the unsupported_op category (SPEC I4, I6).
 void UnsupportedOpFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OnFallback(FallbackCategory::kUnsupportedOp, op.schema().name());
+  FireUnsupportedOpFallback(op, *stack);
   RblnCpuFallback(op, stack);
 }
 

@@ -17,6 +17,7 @@
 #include "rbln/core/counters.h"
 #include "rbln/core/device_profile.h"
 #include "rbln/torch/csrc/device_state.h"
+#include "rbln/torch/csrc/explain_bindings.h"
 #include "rbln/torch/csrc/fallback_policy.h"
 #include "rbln/torch/csrc/graph_program.h"
 #include "rbln/torch/csrc/pinned_host_allocator.h"
@@ -250,6 +251,7 @@ PYBIND11_MODULE(_C, m) {
     return runtime::StorageManager::SetThreadOffloadDir(std::move(dir));
   });
   RegisterGraphProgramBindings(m);
+  RegisterExplainBindings(m);
   m.def("_compiler_cache_size",
         [] { return compiler::Compiler::Global().cache_size(); });
 }

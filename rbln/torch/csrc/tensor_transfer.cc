@@ -4,6 +4,7 @@
 
 #include "rbln/core/counters.h"
 #include "rbln/torch/csrc/device_state.h"
+#include "rbln/torch/csrc/explain_signals.h"
 
 namespace rbln::torch_backend {
 namespace {
@@ -29,6 +30,9 @@ Counter* HostBounceCounter() {
   static Counter* c = CounterRegistry::Global().Get("runtime/host_bounce_copies");
   return c;
 }
+
+// Bytes from element 0 of the view to its last element.
+int64_t SpanBytes(const at::Tensor& t) { return SpanElements(t) * t.itemsize(); }
 
 }  // namespace
 
@@ -84,6 +88,7 @@ void CopyWithDevice(const at::Tensor& src, const at::Tensor& dst) {
   // Strided or converting device copies bounce through the host for now
   // (SPEC K3's host_bounce); the strided device copy engine replaces this.
   HostBounceCounter()->Increment();
+  FireHostBounce(SpanBytes(src));
   at::Tensor host_dst = DownloadSpan(dst);
   host_dst.copy_(DownloadSpan(src));
   UploadSpan(host_dst, dst);

@@ -3,6 +3,7 @@
 import torch
 
 from . import _C
+from .explain import explain  # noqa: F401
 from .host_memory import huge_host_empty, offload  # noqa: F401
 from .memory import (  # noqa: F401  (re-exported as torch.rbln.*)
     empty_cache,
@@ -27,6 +28,7 @@ __all__ = [
     "device_count",
     "device_summary",
     "empty_cache",
+    "explain",
     "max_memory_allocated",
     "max_memory_reserved",
     "memory_allocated",

@@ -1,0 +1,331 @@
+"""torch.rbln.explain(): signals, the report layout, verdict/to_dict, nesting."""
+# spec: N1, N2, N3, N4
+
+import inspect
+import json
+import os
+import sys
+
+import pytest
+import torch
+
+import rbln_test_util
+
+DEV = "rbln:0"
+F16 = torch.float16
+
+
+def _line_of(func, text):
+    """Line number in this file of the first source line of `func` containing `text`."""
+    lines, first = inspect.getsourcelines(func)
+    for i, line in enumerate(lines):
+        if text in line:
+            return first + i
+    raise AssertionError(f"{text!r} not in {func.__name__}")
+
+
+# The seed's worked example (seed 000, end), kept as written there.
+weight = torch.randn(128, 128, dtype=F16, device=DEV)
+scale = torch.full((128, 128), 0.5, dtype=F16, device=DEV)
+
+
+def step_eager(x_host):
+    x = x_host.to(DEV)  # H2D every step
+    h = torch.relu(x @ weight)
+    if float(h.max()) > 1e4:  # value check: D2H and a wait
+        h = h * 0.5
+    counts = torch.ones(128, 128, dtype=torch.int32, device=DEV)  # a constant made every step
+    h = h * counts.to(torch.float16)  # dtype conversion through the host
+    return (h * scale)[:, :100]  # last dim not a multiple of 64
+
+
+def step_body(x):
+    return torch.relu(x @ weight) * scale
+
+
+def test_n4_eager_step_reports_its_overhead():
+    # spec: N1, N3, N4 -- the eager half of the worked example.
+    x_host = torch.randn(128, 128, dtype=F16)
+    with torch.inference_mode():
+        step_eager(x_host).cpu()  # warm-up: compiles stay out of the region
+        with torch.rbln.explain(with_stack=True) as bad:
+            result = step_eager(x_host).cpu()
+    assert result.shape == (128, 100)
+    d = bad.to_dict()
+    rt = d["runtime"]
+    assert bad.verdict() == "overhead"
+    # Our runtime's real events (the seed reports 3 pushes / 3 physical d2h
+    # on its runtime). Pushes (H2D DMA): x at its first device use (the mm)
+    # and the float16 copy of `counts` at the mul -- `torch.ones` writes the
+    # int32 constant into host memory only, so it never crosses itself.
+    assert rt["push"] == {"count": 2, "bytes": 2 * 128 * 128 * 2, "uploads": 2, "write_through": 0}
+    # Physical d2h: the NaN/Inf check (TORCH_RBLN_DEPLOY unset) reads the
+    # device-latest mm output before relu and h * counts before * scale;
+    # h.max() has no rbln kernel, so its CPU fallback downloads h; and the
+    # result comes back with .cpu().
+    assert rt["physical_d2h"] == {"count": 4, "bytes": 4 * 128 * 128 * 2}
+    assert rt["program_runs"] == 4  # mm, relu, two muls
+    assert rt["compiles"] == 0
+    signals = d["signals"]
+    assert list(signals) == ["host_bounce/d2d_copy", "dispatch/cpu_fallback"]
+    bounce = signals["host_bounce/d2d_copy"]
+    assert bounce["count"] == 1 and bounce["bytes"] == 128 * 128 * 4  # the int32 source
+    here = os.path.basename(__file__)
+    convert_line = _line_of(step_eager, "counts.to(torch.float16)")
+    (where,) = bounce["where"]
+    assert where.startswith(f"{here}:{convert_line}(step_eager) <- {here}:")
+    fallback = signals["dispatch/cpu_fallback"]
+    assert fallback["why"] == {"aten::max: unsupported_op": 1}
+    (where,) = fallback["where"]
+    assert where.startswith(f"{here}:{_line_of(step_eager, 'h.max()')}(step_eager)")
+    assert d["optimization_candidates"] == [{"op": "aten::max", "count": 1, "why": ["unsupported_op"]}]
+
+    text = bad.report()
+    lines = text.splitlines()
+    assert lines[0].startswith("[overhead: 2 signals]  RBLN EXPLAIN   (region wall ")
+    assert " | device mem " in lines[0] and lines[0].endswith(" reserved)")
+    assert "  host->device push (runtime): 2 pushes, 64.0 KiB (2 at device use, 0 write-through)" in lines
+    note = signals["dispatch/cpu_fallback"]["note"]
+    rule = "---------------------  -----  --------  " + "-" * len(note)
+    table = [
+        rule,
+        "Signal                 Count     Bytes  Note",
+        rule,
+        "host_bounce/d2d_copy       1  64.0 KiB  real d2h DMA (costly) | try: make contiguous, or v2v engine",
+        f"dispatch/cpu_fallback      1  32.0 KiB  {note}",
+        rule,
+    ]
+    start = lines.index(rule)
+    assert lines[start - 1] == "" and lines[start : start + 6] == table
+    body = lines[start + 6 :]
+    assert body[:3] == ["", "  host_bounce/d2d_copy:", f"    at {next(iter(bounce['where']))}"]
+    assert body[3:6] == ["", "  dispatch/cpu_fallback:", "    why: aten::max: unsupported_op"]
+    assert body[6].startswith(f"    at {here}:")
+    assert body[7:] == [
+        "",
+        "  >> physical d2h (real transfer): 4 copies, 128.0 KiB -- real device crossing",
+        "",
+        "  optimization candidates (ran on CPU through the generic fallback, no fast host path):",
+        "    aten::max  x1  (unsupported_op)",
+    ]
+    assert "checked:" not in text
+
+
+def test_n4_graph_step_is_clean():
+    # spec: N4 -- the graph half: a bound input buffer, one push, one d2h.
+    if "rbln" not in torch._dynamo.list_backends():
+        pytest.skip("the rbln torch.compile backend is not registered yet")
+    step_graph = torch.compile(step_body, backend="rbln", dynamic=False)
+    x_host = torch.randn(128, 128, dtype=F16)
+    with torch.inference_mode():
+        step_graph(x_host.to(DEV)).cpu()
+        x_dev = torch.empty(128, 128, dtype=F16, device=DEV)
+        torch.rbln.bind_device_memory(x_dev)
+        x_dev.copy_(x_host)
+        step_graph(x_dev).cpu()  # warm-up: binds the input buffer to the graph once
+        with torch.rbln.explain(with_stack=True) as good:
+            x_dev.copy_(x_host)
+            result = step_graph(x_dev).cpu()
+    expected = torch.relu(x_host.float() @ weight.cpu().float()) * 0.5
+    torch.testing.assert_close(result.float(), expected, rtol=2e-2, atol=2e-2)
+    assert good.verdict() == "clean", good.report()
+    rt = good.to_dict()["runtime"]
+    assert rt["push"]["count"] == 1 and rt["physical_d2h"]["count"] == 1
+    assert rt["h2v"]["count"] == 1 and rt["v2h"]["count"] == 1
+    lines = good.report().splitlines()
+    assert lines[0].startswith("[clean]  RBLN EXPLAIN   (region wall ")
+    assert lines[3] == "    v2h 32.0 KiB/1  h2v 32.0 KiB/1"
+    assert lines[4] == "  host->device push (runtime): 1 pushes, 32.0 KiB (1 at device use, 0 write-through)" or (
+        lines[4] == "  host->device push (runtime): 1 pushes, 32.0 KiB (0 at device use, 1 write-through)"
+    )
+
+
+def test_clean_region_layout():
+    # spec: N2, N3 -- an aligned float16 step with device-resident inputs.
+    x = torch.randn(128, 128, dtype=F16).to(DEV)
+    y = torch.randn(128, 128, dtype=F16).to(DEV)
+    (x + y).cpu()  # warm-up: compile, and x, y reach the device
+    with torch.rbln.explain() as r:
+        out = (x + y).cpu()
+    torch.testing.assert_close(out, x.cpu() + y.cpu())
+    assert r.verdict() == "clean", r.report()
+    lines = r.report().splitlines()
+    assert lines[0].startswith("[clean]  RBLN EXPLAIN   (region wall ")
+    assert lines[1] == ""
+    assert lines[2] == "  rebel runtime: 1 program runs, " + lines[2].split(", ", 1)[1]
+    assert lines[2].endswith(" in librbln")
+    # Host reads: the NaN/Inf check reads x and y (in sync: served from host
+    # memory, no DMA) and .cpu() reads the device-latest sum (one real d2h).
+    assert lines[3] == "    v2h 96.0 KiB/3  h2v 0 B/0"
+    assert lines[4] == "  host->device push (runtime): 0 pushes, 0 B"
+    assert lines[5] == "  checked: host_bounce, v2v_slow, cpu_fallback, recompile -- none fired"
+    assert lines[6] == '  note: clean = no hidden host overhead, not "fast"'
+    assert lines[8] == "  >> physical d2h (real transfer): 1 copies, 32.0 KiB -- real device crossing"
+    # The memory part of the header: the sum's 32 KiB were allocated in the region.
+    assert r.to_dict()["device_memory"]["peak_allocated_bytes"] >= 128 * 128 * 2
+
+
+def _region(fn, with_stack=False):
+    with torch.rbln.explain(with_stack=with_stack) as r:
+        fn()
+    return r
+
+
+def test_host_bounce_fires_for_converting_device_copy_only():
+    # spec: N3, K3 -- a float16 -> float32 device copy goes through the host;
+    # its device-latest source is a real d2h.
+    src = torch.ones(128, 128, dtype=F16, device=DEV)
+    src = src + src  # device-latest
+    wide = torch.empty(128, 128, dtype=torch.float32, device=DEV)
+    r = _region(lambda: wide.copy_(src))
+    d = r.to_dict()
+    assert d["signals"]["host_bounce/d2d_copy"]["count"] == 1
+    assert d["signals"]["host_bounce/d2d_copy"]["bytes"] == 128 * 128 * 2
+    assert d["runtime"]["physical_d2h"]["count"] == 1
+    assert torch.equal(wide.cpu(), torch.full((128, 128), 2.0))
+    # Same dtype and layout on one device: the device copy engine, no bounce
+    # (set_device_layout_like keeps it on one chiplet: no v2v_slow either).
+    same = torch.empty(128, 128, dtype=F16, device=DEV)
+    torch.rbln.set_device_layout_like(same, src)
+    r = _region(lambda: same.copy_(src))
+    assert r.verdict() == "clean", r.report()
+    assert r.to_dict()["runtime"]["physical_d2h"]["count"] == 0
+    assert torch.equal(same.cpu(), torch.full((128, 128), 2.0, dtype=F16))
+
+
+def _device_resident(n=64):
+    t = torch.ones(n, 128, dtype=F16, device=DEV)
+    t = t + t  # a device op: device-latest, on some chiplet
+    return t
+
+
+def test_v2v_slow_fires_for_cross_chiplet_copies_only():
+    # spec: N3, D7 -- placement spreads tensors over the chiplets; a copy
+    # between two chiplets is the slow v2v path until the layouts are aligned.
+    src = _device_resident()
+    chiplet = torch.rbln._storage_info(src)["chiplet"]
+    others = []
+    dst = None
+    for _ in range(16):
+        t = _device_resident()
+        if torch.rbln._storage_info(t)["chiplet"] != chiplet:
+            dst = t
+            break
+        others.append(t)
+    if dst is None:
+        pytest.skip("allocator placed every tensor on one chiplet")
+    r = _region(lambda: dst.copy_(src), with_stack=True)
+    slow = r.to_dict()["signals"]["runtime/v2v_slow"]
+    assert slow["count"] == 1 and slow["bytes"] == 64 * 128 * 2
+    (where,) = slow["where"]
+    assert where.startswith(os.path.basename(__file__) + ":")
+    torch.rbln.set_device_layout_like(dst, src)
+    r = _region(lambda: dst.copy_(src))
+    assert r.verdict() == "clean", r.report()
+    assert torch.equal(dst.cpu(), src.cpu())
+
+
+def test_cpu_fallback_fires_for_fallbacks_only():
+    # spec: N3, I3
+    x = torch.randn(128, 128, dtype=F16).to(DEV)
+    r = _region(lambda: torch.sin(x))
+    fb = r.to_dict()["signals"]["dispatch/cpu_fallback"]
+    # torch.sin reaches the backend as its out= overload.
+    assert fb["count"] == 1 and fb["why"] == {"aten::sin.out: unsupported_op": 1}
+    assert fb["bytes"] == 2 * 128 * 128 * 2  # x and the out= tensor both go to the host
+    assert "    why: aten::sin.out: unsupported_op" in r.report().splitlines()
+    # A dtype the compiled kernels do not take: the shim's dtype check.
+    f32 = torch.randn(128, 128).to(DEV)
+    r = _region(lambda: f32 + f32)
+    assert r.to_dict()["signals"]["dispatch/cpu_fallback"]["why"] == {"aten::add.Tensor: dtype": 1}
+    # An aligned float16 op after warm-up runs its program: nothing fires.
+    x + x
+    r = _region(lambda: x + x)
+    assert r.to_dict()["signals"] == {}
+
+
+def test_recompile_fires_for_wrapper_checks_and_compiles_only():
+    # spec: N3, H1, H3 -- a 3-element add fails the alignment check after
+    # every warm-cache miss: each call is a recompile, not a cpu_fallback.
+    x = torch.ones(3, dtype=F16, device=DEV)
+    x + x
+
+    def three():
+        for _ in range(3):
+            x + x
+
+    r = _region(three, with_stack=True)
+    sig = r.to_dict()["signals"]
+    assert list(sig) == ["dispatch/recompile"]
+    assert sig["dispatch/recompile"]["count"] == 3
+    assert sig["dispatch/recompile"]["why"] == {"aten::add.Tensor: alignment": 3}
+    (where,) = sig["dispatch/recompile"]["where"]
+    assert sig["dispatch/recompile"]["where"][where] == 3
+    assert f"(three) <- " in where
+    assert "  (x3)" in r.report()
+    # A shape never seen before compiles in the region: also a recompile.
+    odd = torch.ones(3 * 64, 5 * 64, dtype=F16, device=DEV)
+    r = _region(lambda: odd * odd)
+    rec = r.to_dict()["signals"]["dispatch/recompile"]
+    assert rec["why"] == {"compiled 1 new program(s) in the region": 1}
+    # The same call again is warm: clean.
+    r = _region(lambda: odd * odd)
+    assert r.verdict() == "clean", r.report()
+
+
+def test_nesting_is_a_clear_error():
+    # spec: N1
+    with torch.rbln.explain() as outer:
+        with pytest.raises(RuntimeError, match="cannot nest"):
+            with torch.rbln.explain(with_stack=True):
+                pass
+    assert outer.verdict() == "clean"
+    # Regions work again afterwards, also with stacks.
+    with torch.rbln.explain(with_stack=True) as again:
+        pass
+    assert again.verdict() == "clean"
+    with pytest.raises(RuntimeError, match="after the `with` block"):
+        with torch.rbln.explain() as r:
+            r.report()
+    with pytest.raises(RuntimeError, match="already used"):
+        with r:
+            pass
+
+
+def test_to_dict_is_json_and_matches_report():
+    # spec: N1 -- the structured form CI asserts on.
+    x = torch.randn(128, 128, dtype=F16).to(DEV)
+    with torch.rbln.explain() as r:
+        torch.sin(x).cpu()
+    d = json.loads(json.dumps(r.to_dict()))
+    assert d["verdict"] == "overhead" == r.verdict()
+    assert set(d) == {
+        "verdict", "with_stack", "wall_seconds", "device_memory", "runtime",
+        "signals", "checked", "optimization_candidates",
+    }
+    assert d["checked"] == ["host_bounce", "v2v_slow", "cpu_fallback", "recompile"]
+    assert d["signals"]["dispatch/cpu_fallback"]["where"] == {}  # no stacks without with_stack
+    assert d["wall_seconds"] > 0
+    assert r.report().startswith("[overhead: 1 signal]  RBLN EXPLAIN")
+    assert "    at " not in r.report()
+
+
+def test_explain_in_a_fresh_process_before_any_device_use():
+    # spec: N1 -- nothing committed: the region works and reports zeros.
+    r = rbln_test_util.run_python(
+        "import torch\n"
+        "with torch.rbln.explain(with_stack=True) as r:\n"
+        "    pass\n"
+        "print(r.verdict()); print(r.report().splitlines()[0])\n"
+        "print(torch.rbln.is_initialized())\n"
+    )
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.splitlines()
+    assert out[0] == "clean"
+    assert out[1].startswith("[clean]  RBLN EXPLAIN   (region wall ")
+    assert out[1].endswith("| device mem 0 B peak, 0 B reserved)")
+    assert out[2] == "False"
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))

@@ -1,0 +1,102 @@
+"""torch.profiler with the RBLN Profiler's Kineto bridge (seed 002's profile_matmul.py)."""
+# spec: O1, O2, O3, O4, O5, O6
+
+import json
+import os
+import sys
+import tempfile
+
+import pytest
+
+import rbln_test_util
+
+# Seed 002's profile_matmul.py, printing what the test checks.
+PROFILE_MATMUL = """
+import json, torch
+from torch.profiler import DeviceType, ProfilerActivity, profile
+
+x = torch.randn(512, 512, dtype=torch.float16, device="rbln")
+with torch.inference_mode():
+    (x @ x).cpu()  # warm-up: compile outside the profiled region
+
+activities = [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
+with torch.inference_mode(), profile(activities=activities) as prof:
+    for _ in range(3):
+        (x @ x).cpu()
+
+print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=10))
+device_events = [e for e in prof.events() if e.device_type == DeviceType.PrivateUse1]
+print(f"{len(device_events)} device events, for example:", [e.name for e in device_events[:4]])
+print("DEVICE_EVENTS", json.dumps([[e.name, e.device_time_total] for e in device_events]))
+mm = [e for e in prof.key_averages() if e.key == "aten::mm"][0]
+print("MM_SELF_RBLN", mm.self_device_time_total)
+print("OPS", json.dumps(sorted({e.key for e in prof.key_averages()})))
+prof.export_chrome_trace("trace.json")
+"""
+
+
+def _run(env, cwd):
+    r = rbln_test_util.run_python(f"import os; os.chdir({cwd!r})\n" + PROFILE_MATMUL, env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def _value(out, tag):
+    return next(line.split(" ", 1)[1] for line in out.splitlines() if line.startswith(tag + " "))
+
+
+def test_profile_matmul_with_rbln_profiler():
+    # spec: O1, O2, O4, O5, O6
+    with tempfile.TemporaryDirectory() as d:
+        out = _run({"RBLN_PROFILER": "1", "RBLN_PROFILER_DIR": d}, d)
+        header = next(line for line in out.splitlines() if "Self CPU %" in line)
+        for column in ("Self RBLN", "Self RBLN %", "RBLN total", "RBLN time avg"):
+            assert column in header
+        assert "Self RBLN time total:" in out
+        events = json.loads(_value(out, "DEVICE_EVENTS"))
+        # Per call: 3 argument stages (two inputs, one output) and 1 compute
+        # stage (seed 002 shows 3 "mm" stages per call on its hardware).
+        assert [n for n, _ in events] == [
+            f"i1_{call}_W0_{stage}" for call in range(3) for stage in ("args_0_0", "args_0_1", "args_0_2", "mm_0")
+        ]
+        assert all(t >= 0 for _, t in events) and sum(t for n, t in events if n.endswith("mm_0")) > 0
+        assert "12 device events, for example: ['i1_0_W0_args_0_0', 'i1_0_W0_args_0_1', 'i1_0_W0_args_0_2', 'i1_0_W0_mm_0']" in out
+        assert float(_value(out, "MM_SELF_RBLN")) == 0.0  # device time lives in its own events (O2)
+        # O5: with TORCH_RBLN_DEPLOY unset the NaN/Inf check shows as its own ATen rows.
+        ops = set(json.loads(_value(out, "OPS")))
+        assert {"aten::mm", "aten::abs", "aten::isinf", "aten::isnan", "aten::ne"} <= ops
+        # O4: the runtime's own report and file (also for the warm-up run).
+        assert "RBLN Profiler Generation Status Report" in out
+        assert any(f.startswith("rbln_") and f.endswith(".pb") for f in os.listdir(d))
+        # O6: device events on their own row next to the host thread.
+        with open(os.path.join(d, "trace.json")) as f:
+            trace = json.load(f)
+        device = [e for e in trace["traceEvents"] if e.get("name", "").startswith("i1_") and e.get("ph") == "X"]
+        host = [e for e in trace["traceEvents"] if e.get("name") == "aten::mm" and e.get("ph") == "X"]
+        assert len(device) == 12 and host
+        assert {e["pid"] for e in device}.isdisjoint({e["pid"] for e in host})
+        mm_start = min(e["ts"] for e in host)
+        assert min(e["ts"] for e in device) >= mm_start - 1  # same clock, device after submission
+
+
+def test_profile_matmul_without_rbln_profiler():
+    # spec: O3
+    with tempfile.TemporaryDirectory() as d:
+        out = _run({"RBLN_PROFILER": None, "RBLN_PROFILER_DIR": d}, d)
+        assert "Self RBLN" not in out
+        assert "0 device events" in out
+        assert "RBLN Profiler Generation Status Report" not in out
+        assert not any(f.endswith(".pb") for f in os.listdir(d))
+
+
+def test_bridge_is_off_on_atom():
+    # spec: O1 -- host rows only; the runtime still records and writes its file.
+    with tempfile.TemporaryDirectory() as d:
+        out = _run({"RBLN_PROFILER": "1", "RBLN_PROFILER_DIR": d, "RBLN_SIM_PROFILE": "atom"}, d)
+        assert "0 device events" in out and "Self RBLN" not in out
+        assert "RBLN Profiler Generation Status Report" in out
+        assert any(f.endswith(".pb") for f in os.listdir(d))
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))
