@@ -1,0 +1,400 @@
+"""The `rbln-ccl` process group: torch.distributed collectives on rbln tensors.
+
+Registered at import as the backend for device "rbln", so
+`dist.init_process_group("rbln-ccl")`, `"cpu:gloo,rbln:rbln-ccl"` and, with
+rbln the current accelerator, a bare `init_process_group()` all use it
+(SPEC A8: one card per process, each rank picks its card through
+`RBLN_VISIBLE_DEVICES`).
+
+Data path (docs/distributed.md): the simulated cards have no interconnect, so
+every collective runs on gloo over host memory:
+
+    rbln tensor --D2H--> pinned host buffer --gloo--> pinned host buffer --H2D--> rbln tensor
+
+The D2H staging happens when the collective is issued, on the caller's
+thread, so it sees all work issued before it (rbln streams are synchronous).
+Gloo runs the exchange on its own threads; the H2D copy-back runs when gloo
+finishes, before the returned work (and its future, which DDP chains on)
+completes. CPU tensors go to gloo directly. Every staging copy is counted in
+the `ccl/*` counters that explain() reads.
+"""
+
+from __future__ import annotations
+
+import datetime
+import queue
+import threading
+from typing import Callable, List, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import (
+    AllgatherOptions,
+    AllreduceCoalescedOptions,
+    AllreduceOptions,
+    BarrierOptions,
+    BroadcastOptions,
+    ReduceScatterOptions,
+    _create_work_from_future,
+)
+
+from . import _C
+
+BACKEND_NAME = "rbln-ccl"
+
+# Host-side staging buffers are pinned only when there is a device copy to
+# make; the pinned allocator's caching makes this cheap after the first step.
+_PIN_STAGING = True
+
+
+def _count(name: str, delta: int = 1) -> None:
+    _C._counter_add(name, delta)
+
+
+def _op_name(op) -> str:
+    for name in ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM"):
+        if op == getattr(dist.ReduceOp, name):
+            return name
+    return str(op)
+
+
+class _Staging:
+    """The host copies of one collective's tensors and how to write back.
+
+    All tensors of one collective must be on one device: one logical rbln
+    device, or the CPU (SPEC B4).
+    """
+
+    def __init__(self, collective: str, tensors: Sequence[torch.Tensor]):
+        self.collective = collective
+        devices = {t.device for t in tensors}
+        for t in tensors:
+            if t.device.type not in ("rbln", "cpu"):
+                raise ValueError(
+                    f"rbln-ccl: {collective} got a tensor on {t.device}; the rbln-ccl process "
+                    f"group moves tensors on rbln devices (or the CPU). Move it first with "
+                    f".to('rbln') or use a process group for {t.device.type}."
+                )
+        if len(devices) > 1:
+            names = ", ".join(sorted(str(d) for d in devices))
+            raise ValueError(
+                f"rbln-ccl: {collective} got tensors on several devices ({names}); all tensors "
+                f"of one collective must be on one device (SPEC B4). Move them with .to(...)."
+            )
+        self.device = next(iter(devices)) if devices else torch.device("cpu")
+        self.on_device = self.device.type == "rbln"
+        # (device tensor, host buffer) pairs to copy back after the exchange.
+        self._copy_back: List[tuple] = []
+
+    def host_input(self, t: torch.Tensor) -> torch.Tensor:
+        """A host tensor with `t`'s values (D2H when `t` is on rbln)."""
+        if not self.on_device:
+            return t
+        host = torch.empty(t.shape, dtype=t.dtype, pin_memory=_PIN_STAGING)
+        host.copy_(t)
+        _count("ccl/d2h_copies")
+        _count("ccl/d2h_bytes", host.numel() * host.element_size())
+        return host
+
+    def host_output(self, t: torch.Tensor, initial: bool = False) -> torch.Tensor:
+        """A host buffer gloo writes into, copied to `t` afterwards.
+
+        `initial` seeds it with `t`'s values (in-place collectives).
+        """
+        if not self.on_device:
+            return t
+        host = (
+            self.host_input(t)
+            if initial
+            else torch.empty(t.shape, dtype=t.dtype, pin_memory=_PIN_STAGING)
+        )
+        self._copy_back.append((t, host))
+        return host
+
+    def host_inout(self, t: torch.Tensor) -> torch.Tensor:
+        return self.host_output(t, initial=True)
+
+    def finish(self) -> None:
+        """Copies gloo's results to the device tensors (H2D)."""
+        for dev, host in self._copy_back:
+            dev.copy_(host)
+            _count("ccl/h2d_copies")
+            _count("ccl/h2d_bytes", host.numel() * host.element_size())
+
+
+def _check_same_shape(collective: str, what: str, tensors: Sequence[torch.Tensor], shape, dtype):
+    for i, t in enumerate(tensors):
+        if t.shape != shape or t.dtype != dtype:
+            raise ValueError(
+                f"rbln-ccl: {collective}: {what}[{i}] is {tuple(t.shape)} {t.dtype}, expected "
+                f"{tuple(shape)} {dtype} like the input"
+            )
+
+
+class ProcessGroupRbln(dist.ProcessGroup):
+    """A ProcessGroup for rbln tensors that exchanges bytes with gloo.
+
+    A Python ProcessGroup (torch's PyProcessGroup trampoline), so C++ callers
+    such as DDP's reducer reach these methods too.
+    """
+
+    def __init__(self, store: dist.Store, rank: int, size: int, timeout: datetime.timedelta):
+        super().__init__(rank, size)
+        self._timeout = timeout
+        # A key prefix of our own: with "cpu:gloo,rbln:rbln-ccl" torch also
+        # makes a gloo group over the same store.
+        self._gloo = dist.ProcessGroupGloo(dist.PrefixStore(BACKEND_NAME, store), rank, size, timeout)
+        # Completes futures for gloo works that have none (_future_of).
+        self._pending: queue.Queue = queue.Queue()
+        self._waiter: Optional[threading.Thread] = None
+        self._waiter_lock = threading.Lock()
+
+    # --- identity -----------------------------------------------------------
+    def getBackendName(self) -> str:  # noqa: N802 (the C++ virtual's name)
+        return BACKEND_NAME
+
+    def _get_backend_name(self) -> str:
+        return BACKEND_NAME
+
+    def name(self) -> str:
+        return BACKEND_NAME
+
+    # --- plumbing -----------------------------------------------------------
+    def _run(self, staging: _Staging, gloo_work, result, post: Optional[Callable[[], None]] = None):
+        """Work that completes after gloo's work and the copy-back.
+
+        `post` runs on the host buffers before they are copied back (e.g.
+        the division of AVG). Its future's value is `result` (a list of
+        tensors), as DDP's comm hooks expect.
+        """
+        _count("ccl/collectives")
+        collective = staging.collective
+
+        def complete(fut: torch.futures.Future):
+            try:
+                fut.wait()
+            except Exception as e:  # noqa: BLE001 -- re-raised with context
+                raise RuntimeError(
+                    f"rbln-ccl: {collective} failed on rank {self.rank()} of {self.size()}: {e}"
+                ) from e
+            if post is not None:
+                post()
+            staging.finish()
+            return result
+
+        return _create_work_from_future(self._future_of(gloo_work).then(complete))
+
+    def _future_of(self, gloo_work) -> torch.futures.Future:
+        """Gloo's future for `gloo_work`; for the works gloo gives none
+        (e.g. _reduce_scatter_base), one completed by a waiter thread."""
+        try:
+            return gloo_work.get_future()
+        except RuntimeError:
+            pass
+        fut = torch.futures.Future()
+        with self._waiter_lock:
+            if self._waiter is None:
+                self._waiter = threading.Thread(
+                    target=self._wait_loop, name="rbln-ccl-waiter", daemon=True
+                )
+                self._waiter.start()
+        self._pending.put((gloo_work, fut))
+        return fut
+
+    def _wait_loop(self) -> None:
+        while True:
+            gloo_work, fut = self._pending.get()
+            try:
+                gloo_work.wait()
+            except Exception as e:  # noqa: BLE001 -- handed to the waiter
+                fut.set_exception(e)
+            else:
+                fut.set_result(None)
+
+    @staticmethod
+    def _reduce_op(collective: str, op, tensors: Sequence[torch.Tensor]):
+        """Gloo's op for `op` and whether to divide by the world size after."""
+        if op == dist.ReduceOp.AVG:
+            for t in tensors:
+                if not (t.is_floating_point() or t.is_complex()):
+                    raise ValueError(
+                        f"rbln-ccl: {collective} with ReduceOp.AVG needs floating-point tensors, "
+                        f"got {t.dtype}; use SUM and divide yourself"
+                    )
+            return dist.ReduceOp.SUM, True
+        if _op_name(op) not in ("SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"):
+            raise ValueError(f"rbln-ccl: {collective} does not support ReduceOp.{_op_name(op)}")
+        return op, False
+
+    # --- collectives --------------------------------------------------------
+    def allreduce(self, tensors, opts=None):
+        if isinstance(opts, dist.ReduceOp) or opts is None:
+            op = opts if opts is not None else dist.ReduceOp.SUM
+            opts = AllreduceOptions()
+            opts.reduceOp = op
+        staging = _Staging("all_reduce", tensors)
+        gloo_op, average = self._reduce_op("all_reduce", opts.reduceOp, tensors)
+        hosts = [staging.host_inout(t) for t in tensors]
+        gloo_opts = AllreduceOptions()
+        gloo_opts.reduceOp = gloo_op
+        gloo_opts.timeout = opts.timeout
+        work = self._gloo.allreduce(hosts, gloo_opts)
+
+        def divide():
+            for h in hosts:
+                h.div_(self.size())
+
+        return self._run(staging, work, list(tensors), divide if average else None)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        opts = opts or AllreduceCoalescedOptions()
+        staging = _Staging("all_reduce_coalesced", tensors)
+        gloo_op, average = self._reduce_op("all_reduce_coalesced", opts.reduceOp, tensors)
+        hosts = [staging.host_inout(t) for t in tensors]
+        gloo_opts = AllreduceCoalescedOptions()
+        gloo_opts.reduceOp = gloo_op
+        gloo_opts.timeout = opts.timeout
+        work = self._gloo.allreduce_coalesced(hosts, gloo_opts)
+
+        def divide():
+            for h in hosts:
+                h.div_(self.size())
+
+        return self._run(staging, work, list(tensors), divide if average else None)
+
+    def broadcast(self, tensors, opts=None):
+        opts = opts or BroadcastOptions()
+        staging = _Staging("broadcast", tensors)
+        # The root sends its values; the others only receive, so they skip
+        # the D2H of bytes about to be overwritten.
+        if self.rank() == opts.rootRank:
+            hosts = [staging.host_input(t) for t in tensors]
+        else:
+            hosts = [staging.host_output(t) for t in tensors]
+        gloo_opts = BroadcastOptions()
+        gloo_opts.rootRank = opts.rootRank
+        gloo_opts.rootTensor = opts.rootTensor
+        gloo_opts.timeout = opts.timeout
+        return self._run(staging, self._gloo.broadcast(hosts, gloo_opts), list(tensors))
+
+    def allgather(self, output_lists, inputs, opts=None):
+        opts = opts or AllgatherOptions()
+        outputs = [t for lst in output_lists for t in lst]
+        staging = _Staging("all_gather", list(inputs) + outputs)
+        for inp, lst in zip(inputs, output_lists):
+            if len(lst) != self.size():
+                raise ValueError(
+                    f"rbln-ccl: all_gather needs one output tensor per rank ({self.size()}), "
+                    f"got {len(lst)}"
+                )
+            _check_same_shape("all_gather", "tensor_list", lst, inp.shape, inp.dtype)
+        host_in = [staging.host_input(t) for t in inputs]
+        host_out = [[staging.host_output(t) for t in lst] for lst in output_lists]
+        work = self._gloo.allgather(host_out, host_in, self._gloo_opts(AllgatherOptions(), opts))
+        return self._run(staging, work, outputs)
+
+    def all_gather_single(self, output, input, opts=None):
+        opts = opts or AllgatherOptions()
+        staging = _Staging("all_gather_into_tensor", [output, input])
+        if output.numel() != input.numel() * self.size() or output.dtype != input.dtype:
+            raise ValueError(
+                f"rbln-ccl: all_gather_into_tensor needs an output of world_size ({self.size()}) "
+                f"x the input's elements and dtype: output {tuple(output.shape)} {output.dtype}, "
+                f"input {tuple(input.shape)} {input.dtype}"
+            )
+        host_in = staging.host_input(input)
+        host_out = staging.host_output(output)
+        work = self._gloo._allgather_base(host_out, host_in, self._gloo_opts(AllgatherOptions(), opts))
+        return self._run(staging, work, [output])
+
+    _allgather_base = all_gather_single  # the name before torch 2.12
+
+    def reduce_scatter(self, outputs, input_lists, opts=None):
+        opts = opts or ReduceScatterOptions()
+        inputs = [t for lst in input_lists for t in lst]
+        staging = _Staging("reduce_scatter", list(outputs) + inputs)
+        gloo_op, average = self._reduce_op("reduce_scatter", opts.reduceOp, outputs)
+        host_out = [staging.host_output(t) for t in outputs]
+        host_in = [[staging.host_input(t) for t in lst] for lst in input_lists]
+        gloo_opts = ReduceScatterOptions()
+        gloo_opts.reduceOp = gloo_op
+        gloo_opts.timeout = opts.timeout
+        work = self._gloo.reduce_scatter(host_out, host_in, gloo_opts)
+
+        def divide():
+            for h in host_out:
+                h.div_(self.size())
+
+        return self._run(staging, work, list(outputs), divide if average else None)
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        opts = opts or ReduceScatterOptions()
+        staging = _Staging("reduce_scatter_tensor", [output, input])
+        if input.numel() != output.numel() * self.size() or output.dtype != input.dtype:
+            raise ValueError(
+                f"rbln-ccl: reduce_scatter_tensor needs an input of world_size ({self.size()}) "
+                f"x the output's elements and dtype: input {tuple(input.shape)} {input.dtype}, "
+                f"output {tuple(output.shape)} {output.dtype}"
+            )
+        gloo_op, average = self._reduce_op("reduce_scatter_tensor", opts.reduceOp, [output])
+        host_out = staging.host_output(output)
+        host_in = staging.host_input(input)
+        gloo_opts = ReduceScatterOptions()
+        gloo_opts.reduceOp = gloo_op
+        gloo_opts.timeout = opts.timeout
+        work = self._gloo._reduce_scatter_base(host_out, host_in, gloo_opts)
+        return self._run(
+            staging, work, [output], (lambda: host_out.div_(self.size())) if average else None
+        )
+
+    _reduce_scatter_base = reduce_scatter_single  # the name before torch 2.12
+
+    def barrier(self, opts=None):
+        # Gloo's barrier needs no tensors; the device in `opts` (set by
+        # dist.barrier to the current accelerator) does not matter to it.
+        gloo_opts = BarrierOptions()
+        if opts is not None:
+            gloo_opts.timeout = opts.timeout
+        _count("ccl/collectives")
+        return self._gloo.barrier(gloo_opts)
+
+    def send(self, tensors, dst, tag):
+        staging = _Staging("send", tensors)
+        hosts = [staging.host_input(t) for t in tensors]
+        return self._run(staging, self._gloo.send(hosts, dst, tag), list(tensors))
+
+    def recv(self, tensors, src, tag):
+        staging = _Staging("recv", tensors)
+        hosts = [staging.host_output(t) for t in tensors]
+        return self._run(staging, self._gloo.recv(hosts, src, tag), list(tensors))
+
+    def recv_anysource(self, tensors, tag):
+        raise RuntimeError("rbln-ccl: recv without a source rank is not supported; pass src=")
+
+    @staticmethod
+    def _gloo_opts(gloo_opts, opts):
+        gloo_opts.timeout = opts.timeout
+        return gloo_opts
+
+    # --- lifetime -----------------------------------------------------------
+    def abort(self):
+        self._gloo.abort()
+
+    def shutdown(self):
+        self._gloo.shutdown()
+
+
+def _create_process_group(common_opts, backend_opts) -> ProcessGroupRbln:
+    # extended_api=True: torch passes c10d::DistributedBackendOptions.
+    return ProcessGroupRbln(
+        common_opts.store, common_opts.group_rank, common_opts.group_size, common_opts.timeout
+    )
+
+
+def register() -> None:
+    """Registers `rbln-ccl` with torch.distributed (idempotent)."""
+    if not dist.is_available() or BACKEND_NAME.upper() in dist.Backend._plugins:
+        return
+    dist.Backend.register_backend(
+        BACKEND_NAME, _create_process_group, extended_api=True, devices=["rbln"]
+    )
