@@ -22,6 +22,7 @@ the `ccl/*` counters that explain() reads.
 from __future__ import annotations
 
 import datetime
+import os
 import queue
 import threading
 from typing import Callable, List, Optional, Sequence
@@ -35,7 +36,6 @@ from torch._C._distributed_c10d import (
     BarrierOptions,
     BroadcastOptions,
     ReduceScatterOptions,
-    _create_work_from_future,
 )
 
 from . import _C
@@ -85,6 +85,8 @@ class _Staging:
         self.on_device = self.device.type == "rbln"
         # (device tensor, host buffer) pairs to copy back after the exchange.
         self._copy_back: List[tuple] = []
+        # Objects that must live until the collective completes.
+        self.keep_alive: List[object] = []
 
     def host_input(self, t: torch.Tensor) -> torch.Tensor:
         """A host tensor with `t`'s values (D2H when `t` is on rbln)."""
@@ -122,6 +124,103 @@ class _Staging:
             _count("ccl/h2d_bytes", host.numel() * host.element_size())
 
 
+class _CclWork(dist.Work):
+    """An rbln-ccl work: done when its future is, and wait() raises the
+    collective's error (the work of _create_work_from_future swallows it)."""
+
+    def __init__(self, future: torch.futures.Future, errors: Sequence[BaseException] = ()):
+        super().__init__()
+        self._future = future
+        # The error the completion recorded, raised as is: the future wraps
+        # it in "Got the following error when running the callback".
+        self._errors = errors
+
+    def wait(self, timeout: datetime.timedelta = datetime.timedelta(0)) -> bool:
+        # timeout: gloo enforces the process group's timeout on the exchange.
+        try:
+            self._future.wait()
+        except Exception as e:
+            if self._errors:
+                raise self._errors[0] from e
+            raise
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        return self._future
+
+    def is_completed(self) -> bool:
+        return self._future.done()
+
+    def is_success(self) -> bool:
+        if not self._future.done():
+            return False
+        try:
+            self._future.wait()
+        except Exception:  # noqa: BLE001 -- a failed collective
+            return False
+        return True
+
+    def exception(self):
+        try:
+            self._future.wait()
+        except Exception as e:  # noqa: BLE001
+            return e
+        return None
+
+
+_CHECK_AGREEMENT = os.environ.get("TORCH_RBLN_CCL_CHECK", "1") != "0"
+_COLLECTIVES = [
+    "all_reduce", "all_reduce_coalesced", "broadcast", "all_gather", "all_gather_into_tensor",
+    "reduce_scatter", "reduce_scatter_tensor", "barrier", "send",
+]
+_OPS = ["SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM"]
+_DTYPES = [
+    torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
+    torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128,
+]
+_MAX_DIMS = 8
+# collective, op, dtype, root, tensor count, numel, ndim, dims...
+_SIG_LEN = 7 + _MAX_DIMS
+
+
+def _signature(collective, tensor, op, root, count) -> torch.Tensor:
+    sig = torch.full((_SIG_LEN,), -1, dtype=torch.int64)
+    sig[0] = _COLLECTIVES.index(collective)
+    sig[1] = _OPS.index(_op_name(op)) if op is not None else -1
+    sig[3] = root
+    sig[4] = count
+    if tensor is not None:
+        sig[2] = _DTYPES.index(tensor.dtype) if tensor.dtype in _DTYPES else len(_DTYPES)
+        sig[5] = tensor.numel()
+        sig[6] = tensor.dim()
+        for i, size in enumerate(tensor.shape[:_MAX_DIMS]):
+            sig[7 + i] = size
+    return sig
+
+
+def _describe(row: torch.Tensor) -> str:
+    """E.g. "all_reduce(float32[4, 6], SUM)" for a _signature row."""
+    r = row.tolist()
+    name = _COLLECTIVES[r[0]] if 0 <= r[0] < len(_COLLECTIVES) else f"collective #{r[0]}"
+    return f"{name}({_describe_args(row)})"
+
+
+def _describe_args(row: torch.Tensor) -> str:
+    r = row.tolist()
+    args = []
+    if r[6] >= 0:
+        dtype = str(_DTYPES[r[2]]).replace("torch.", "") if r[2] < len(_DTYPES) else "other dtype"
+        dims = r[7 : 7 + min(r[6], _MAX_DIMS)]
+        args.append(f"{dtype}{dims}" + (" ..." if r[6] > _MAX_DIMS else ""))
+    if r[4] != 1:
+        args.append(f"{r[4]} tensors")
+    if r[1] >= 0:
+        args.append(_OPS[r[1]])
+    if r[3] >= 0:
+        args.append(f"root {r[3]}")
+    return ", ".join(args)
+
+
 def _check_same_shape(collective: str, what: str, tensors: Sequence[torch.Tensor], shape, dtype):
     for i, t in enumerate(tensors):
         if t.shape != shape or t.dtype != dtype:
@@ -148,6 +247,9 @@ class ProcessGroupRbln(dist.ProcessGroup):
         self._pending: queue.Queue = queue.Queue()
         self._waiter: Optional[threading.Thread] = None
         self._waiter_lock = threading.Lock()
+        # Runs receives in issue order (recv).
+        self._p2p_jobs: queue.Queue = queue.Queue()
+        self._p2p_thread: Optional[threading.Thread] = None
 
     # --- identity -----------------------------------------------------------
     def getBackendName(self) -> str:  # noqa: N802 (the C++ virtual's name)
@@ -169,20 +271,28 @@ class ProcessGroupRbln(dist.ProcessGroup):
         """
         _count("ccl/collectives")
         collective = staging.collective
+        staging.keep_alive.append(gloo_work)
+
+        errors: List[BaseException] = []
 
         def complete(fut: torch.futures.Future):
             try:
                 fut.wait()
             except Exception as e:  # noqa: BLE001 -- re-raised with context
-                raise RuntimeError(
-                    f"rbln-ccl: {collective} failed on rank {self.rank()} of {self.size()}: {e}"
-                ) from e
+                errors.append(self._failure(collective, e))
+                raise errors[-1] from e
             if post is not None:
                 post()
             staging.finish()
             return result
 
-        return _create_work_from_future(self._future_of(gloo_work).then(complete))
+        return _CclWork(self._future_of(gloo_work).then(complete), errors)
+
+    def _failure(self, collective: str, error: Exception) -> RuntimeError:
+        return RuntimeError(
+            f"rbln-ccl: {collective} failed on rank {self.rank()} of {self.size()} (a rank "
+            f"died, timed out after {self._timeout}, or called another collective): {error}"
+        )
 
     def _future_of(self, gloo_work) -> torch.futures.Future:
         """Gloo's future for `gloo_work`; for the works gloo gives none
@@ -211,6 +321,30 @@ class ProcessGroupRbln(dist.ProcessGroup):
             else:
                 fut.set_result(None)
 
+    def _agree(self, collective: str, tensor: Optional[torch.Tensor] = None, op=None, root: int = -1,
+               count: int = 1) -> None:
+        """Checks that every rank calls `collective` with the same shape,
+        dtype, op and root, before any payload moves: gloo aborts the whole
+        process on a size mismatch. One fixed-size gloo all_gather, so the
+        check itself cannot mismatch. TORCH_RBLN_CCL_CHECK=0 skips it."""
+        if not _CHECK_AGREEMENT:
+            return
+        sig = _signature(collective, tensor, op, root, count)
+        rows = torch.empty((self.size() * _SIG_LEN,), dtype=torch.int64)
+        try:
+            self._gloo._allgather_base(rows, sig, AllgatherOptions()).wait()
+        except RuntimeError as e:
+            raise self._failure(collective, e) from e
+        rows = rows.view(self.size(), _SIG_LEN)
+        _count("ccl/agreement_checks")
+        if not bool((rows == sig).all()):
+            calls = "; ".join(f"rank {r}: {_describe(rows[r])}" for r in range(self.size()))
+            raise ValueError(
+                f"rbln-ccl: ranks disagree on {collective}: {calls}. Every rank must call the "
+                f"same collectives in the same order with the same shape, dtype and op "
+                f"(TORCH_RBLN_CCL_CHECK=0 skips this check; gloo then aborts on a size mismatch)."
+            )
+
     @staticmethod
     def _reduce_op(collective: str, op, tensors: Sequence[torch.Tensor]):
         """Gloo's op for `op` and whether to divide by the world size after."""
@@ -234,6 +368,7 @@ class ProcessGroupRbln(dist.ProcessGroup):
             opts.reduceOp = op
         staging = _Staging("all_reduce", tensors)
         gloo_op, average = self._reduce_op("all_reduce", opts.reduceOp, tensors)
+        self._agree("all_reduce", tensors[0] if tensors else None, opts.reduceOp, count=len(tensors))
         hosts = [staging.host_inout(t) for t in tensors]
         gloo_opts = AllreduceOptions()
         gloo_opts.reduceOp = gloo_op
@@ -250,6 +385,8 @@ class ProcessGroupRbln(dist.ProcessGroup):
         opts = opts or AllreduceCoalescedOptions()
         staging = _Staging("all_reduce_coalesced", tensors)
         gloo_op, average = self._reduce_op("all_reduce_coalesced", opts.reduceOp, tensors)
+        self._agree("all_reduce_coalesced", tensors[0] if tensors else None, opts.reduceOp,
+                    count=len(tensors))
         hosts = [staging.host_inout(t) for t in tensors]
         gloo_opts = AllreduceCoalescedOptions()
         gloo_opts.reduceOp = gloo_op
@@ -265,6 +402,8 @@ class ProcessGroupRbln(dist.ProcessGroup):
     def broadcast(self, tensors, opts=None):
         opts = opts or BroadcastOptions()
         staging = _Staging("broadcast", tensors)
+        self._agree("broadcast", tensors[0] if tensors else None, root=opts.rootRank,
+                    count=len(tensors))
         # The root sends its values; the others only receive, so they skip
         # the D2H of bytes about to be overwritten.
         if self.rank() == opts.rootRank:
@@ -288,6 +427,7 @@ class ProcessGroupRbln(dist.ProcessGroup):
                     f"got {len(lst)}"
                 )
             _check_same_shape("all_gather", "tensor_list", lst, inp.shape, inp.dtype)
+        self._agree("all_gather", inputs[0] if inputs else None, count=len(inputs))
         host_in = [staging.host_input(t) for t in inputs]
         host_out = [[staging.host_output(t) for t in lst] for lst in output_lists]
         work = self._gloo.allgather(host_out, host_in, self._gloo_opts(AllgatherOptions(), opts))
@@ -302,6 +442,7 @@ class ProcessGroupRbln(dist.ProcessGroup):
                 f"x the input's elements and dtype: output {tuple(output.shape)} {output.dtype}, "
                 f"input {tuple(input.shape)} {input.dtype}"
             )
+        self._agree("all_gather_into_tensor", input)
         host_in = staging.host_input(input)
         host_out = staging.host_output(output)
         work = self._gloo._allgather_base(host_out, host_in, self._gloo_opts(AllgatherOptions(), opts))
@@ -314,6 +455,8 @@ class ProcessGroupRbln(dist.ProcessGroup):
         inputs = [t for lst in input_lists for t in lst]
         staging = _Staging("reduce_scatter", list(outputs) + inputs)
         gloo_op, average = self._reduce_op("reduce_scatter", opts.reduceOp, outputs)
+        self._agree("reduce_scatter", outputs[0] if outputs else None, opts.reduceOp,
+                    count=len(inputs))
         host_out = [staging.host_output(t) for t in outputs]
         host_in = [[staging.host_input(t) for t in lst] for lst in input_lists]
         gloo_opts = ReduceScatterOptions()
@@ -337,6 +480,7 @@ class ProcessGroupRbln(dist.ProcessGroup):
                 f"output {tuple(output.shape)} {output.dtype}"
             )
         gloo_op, average = self._reduce_op("reduce_scatter_tensor", opts.reduceOp, [output])
+        self._agree("reduce_scatter_tensor", input, opts.reduceOp)
         host_out = staging.host_output(output)
         host_in = staging.host_input(input)
         gloo_opts = ReduceScatterOptions()
@@ -355,18 +499,75 @@ class ProcessGroupRbln(dist.ProcessGroup):
         gloo_opts = BarrierOptions()
         if opts is not None:
             gloo_opts.timeout = opts.timeout
+        self._agree("barrier")
         _count("ccl/collectives")
         return self._gloo.barrier(gloo_opts)
 
+    # Point-to-point: with the agreement check on, each send is preceded by a
+    # header (the tensor's signature) that the receiver checks before it
+    # takes the payload; on a mismatch it drains the payload into a scratch
+    # buffer (so the pair stays usable) and raises. The receiver waits for
+    # the header on a thread of its own, so irecv() does not block.
     def send(self, tensors, dst, tag):
         staging = _Staging("send", tensors)
+        if len(tensors) != 1:
+            raise ValueError(f"rbln-ccl: send takes one tensor, got {len(tensors)}")
         hosts = [staging.host_input(t) for t in tensors]
+        if _CHECK_AGREEMENT:
+            # Gloo drops a send whose work object dies: the staging keeps it.
+            header = [_signature("send", tensors[0], None, -1, 1)]
+            staging.keep_alive.append(self._gloo.send(header, dst, tag))
         return self._run(staging, self._gloo.send(hosts, dst, tag), list(tensors))
 
     def recv(self, tensors, src, tag):
         staging = _Staging("recv", tensors)
+        if len(tensors) != 1:
+            raise ValueError(f"rbln-ccl: recv takes one tensor, got {len(tensors)}")
         hosts = [staging.host_output(t) for t in tensors]
-        return self._run(staging, self._gloo.recv(hosts, src, tag), list(tensors))
+        if not _CHECK_AGREEMENT:
+            return self._run(staging, self._gloo.recv(hosts, src, tag), list(tensors))
+        _count("ccl/collectives")
+        errors: List[BaseException] = []
+        fut = torch.futures.Future()
+        expected = _signature("send", tensors[0], None, -1, 1)
+
+        def receive():
+            header = torch.empty(_SIG_LEN, dtype=torch.int64)
+            self._gloo.recv([header], src, tag).wait()
+            if not bool((header == expected).all()):
+                sent = header.tolist()
+                scratch = torch.empty(max(sent[5], 0), dtype=_DTYPES[sent[2]])
+                self._gloo.recv([scratch], src, tag).wait()
+                raise ValueError(
+                    f"rbln-ccl: recv on rank {self.rank()} expected {_describe_args(expected)} "
+                    f"from rank {src} but rank {src} sent {_describe_args(header)}; pass a "
+                    f"tensor of the sent shape and dtype"
+                )
+            self._gloo.recv(hosts, src, tag).wait()
+            staging.finish()
+
+        def run():
+            try:
+                receive()
+            except Exception as e:  # noqa: BLE001 -- handed to the work
+                errors.append(e if isinstance(e, ValueError) else self._failure("recv", e))
+                fut.set_exception(errors[-1])
+            else:
+                fut.set_result(list(tensors))
+
+        self._p2p_queue().put(run)
+        return _CclWork(fut, errors)
+
+    def _p2p_queue(self) -> "queue.Queue":
+        with self._waiter_lock:
+            if self._p2p_thread is None:
+                def loop():
+                    while True:
+                        self._p2p_jobs.get()()
+
+                self._p2p_thread = threading.Thread(target=loop, name="rbln-ccl-recv", daemon=True)
+                self._p2p_thread.start()
+        return self._p2p_jobs
 
     def recv_anysource(self, tensors, tag):
         raise RuntimeError("rbln-ccl: recv without a source rank is not supported; pass src=")
