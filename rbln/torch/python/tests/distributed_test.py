@@ -118,9 +118,6 @@ def torch_rbln_counters():
     return torch_rbln._C._counters()
 
 
-def test_collectives_match_gloo_on_cpu():
-    # spec: A8
-    rbln_dist_util.run_ranks(_collectives)
 
 
 def _init_forms(rank, world, store_dir):
@@ -147,11 +144,22 @@ def _init_forms(rank, world, store_dir):
     dist.init_process_group("rbln-ccl", init_method=f"file://{store_dir}/forms_end", rank=rank, world_size=world)
 
 
-def test_backend_forms_and_accelerator_default():
-    # spec: A8, B1
+def _collectives_then_init_forms(rank, world, store_dir):
+    _collectives(rank, world, store_dir)
+    _init_forms(rank, world, store_dir)
+
+
+def test_registered_for_rbln():
+    # spec: A8
     assert "rbln-ccl" in dist.Backend.backend_list
     assert dist.Backend.default_device_backend_map["rbln"] == "rbln-ccl"
-    rbln_dist_util.run_ranks(_init_forms)
+    assert dist.Backend.backend_capability["rbln-ccl"] == ["rbln"]
+
+
+def test_collectives_match_gloo_on_cpu_and_backend_forms():
+    # spec: A8, B1
+    # One spawn for both: starting two ranks costs more than the checks.
+    rbln_dist_util.run_ranks(_collectives_then_init_forms)
 
 
 if __name__ == "__main__":
