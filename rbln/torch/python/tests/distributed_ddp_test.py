@@ -11,18 +11,29 @@ import torch.distributed as dist
 import rbln_dist_util
 
 STEPS = 3
-GLOBAL_BATCH = 8
+
+# (dtype, width, global batch, tolerance): float32 at small widths runs the
+# ops through the CPU fallback; float16 at width 64 runs compiled kernels
+# (forward, backward, the optimizer and DDP's gradient division).
+CASES = [
+    (torch.float32, 16, 8, dict(rtol=1e-5, atol=1e-6)),
+    (torch.float16, 64, 64, dict(rtol=1e-2, atol=2e-3)),
+]
 
 
-def _model():
+def _model(dtype, width):
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, width // 2)
+    )
+    return model.to(dtype)
 
 
-def _batches():
+def _batches(dtype, width, batch):
     g = torch.Generator().manual_seed(7)
     return [
-        (torch.randn(GLOBAL_BATCH, 8, generator=g), torch.randn(GLOBAL_BATCH, 4, generator=g))
+        (torch.randn(batch, width, generator=g).to(dtype),
+         torch.randn(batch, width // 2, generator=g).to(dtype))
         for _ in range(STEPS)
     ]
 
@@ -37,37 +48,42 @@ def _train(model, batches, device):
     return model
 
 
-def _ddp(rank, world, store_dir):
+def _ddp_case(rank, world, dtype, width, batch, tol):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     import torch_rbln
 
     dev = torch.device("rbln")
     # Rank 1 starts from other weights: DDP must broadcast rank 0's.
-    model = _model()
+    model = _model(dtype, width)
     if rank == 1:
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(1.0)
     ddp = DDP(model.to(dev))
-    per_rank = GLOBAL_BATCH // world
+    per_rank = batch // world
     local = [(x[rank * per_rank : (rank + 1) * per_rank], y[rank * per_rank : (rank + 1) * per_rank])
-             for x, y in _batches()]
+             for x, y in _batches(dtype, width, batch)]
     before = torch_rbln._C._counters().get("ccl/collectives", 0)
     _train(ddp, local, dev)
     # The reducer's gradient all-reduces went through rbln-ccl.
     assert torch_rbln._C._counters()["ccl/collectives"] - before >= STEPS
 
-    reference = _train(_model(), _batches(), torch.device("cpu"))
+    reference = _train(_model(dtype, width), _batches(dtype, width, batch), torch.device("cpu"))
     for (name, p), q in zip(ddp.module.named_parameters(), reference.parameters()):
         assert p.device.type == "rbln", name
-        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6,
-                                   msg=lambda m, name=name: f"rank {rank} {name}: {m}")
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), **tol,
+                                   msg=lambda m, name=name: f"rank {rank} {dtype} {name}: {m}")
     # Both ranks hold the same parameters bit for bit.
     flat = torch.cat([p.detach().reshape(-1) for p in ddp.module.parameters()])
     gathered = [torch.empty_like(flat) for _ in range(world)]
     dist.all_gather(gathered, flat)
-    assert torch.equal(gathered[0].cpu(), gathered[1].cpu())
+    assert torch.equal(gathered[0].cpu(), gathered[1].cpu()), f"ranks diverged ({dtype})"
+
+
+def _ddp(rank, world, store_dir):
+    for dtype, width, batch, tol in CASES:
+        _ddp_case(rank, world, dtype, width, batch, tol)
 
 
 def test_ddp_matches_single_process_training():
