@@ -97,6 +97,38 @@ def _collectives(rank, world, store_dir):
             full = _cpu_reduce(big, op, cpu)
             _same(out, full[rank * 4 : (rank + 1) * 4], f"reduce_scatter_tensor {op} {dtype}")
 
+        for op in ("SUM", "AVG"):
+            x = base.to(dev)
+            dist.reduce(x, dst=1, op=getattr(dist.ReduceOp, op))
+            ref = _cpu_reduce(base, op, cpu)  # On every rank: it is a collective.
+            if rank == 1:
+                _same(x, ref, f"reduce {op} {dtype}")
+            else:
+                _same(x, base, f"reduce leaves non-root tensors {dtype}")
+
+        gathered = [torch.empty_like(base, device=dev) for _ in range(world)] if rank == 0 else None
+        dist.gather(base.to(dev), gathered, dst=0)
+        if rank == 0:
+            for i in range(world):
+                _same(gathered[i], _data(i, dtype), f"gather[{i}] {dtype}")
+
+        chunks = [(_data(10 + i, dtype)).to(dev) for i in range(world)] if rank == 1 else None
+        got = torch.empty_like(base, device=dev)
+        dist.scatter(got, chunks, src=1)
+        _same(got, _data(10 + rank, dtype), f"scatter {dtype}")
+
+        # all_to_all_single with uneven splits: rank r sends r+1 rows to
+        # every rank.
+        rows_in = _data(rank, dtype, shape=(world * (rank + 1), 3))
+        out_rows = sum(r + 1 for r in range(world))
+        out = torch.empty((out_rows, 3), dtype=dtype, device=dev)
+        ref = torch.empty((out_rows, 3), dtype=dtype)
+        in_splits = [rank + 1] * world
+        out_splits = [r + 1 for r in range(world)]
+        dist.all_to_all_single(out, rows_in.to(dev), out_splits, in_splits)
+        dist.all_to_all_single(ref, rows_in, out_splits, in_splits, group=cpu)
+        _same(out, ref, f"all_to_all_single {dtype}")
+
         if rank == 0:
             dist.send(base.to(dev), dst=1)
         elif rank == 1:
@@ -104,6 +136,12 @@ def _collectives(rank, world, store_dir):
             dist.recv(got, src=0)
             _same(got, _data(0, dtype), f"send/recv {dtype}")
         dist.barrier()
+
+    # A subgroup made with new_group is an rbln-ccl group too.
+    sub = dist.new_group(ranks=list(range(world)), backend="rbln-ccl")
+    x = torch.full((5,), float(rank + 1), device=dev)
+    dist.all_reduce(x, group=sub)
+    assert x.cpu().tolist() == [3.0] * 5
 
     # The data path is counted for explain(): D2H and H2D staging copies.
     after = torch_rbln_counters()

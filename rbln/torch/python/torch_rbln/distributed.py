@@ -31,6 +31,10 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import (
     AllgatherOptions,
+    AllToAllOptions,
+    GatherOptions,
+    ReduceOptions,
+    ScatterOptions,
     AllreduceCoalescedOptions,
     AllreduceOptions,
     BarrierOptions,
@@ -171,7 +175,8 @@ class _CclWork(dist.Work):
 _CHECK_AGREEMENT = os.environ.get("TORCH_RBLN_CCL_CHECK", "1") != "0"
 _COLLECTIVES = [
     "all_reduce", "all_reduce_coalesced", "broadcast", "all_gather", "all_gather_into_tensor",
-    "reduce_scatter", "reduce_scatter_tensor", "barrier", "send",
+    "reduce_scatter", "reduce_scatter_tensor", "barrier", "send", "reduce", "gather", "scatter",
+    "all_to_all_single",
 ]
 _OPS = ["SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM"]
 _DTYPES = [
@@ -219,6 +224,37 @@ def _describe_args(row: torch.Tensor) -> str:
     if r[3] >= 0:
         args.append(f"root {r[3]}")
     return ", ".join(args)
+
+
+def _wait_loop(pending: "queue.Queue") -> None:
+    """Completes the futures of gloo works that have none (one thread per
+    group; it holds the queue, not the group)."""
+    while True:
+        gloo_work, fut = pending.get()
+        try:
+            gloo_work.wait()
+        except Exception as e:  # noqa: BLE001 -- handed to the future
+            fut.set_exception(e)
+        else:
+            fut.set_result(None)
+        del gloo_work, fut
+
+
+def _run_jobs(jobs: "queue.Queue") -> None:
+    while True:
+        job = jobs.get()
+        job()
+        del job
+
+
+def _divide_by(hosts: Sequence[torch.Tensor], size: int) -> Callable[[], None]:
+    """AVG's second half: the host sums divided by the world size."""
+
+    def divide():
+        for h in hosts:
+            h.div_(size)
+
+    return divide
 
 
 def _check_same_shape(collective: str, what: str, tensors: Sequence[torch.Tensor], shape, dtype):
@@ -274,12 +310,16 @@ class ProcessGroupRbln(dist.ProcessGroup):
         staging.keep_alive.append(gloo_work)
 
         errors: List[BaseException] = []
+        # No reference to self in here: this runs on a gloo thread, and if
+        # it dropped the last reference to the group, gloo's destructor
+        # would join the thread it runs on (std::terminate).
+        failure = self._failure
 
         def complete(fut: torch.futures.Future):
             try:
                 fut.wait()
             except Exception as e:  # noqa: BLE001 -- re-raised with context
-                errors.append(self._failure(collective, e))
+                errors.append(failure(collective, e))
                 raise errors[-1] from e
             if post is not None:
                 post()
@@ -288,11 +328,20 @@ class ProcessGroupRbln(dist.ProcessGroup):
 
         return _CclWork(self._future_of(gloo_work).then(complete), errors)
 
-    def _failure(self, collective: str, error: Exception) -> RuntimeError:
-        return RuntimeError(
-            f"rbln-ccl: {collective} failed on rank {self.rank()} of {self.size()} (a rank "
-            f"died, timed out after {self._timeout}, or called another collective): {error}"
-        )
+    @property
+    def _failure(self) -> Callable[[str, Exception], RuntimeError]:
+        """A function making the error of a failed collective; it holds no
+        reference to the group."""
+        where = f"rank {self.rank()} of {self.size()}"
+        timeout = self._timeout
+
+        def failure(collective: str, error: Exception) -> RuntimeError:
+            return RuntimeError(
+                f"rbln-ccl: {collective} failed on {where} (a rank died, timed out after "
+                f"{timeout}, or called another collective): {error}"
+            )
+
+        return failure
 
     def _future_of(self, gloo_work) -> torch.futures.Future:
         """Gloo's future for `gloo_work`; for the works gloo gives none
@@ -305,21 +354,11 @@ class ProcessGroupRbln(dist.ProcessGroup):
         with self._waiter_lock:
             if self._waiter is None:
                 self._waiter = threading.Thread(
-                    target=self._wait_loop, name="rbln-ccl-waiter", daemon=True
+                    target=_wait_loop, args=(self._pending,), name="rbln-ccl-waiter", daemon=True
                 )
                 self._waiter.start()
         self._pending.put((gloo_work, fut))
         return fut
-
-    def _wait_loop(self) -> None:
-        while True:
-            gloo_work, fut = self._pending.get()
-            try:
-                gloo_work.wait()
-            except Exception as e:  # noqa: BLE001 -- handed to the waiter
-                fut.set_exception(e)
-            else:
-                fut.set_result(None)
 
     def _agree(self, collective: str, tensor: Optional[torch.Tensor] = None, op=None, root: int = -1,
                count: int = 1) -> None:
@@ -375,9 +414,7 @@ class ProcessGroupRbln(dist.ProcessGroup):
         gloo_opts.timeout = opts.timeout
         work = self._gloo.allreduce(hosts, gloo_opts)
 
-        def divide():
-            for h in hosts:
-                h.div_(self.size())
+        divide = _divide_by(hosts, self.size())
 
         return self._run(staging, work, list(tensors), divide if average else None)
 
@@ -393,9 +430,7 @@ class ProcessGroupRbln(dist.ProcessGroup):
         gloo_opts.timeout = opts.timeout
         work = self._gloo.allreduce_coalesced(hosts, gloo_opts)
 
-        def divide():
-            for h in hosts:
-                h.div_(self.size())
+        divide = _divide_by(hosts, self.size())
 
         return self._run(staging, work, list(tensors), divide if average else None)
 
@@ -464,9 +499,7 @@ class ProcessGroupRbln(dist.ProcessGroup):
         gloo_opts.timeout = opts.timeout
         work = self._gloo.reduce_scatter(host_out, host_in, gloo_opts)
 
-        def divide():
-            for h in host_out:
-                h.div_(self.size())
+        divide = _divide_by(host_out, self.size())
 
         return self._run(staging, work, list(outputs), divide if average else None)
 
@@ -488,10 +521,73 @@ class ProcessGroupRbln(dist.ProcessGroup):
         gloo_opts.timeout = opts.timeout
         work = self._gloo._reduce_scatter_base(host_out, host_in, gloo_opts)
         return self._run(
-            staging, work, [output], (lambda: host_out.div_(self.size())) if average else None
+            staging, work, [output], _divide_by([host_out], self.size()) if average else None
         )
 
     _reduce_scatter_base = reduce_scatter_single  # the name before torch 2.12
+
+    def reduce(self, tensors, opts=None):
+        opts = opts or ReduceOptions()
+        staging = _Staging("reduce", tensors)
+        gloo_op, average = self._reduce_op("reduce", opts.reduceOp, tensors)
+        self._agree("reduce", tensors[0] if tensors else None, opts.reduceOp, root=opts.rootRank,
+                    count=len(tensors))
+        # Only the root's tensor changes.
+        root = self.rank() == opts.rootRank
+        hosts = [staging.host_inout(t) if root else staging.host_input(t) for t in tensors]
+        gloo_opts = ReduceOptions()
+        gloo_opts.reduceOp = gloo_op
+        gloo_opts.rootRank = opts.rootRank
+        gloo_opts.rootTensor = opts.rootTensor
+        gloo_opts.timeout = opts.timeout
+        work = self._gloo.reduce(hosts, gloo_opts)
+
+        divide = _divide_by(hosts, self.size())
+
+        return self._run(staging, work, list(tensors), divide if average and root else None)
+
+    def gather(self, output_lists, inputs, opts=None):
+        opts = opts or GatherOptions()
+        outputs = [t for lst in output_lists for t in lst]
+        staging = _Staging("gather", list(inputs) + outputs)
+        self._agree("gather", inputs[0] if inputs else None, root=opts.rootRank, count=len(inputs))
+        host_in = [staging.host_input(t) for t in inputs]
+        host_out = [[staging.host_output(t) for t in lst] for lst in output_lists]
+        gloo_opts = GatherOptions()
+        gloo_opts.rootRank = opts.rootRank
+        gloo_opts.timeout = opts.timeout
+        return self._run(staging, self._gloo.gather(host_out, host_in, gloo_opts), outputs)
+
+    def scatter(self, outputs, input_lists, opts=None):
+        opts = opts or ScatterOptions()
+        inputs = [t for lst in input_lists for t in lst]
+        staging = _Staging("scatter", list(outputs) + inputs)
+        self._agree("scatter", outputs[0] if outputs else None, root=opts.rootRank,
+                    count=len(outputs))
+        host_out = [staging.host_output(t) for t in outputs]
+        host_in = [[staging.host_input(t) for t in lst] for lst in input_lists]
+        gloo_opts = ScatterOptions()
+        gloo_opts.rootRank = opts.rootRank
+        gloo_opts.timeout = opts.timeout
+        return self._run(staging, self._gloo.scatter(host_out, host_in, gloo_opts), list(outputs))
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        opts = opts or AllToAllOptions()
+        staging = _Staging("all_to_all_single", [output, input])
+        # Split sizes differ between ranks by design; the check covers the
+        # dtype and the trailing dimensions.
+        self._agree("all_to_all_single",
+                    torch.empty((0,) + tuple(input.shape[1:]), dtype=input.dtype, device="meta"))
+        host_in = staging.host_input(input)
+        host_out = staging.host_output(output)
+        gloo_opts = AllToAllOptions()
+        gloo_opts.timeout = opts.timeout
+        work = self._gloo.alltoall_base(
+            host_out, host_in, list(output_split_sizes), list(input_split_sizes), gloo_opts
+        )
+        return self._run(staging, work, [output])
+
+    alltoall_base = all_to_all_single  # the name before torch 2.12
 
     def barrier(self, opts=None):
         # Gloo's barrier needs no tensors; the device in `opts` (set by
@@ -530,27 +626,28 @@ class ProcessGroupRbln(dist.ProcessGroup):
         errors: List[BaseException] = []
         fut = torch.futures.Future()
         expected = _signature("send", tensors[0], None, -1, 1)
+        gloo, rank, failure = self._gloo, self.rank(), self._failure
 
         def receive():
             header = torch.empty(_SIG_LEN, dtype=torch.int64)
-            self._gloo.recv([header], src, tag).wait()
+            gloo.recv([header], src, tag).wait()
             if not bool((header == expected).all()):
                 sent = header.tolist()
                 scratch = torch.empty(max(sent[5], 0), dtype=_DTYPES[sent[2]])
-                self._gloo.recv([scratch], src, tag).wait()
+                gloo.recv([scratch], src, tag).wait()
                 raise ValueError(
-                    f"rbln-ccl: recv on rank {self.rank()} expected {_describe_args(expected)} "
+                    f"rbln-ccl: recv on rank {rank} expected {_describe_args(expected)} "
                     f"from rank {src} but rank {src} sent {_describe_args(header)}; pass a "
                     f"tensor of the sent shape and dtype"
                 )
-            self._gloo.recv(hosts, src, tag).wait()
+            gloo.recv(hosts, src, tag).wait()
             staging.finish()
 
         def run():
             try:
                 receive()
             except Exception as e:  # noqa: BLE001 -- handed to the work
-                errors.append(e if isinstance(e, ValueError) else self._failure("recv", e))
+                errors.append(e if isinstance(e, ValueError) else failure("recv", e))
                 fut.set_exception(errors[-1])
             else:
                 fut.set_result(list(tensors))
@@ -561,11 +658,9 @@ class ProcessGroupRbln(dist.ProcessGroup):
     def _p2p_queue(self) -> "queue.Queue":
         with self._waiter_lock:
             if self._p2p_thread is None:
-                def loop():
-                    while True:
-                        self._p2p_jobs.get()()
-
-                self._p2p_thread = threading.Thread(target=loop, name="rbln-ccl-recv", daemon=True)
+                self._p2p_thread = threading.Thread(
+                    target=_run_jobs, args=(self._p2p_jobs,), name="rbln-ccl-recv", daemon=True
+                )
                 self._p2p_thread.start()
         return self._p2p_jobs
 
