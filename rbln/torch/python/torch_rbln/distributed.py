@@ -31,23 +31,24 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import (
     AllgatherOptions,
-    AllToAllOptions,
-    GatherOptions,
-    ReduceOptions,
-    ScatterOptions,
     AllreduceCoalescedOptions,
     AllreduceOptions,
+    AllToAllOptions,
     BarrierOptions,
     BroadcastOptions,
+    GatherOptions,
+    ReduceOptions,
     ReduceScatterOptions,
+    ScatterOptions,
 )
 
 from . import _C
 
 BACKEND_NAME = "rbln-ccl"
 
-# Host-side staging buffers are pinned only when there is a device copy to
-# make; the pinned allocator's caching makes this cheap after the first step.
+# Staging buffers come from the rbln pinned host allocator (page-aligned,
+# mlocked where allowed), one per tensor per collective; that allocator does
+# not cache, so a reusable staging pool would save an mmap per transfer.
 _PIN_STAGING = True
 
 
@@ -413,9 +414,7 @@ class ProcessGroupRbln(dist.ProcessGroup):
         gloo_opts.reduceOp = gloo_op
         gloo_opts.timeout = opts.timeout
         work = self._gloo.allreduce(hosts, gloo_opts)
-
         divide = _divide_by(hosts, self.size())
-
         return self._run(staging, work, list(tensors), divide if average else None)
 
     def allreduce_coalesced(self, tensors, opts=None):
@@ -429,9 +428,7 @@ class ProcessGroupRbln(dist.ProcessGroup):
         gloo_opts.reduceOp = gloo_op
         gloo_opts.timeout = opts.timeout
         work = self._gloo.allreduce_coalesced(hosts, gloo_opts)
-
         divide = _divide_by(hosts, self.size())
-
         return self._run(staging, work, list(tensors), divide if average else None)
 
     def broadcast(self, tensors, opts=None):
@@ -498,9 +495,7 @@ class ProcessGroupRbln(dist.ProcessGroup):
         gloo_opts.reduceOp = gloo_op
         gloo_opts.timeout = opts.timeout
         work = self._gloo.reduce_scatter(host_out, host_in, gloo_opts)
-
         divide = _divide_by(host_out, self.size())
-
         return self._run(staging, work, list(outputs), divide if average else None)
 
     def reduce_scatter_single(self, output, input, opts=None):
@@ -541,9 +536,7 @@ class ProcessGroupRbln(dist.ProcessGroup):
         gloo_opts.rootTensor = opts.rootTensor
         gloo_opts.timeout = opts.timeout
         work = self._gloo.reduce(hosts, gloo_opts)
-
         divide = _divide_by(hosts, self.size())
-
         return self._run(staging, work, list(tensors), divide if average and root else None)
 
     def gather(self, output_lists, inputs, opts=None):
