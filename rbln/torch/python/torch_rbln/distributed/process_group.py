@@ -1,10 +1,4 @@
-"""The `rbln-ccl` process group: torch.distributed collectives on rbln tensors.
-
-Registered at import as the backend for device "rbln", so
-`dist.init_process_group("rbln-ccl")`, `"cpu:gloo,rbln:rbln-ccl"` and, with
-rbln the current accelerator, a bare `init_process_group()` all use it
-(SPEC A8: one card per process, each rank picks its card through
-`RBLN_VISIBLE_DEVICES`).
+"""ProcessGroupRbln: torch.distributed collectives on rbln tensors.
 
 Data path (docs/distributed.md): the simulated cards have no interconnect, so
 every collective runs on gloo over host memory:
@@ -22,7 +16,6 @@ the `ccl/*` counters that explain() reads.
 from __future__ import annotations
 
 import datetime
-import os
 import queue
 import threading
 from typing import Callable, List, Optional, Sequence
@@ -42,189 +35,11 @@ from torch._C._distributed_c10d import (
     ScatterOptions,
 )
 
-from . import _C
+from ._agreement import CHECK_AGREEMENT, DTYPES, SIG_LEN, describe, describe_args, op_name, signature
+from ._staging import Staging, bump_counter
+from ._work import CclWork
 
 BACKEND_NAME = "rbln-ccl"
-
-# Staging buffers come from the rbln pinned host allocator (page-aligned,
-# mlocked where allowed), one per tensor per collective; that allocator does
-# not cache, so a reusable staging pool would save an mmap per transfer.
-_PIN_STAGING = True
-
-
-def _count(name: str, delta: int = 1) -> None:
-    _C._counter_add(name, delta)
-
-
-def _op_name(op) -> str:
-    for name in ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM"):
-        if op == getattr(dist.ReduceOp, name):
-            return name
-    return str(op)
-
-
-class _Staging:
-    """The host copies of one collective's tensors and how to write back.
-
-    All tensors of one collective must be on one device: one logical rbln
-    device, or the CPU (SPEC B4).
-    """
-
-    def __init__(self, collective: str, tensors: Sequence[torch.Tensor]):
-        self.collective = collective
-        devices = {t.device for t in tensors}
-        for t in tensors:
-            if t.device.type not in ("rbln", "cpu"):
-                raise ValueError(
-                    f"rbln-ccl: {collective} got a tensor on {t.device}; the rbln-ccl process "
-                    f"group moves tensors on rbln devices (or the CPU). Move it first with "
-                    f".to('rbln') or use a process group for {t.device.type}."
-                )
-        if len(devices) > 1:
-            names = ", ".join(sorted(str(d) for d in devices))
-            raise ValueError(
-                f"rbln-ccl: {collective} got tensors on several devices ({names}); all tensors "
-                f"of one collective must be on one device (SPEC B4). Move them with .to(...)."
-            )
-        self.device = next(iter(devices)) if devices else torch.device("cpu")
-        self.on_device = self.device.type == "rbln"
-        # (device tensor, host buffer) pairs to copy back after the exchange.
-        self._copy_back: List[tuple] = []
-        # Objects that must live until the collective completes.
-        self.keep_alive: List[object] = []
-
-    def host_input(self, t: torch.Tensor) -> torch.Tensor:
-        """A host tensor with `t`'s values (D2H when `t` is on rbln)."""
-        if not self.on_device:
-            return t
-        host = torch.empty(t.shape, dtype=t.dtype, pin_memory=_PIN_STAGING)
-        host.copy_(t)
-        _count("ccl/d2h_copies")
-        _count("ccl/d2h_bytes", host.numel() * host.element_size())
-        return host
-
-    def host_output(self, t: torch.Tensor, initial: bool = False) -> torch.Tensor:
-        """A host buffer gloo writes into, copied to `t` afterwards.
-
-        `initial` seeds it with `t`'s values (in-place collectives).
-        """
-        if not self.on_device:
-            return t
-        host = (
-            self.host_input(t)
-            if initial
-            else torch.empty(t.shape, dtype=t.dtype, pin_memory=_PIN_STAGING)
-        )
-        self._copy_back.append((t, host))
-        return host
-
-    def host_inout(self, t: torch.Tensor) -> torch.Tensor:
-        return self.host_output(t, initial=True)
-
-    def finish(self) -> None:
-        """Copies gloo's results to the device tensors (H2D)."""
-        for dev, host in self._copy_back:
-            dev.copy_(host)
-            _count("ccl/h2d_copies")
-            _count("ccl/h2d_bytes", host.numel() * host.element_size())
-
-
-class _CclWork(dist.Work):
-    """An rbln-ccl work: done when its future is, and wait() raises the
-    collective's error (the work of _create_work_from_future swallows it)."""
-
-    def __init__(self, future: torch.futures.Future, errors: Sequence[BaseException] = ()):
-        super().__init__()
-        self._future = future
-        # The error the completion recorded, raised as is: the future wraps
-        # it in "Got the following error when running the callback".
-        self._errors = errors
-
-    def wait(self, timeout: datetime.timedelta = datetime.timedelta(0)) -> bool:
-        # timeout: gloo enforces the process group's timeout on the exchange.
-        try:
-            self._future.wait()
-        except Exception as e:
-            if self._errors:
-                raise self._errors[0] from e
-            raise
-        return True
-
-    def get_future(self) -> torch.futures.Future:
-        return self._future
-
-    def is_completed(self) -> bool:
-        return self._future.done()
-
-    def is_success(self) -> bool:
-        if not self._future.done():
-            return False
-        try:
-            self._future.wait()
-        except Exception:  # noqa: BLE001 -- a failed collective
-            return False
-        return True
-
-    def exception(self):
-        try:
-            self._future.wait()
-        except Exception as e:  # noqa: BLE001
-            return e
-        return None
-
-
-_CHECK_AGREEMENT = os.environ.get("TORCH_RBLN_CCL_CHECK", "1") != "0"
-_COLLECTIVES = [
-    "all_reduce", "all_reduce_coalesced", "broadcast", "all_gather", "all_gather_into_tensor",
-    "reduce_scatter", "reduce_scatter_tensor", "barrier", "send", "reduce", "gather", "scatter",
-    "all_to_all_single",
-]
-_OPS = ["SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM"]
-_DTYPES = [
-    torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
-    torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128,
-]
-_MAX_DIMS = 8
-# collective, op, dtype, root, tensor count, numel, ndim, dims...
-_SIG_LEN = 7 + _MAX_DIMS
-
-
-def _signature(collective, tensor, op, root, count) -> torch.Tensor:
-    sig = torch.full((_SIG_LEN,), -1, dtype=torch.int64)
-    sig[0] = _COLLECTIVES.index(collective)
-    sig[1] = _OPS.index(_op_name(op)) if op is not None else -1
-    sig[3] = root
-    sig[4] = count
-    if tensor is not None:
-        sig[2] = _DTYPES.index(tensor.dtype) if tensor.dtype in _DTYPES else len(_DTYPES)
-        sig[5] = tensor.numel()
-        sig[6] = tensor.dim()
-        for i, size in enumerate(tensor.shape[:_MAX_DIMS]):
-            sig[7 + i] = size
-    return sig
-
-
-def _describe(row: torch.Tensor) -> str:
-    """E.g. "all_reduce(float32[4, 6], SUM)" for a _signature row."""
-    r = row.tolist()
-    name = _COLLECTIVES[r[0]] if 0 <= r[0] < len(_COLLECTIVES) else f"collective #{r[0]}"
-    return f"{name}({_describe_args(row)})"
-
-
-def _describe_args(row: torch.Tensor) -> str:
-    r = row.tolist()
-    args = []
-    if r[6] >= 0:
-        dtype = str(_DTYPES[r[2]]).replace("torch.", "") if r[2] < len(_DTYPES) else "other dtype"
-        dims = r[7 : 7 + min(r[6], _MAX_DIMS)]
-        args.append(f"{dtype}{dims}" + (" ..." if r[6] > _MAX_DIMS else ""))
-    if r[4] != 1:
-        args.append(f"{r[4]} tensors")
-    if r[1] >= 0:
-        args.append(_OPS[r[1]])
-    if r[3] >= 0:
-        args.append(f"root {r[3]}")
-    return ", ".join(args)
 
 
 def _wait_loop(pending: "queue.Queue") -> None:
@@ -299,14 +114,14 @@ class ProcessGroupRbln(dist.ProcessGroup):
         return BACKEND_NAME
 
     # --- plumbing -----------------------------------------------------------
-    def _run(self, staging: _Staging, gloo_work, result, post: Optional[Callable[[], None]] = None):
+    def _run(self, staging: Staging, gloo_work, result, post: Optional[Callable[[], None]] = None):
         """Work that completes after gloo's work and the copy-back.
 
         `post` runs on the host buffers before they are copied back (e.g.
         the division of AVG). Its future's value is `result` (a list of
         tensors), as DDP's comm hooks expect.
         """
-        _count("ccl/collectives")
+        bump_counter("ccl/collectives")
         collective = staging.collective
         staging.keep_alive.append(gloo_work)
 
@@ -327,7 +142,7 @@ class ProcessGroupRbln(dist.ProcessGroup):
             staging.finish()
             return result
 
-        return _CclWork(self._future_of(gloo_work).then(complete), errors)
+        return CclWork(self._future_of(gloo_work).then(complete), errors)
 
     @property
     def _failure(self) -> Callable[[str, Exception], RuntimeError]:
@@ -367,18 +182,18 @@ class ProcessGroupRbln(dist.ProcessGroup):
         dtype, op and root, before any payload moves: gloo aborts the whole
         process on a size mismatch. One fixed-size gloo all_gather, so the
         check itself cannot mismatch. TORCH_RBLN_CCL_CHECK=0 skips it."""
-        if not _CHECK_AGREEMENT:
+        if not CHECK_AGREEMENT:
             return
-        sig = _signature(collective, tensor, op, root, count)
-        rows = torch.empty((self.size() * _SIG_LEN,), dtype=torch.int64)
+        sig = signature(collective, tensor, op, root, count)
+        rows = torch.empty((self.size() * SIG_LEN,), dtype=torch.int64)
         try:
             self._gloo._allgather_base(rows, sig, AllgatherOptions()).wait()
         except RuntimeError as e:
             raise self._failure(collective, e) from e
-        rows = rows.view(self.size(), _SIG_LEN)
-        _count("ccl/agreement_checks")
+        rows = rows.view(self.size(), SIG_LEN)
+        bump_counter("ccl/agreement_checks")
         if not bool((rows == sig).all()):
-            calls = "; ".join(f"rank {r}: {_describe(rows[r])}" for r in range(self.size()))
+            calls = "; ".join(f"rank {r}: {describe(rows[r])}" for r in range(self.size()))
             raise ValueError(
                 f"rbln-ccl: ranks disagree on {collective}: {calls}. Every rank must call the "
                 f"same collectives in the same order with the same shape, dtype and op "
@@ -396,8 +211,8 @@ class ProcessGroupRbln(dist.ProcessGroup):
                         f"got {t.dtype}; use SUM and divide yourself"
                     )
             return dist.ReduceOp.SUM, True
-        if _op_name(op) not in ("SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"):
-            raise ValueError(f"rbln-ccl: {collective} does not support ReduceOp.{_op_name(op)}")
+        if op_name(op) not in ("SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"):
+            raise ValueError(f"rbln-ccl: {collective} does not support ReduceOp.{op_name(op)}")
         return op, False
 
     # --- collectives --------------------------------------------------------
@@ -406,7 +221,7 @@ class ProcessGroupRbln(dist.ProcessGroup):
             op = opts if opts is not None else dist.ReduceOp.SUM
             opts = AllreduceOptions()
             opts.reduceOp = op
-        staging = _Staging("all_reduce", tensors)
+        staging = Staging("all_reduce", tensors)
         gloo_op, average = self._reduce_op("all_reduce", opts.reduceOp, tensors)
         self._agree("all_reduce", tensors[0] if tensors else None, opts.reduceOp, count=len(tensors))
         hosts = [staging.host_inout(t) for t in tensors]
@@ -419,7 +234,7 @@ class ProcessGroupRbln(dist.ProcessGroup):
 
     def allreduce_coalesced(self, tensors, opts=None):
         opts = opts or AllreduceCoalescedOptions()
-        staging = _Staging("all_reduce_coalesced", tensors)
+        staging = Staging("all_reduce_coalesced", tensors)
         gloo_op, average = self._reduce_op("all_reduce_coalesced", opts.reduceOp, tensors)
         self._agree("all_reduce_coalesced", tensors[0] if tensors else None, opts.reduceOp,
                     count=len(tensors))
@@ -433,7 +248,7 @@ class ProcessGroupRbln(dist.ProcessGroup):
 
     def broadcast(self, tensors, opts=None):
         opts = opts or BroadcastOptions()
-        staging = _Staging("broadcast", tensors)
+        staging = Staging("broadcast", tensors)
         self._agree("broadcast", tensors[0] if tensors else None, root=opts.rootRank,
                     count=len(tensors))
         # The root sends its values; the others only receive, so they skip
@@ -451,7 +266,7 @@ class ProcessGroupRbln(dist.ProcessGroup):
     def allgather(self, output_lists, inputs, opts=None):
         opts = opts or AllgatherOptions()
         outputs = [t for lst in output_lists for t in lst]
-        staging = _Staging("all_gather", list(inputs) + outputs)
+        staging = Staging("all_gather", list(inputs) + outputs)
         for inp, lst in zip(inputs, output_lists):
             if len(lst) != self.size():
                 raise ValueError(
@@ -467,7 +282,7 @@ class ProcessGroupRbln(dist.ProcessGroup):
 
     def all_gather_single(self, output, input, opts=None):
         opts = opts or AllgatherOptions()
-        staging = _Staging("all_gather_into_tensor", [output, input])
+        staging = Staging("all_gather_into_tensor", [output, input])
         if output.numel() != input.numel() * self.size() or output.dtype != input.dtype:
             raise ValueError(
                 f"rbln-ccl: all_gather_into_tensor needs an output of world_size ({self.size()}) "
@@ -485,7 +300,7 @@ class ProcessGroupRbln(dist.ProcessGroup):
     def reduce_scatter(self, outputs, input_lists, opts=None):
         opts = opts or ReduceScatterOptions()
         inputs = [t for lst in input_lists for t in lst]
-        staging = _Staging("reduce_scatter", list(outputs) + inputs)
+        staging = Staging("reduce_scatter", list(outputs) + inputs)
         gloo_op, average = self._reduce_op("reduce_scatter", opts.reduceOp, outputs)
         self._agree("reduce_scatter", outputs[0] if outputs else None, opts.reduceOp,
                     count=len(inputs))
@@ -500,7 +315,7 @@ class ProcessGroupRbln(dist.ProcessGroup):
 
     def reduce_scatter_single(self, output, input, opts=None):
         opts = opts or ReduceScatterOptions()
-        staging = _Staging("reduce_scatter_tensor", [output, input])
+        staging = Staging("reduce_scatter_tensor", [output, input])
         if input.numel() != output.numel() * self.size() or output.dtype != input.dtype:
             raise ValueError(
                 f"rbln-ccl: reduce_scatter_tensor needs an input of world_size ({self.size()}) "
@@ -523,7 +338,7 @@ class ProcessGroupRbln(dist.ProcessGroup):
 
     def reduce(self, tensors, opts=None):
         opts = opts or ReduceOptions()
-        staging = _Staging("reduce", tensors)
+        staging = Staging("reduce", tensors)
         gloo_op, average = self._reduce_op("reduce", opts.reduceOp, tensors)
         self._agree("reduce", tensors[0] if tensors else None, opts.reduceOp, root=opts.rootRank,
                     count=len(tensors))
@@ -542,7 +357,7 @@ class ProcessGroupRbln(dist.ProcessGroup):
     def gather(self, output_lists, inputs, opts=None):
         opts = opts or GatherOptions()
         outputs = [t for lst in output_lists for t in lst]
-        staging = _Staging("gather", list(inputs) + outputs)
+        staging = Staging("gather", list(inputs) + outputs)
         self._agree("gather", inputs[0] if inputs else None, root=opts.rootRank, count=len(inputs))
         host_in = [staging.host_input(t) for t in inputs]
         host_out = [[staging.host_output(t) for t in lst] for lst in output_lists]
@@ -554,7 +369,7 @@ class ProcessGroupRbln(dist.ProcessGroup):
     def scatter(self, outputs, input_lists, opts=None):
         opts = opts or ScatterOptions()
         inputs = [t for lst in input_lists for t in lst]
-        staging = _Staging("scatter", list(outputs) + inputs)
+        staging = Staging("scatter", list(outputs) + inputs)
         self._agree("scatter", outputs[0] if outputs else None, root=opts.rootRank,
                     count=len(outputs))
         host_out = [staging.host_output(t) for t in outputs]
@@ -566,7 +381,7 @@ class ProcessGroupRbln(dist.ProcessGroup):
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         opts = opts or AllToAllOptions()
-        staging = _Staging("all_to_all_single", [output, input])
+        staging = Staging("all_to_all_single", [output, input])
         # Split sizes differ between ranks by design; the check covers the
         # dtype and the trailing dimensions.
         self._agree("all_to_all_single",
@@ -589,7 +404,7 @@ class ProcessGroupRbln(dist.ProcessGroup):
         if opts is not None:
             gloo_opts.timeout = opts.timeout
         self._agree("barrier")
-        _count("ccl/collectives")
+        bump_counter("ccl/collectives")
         return self._gloo.barrier(gloo_opts)
 
     # Point-to-point: with the agreement check on, each send is preceded by a
@@ -598,39 +413,39 @@ class ProcessGroupRbln(dist.ProcessGroup):
     # buffer (so the pair stays usable) and raises. The receiver waits for
     # the header on a thread of its own, so irecv() does not block.
     def send(self, tensors, dst, tag):
-        staging = _Staging("send", tensors)
+        staging = Staging("send", tensors)
         if len(tensors) != 1:
             raise ValueError(f"rbln-ccl: send takes one tensor, got {len(tensors)}")
         hosts = [staging.host_input(t) for t in tensors]
-        if _CHECK_AGREEMENT:
+        if CHECK_AGREEMENT:
             # Gloo drops a send whose work object dies: the staging keeps it.
-            header = [_signature("send", tensors[0], None, -1, 1)]
+            header = [signature("send", tensors[0], None, -1, 1)]
             staging.keep_alive.append(self._gloo.send(header, dst, tag))
         return self._run(staging, self._gloo.send(hosts, dst, tag), list(tensors))
 
     def recv(self, tensors, src, tag):
-        staging = _Staging("recv", tensors)
+        staging = Staging("recv", tensors)
         if len(tensors) != 1:
             raise ValueError(f"rbln-ccl: recv takes one tensor, got {len(tensors)}")
         hosts = [staging.host_output(t) for t in tensors]
-        if not _CHECK_AGREEMENT:
+        if not CHECK_AGREEMENT:
             return self._run(staging, self._gloo.recv(hosts, src, tag), list(tensors))
-        _count("ccl/collectives")
+        bump_counter("ccl/collectives")
         errors: List[BaseException] = []
         fut = torch.futures.Future()
-        expected = _signature("send", tensors[0], None, -1, 1)
+        expected = signature("send", tensors[0], None, -1, 1)
         gloo, rank, failure = self._gloo, self.rank(), self._failure
 
         def receive():
-            header = torch.empty(_SIG_LEN, dtype=torch.int64)
+            header = torch.empty(SIG_LEN, dtype=torch.int64)
             gloo.recv([header], src, tag).wait()
             if not bool((header == expected).all()):
                 sent = header.tolist()
-                scratch = torch.empty(max(sent[5], 0), dtype=_DTYPES[sent[2]])
+                scratch = torch.empty(max(sent[5], 0), dtype=DTYPES[sent[2]])
                 gloo.recv([scratch], src, tag).wait()
                 raise ValueError(
-                    f"rbln-ccl: recv on rank {rank} expected {_describe_args(expected)} "
-                    f"from rank {src} but rank {src} sent {_describe_args(header)}; pass a "
+                    f"rbln-ccl: recv on rank {rank} expected {describe_args(expected)} "
+                    f"from rank {src} but rank {src} sent {describe_args(header)}; pass a "
                     f"tensor of the sent shape and dtype"
                 )
             gloo.recv(hosts, src, tag).wait()
@@ -646,7 +461,7 @@ class ProcessGroupRbln(dist.ProcessGroup):
                 fut.set_result(list(tensors))
 
         self._p2p_queue().put(run)
-        return _CclWork(fut, errors)
+        return CclWork(fut, errors)
 
     def _p2p_queue(self) -> "queue.Queue":
         with self._waiter_lock:
@@ -671,19 +486,3 @@ class ProcessGroupRbln(dist.ProcessGroup):
 
     def shutdown(self):
         self._gloo.shutdown()
-
-
-def _create_process_group(common_opts, backend_opts) -> ProcessGroupRbln:
-    # extended_api=True: torch passes c10d::DistributedBackendOptions.
-    return ProcessGroupRbln(
-        common_opts.store, common_opts.group_rank, common_opts.group_size, common_opts.timeout
-    )
-
-
-def register() -> None:
-    """Registers `rbln-ccl` with torch.distributed (idempotent)."""
-    if not dist.is_available() or BACKEND_NAME.upper() in dist.Backend._plugins:
-        return
-    dist.Backend.register_backend(
-        BACKEND_NAME, _create_process_group, extended_api=True, devices=["rbln"]
-    )
