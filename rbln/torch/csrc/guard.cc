@@ -41,18 +41,23 @@ struct RblnGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     }
   }
 
+  // A stream belongs to a concrete device: bare "rbln" (torch.Stream(device=
+  // "rbln")) means the current one, as for CUDA.
+  static c10::Device Concrete(c10::Device d) {
+    return d.has_index() ? d : c10::Device(static_type, CurrentDevice());
+  }
   c10::Stream getStream(c10::Device d) const override {
-    return c10::Stream(c10::Stream::DEFAULT, d);
+    return c10::Stream(c10::Stream::DEFAULT, Concrete(d));
   }
   c10::Stream getDefaultStream(c10::Device d) const override {
-    return c10::Stream(c10::Stream::DEFAULT, d);
+    return c10::Stream(c10::Stream::DEFAULT, Concrete(d));
   }
   c10::Stream getNewStream(c10::Device d, int /*priority*/) const override {
-    return c10::Stream(c10::Stream::DEFAULT, d);
+    return c10::Stream(c10::Stream::DEFAULT, Concrete(d));
   }
   c10::Stream getStreamFromGlobalPool(c10::Device d,
                                       bool /*high_priority*/) const override {
-    return c10::Stream(c10::Stream::DEFAULT, d);
+    return c10::Stream(c10::Stream::DEFAULT, Concrete(d));
   }
   c10::Stream exchangeStream(c10::Stream s) const override {
     return c10::Stream(c10::Stream::DEFAULT, s.device());

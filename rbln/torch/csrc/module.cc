@@ -160,6 +160,11 @@ PYBIND11_MODULE(_C, m) {
     std::map<std::string, int64_t> snapshot = CounterRegistry::Global().Snapshot();
     return snapshot;
   });
+  // Python-side layers (e.g. the rbln-ccl process group) count their events
+  // in the same registry explain() reads.
+  m.def("_counter_add", [](const std::string& name, int64_t delta) {
+    CounterRegistry::Global().Get(name)->Add(delta);
+  });
   m.def("_storage_info", Translated(+[](uintptr_t address) {
           absl::StatusOr<runtime::StorageInfo> info =
               RuntimeOrThrow().storage().Info(address);

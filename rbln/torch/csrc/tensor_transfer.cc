@@ -79,8 +79,9 @@ void CopyWithDevice(const at::Tensor& src, const at::Tensor& dst) {
     }
     return;
   }
-  // D2D.
-  if (SameLayout(src, dst) && src.device() == dst.device()) {
+  // D2D, also between logical devices: one storage manager owns every NPU of
+  // the process, so its DMA engine copies between them without the host.
+  if (SameLayout(src, dst)) {
     ThrowIfErrorOn(dst.device(),
                    storage.CopyOnDevice(Address(dst), Address(src), dst.nbytes()));
     return;

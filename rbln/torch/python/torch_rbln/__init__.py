@@ -43,3 +43,8 @@ if getattr(torch, "rbln", None) is None:
     torch.utils.rename_privateuse1_backend("rbln")
     torch._register_device_module("rbln", _rbln)
     torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
+
+# torch.distributed backend "rbln-ccl" for rbln tensors (SPEC A8).
+from . import distributed as _distributed  # noqa: E402
+
+_distributed.register()
