@@ -2,9 +2,11 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
+#include "llvm/ExecutionEngine/Orc/Mangling.h"
 #include "llvm/IR/Module.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Target/TargetMachine.h"
@@ -15,6 +17,7 @@
 #include "rbln/compiler/blas_rewrite_pass.h"
 #include "rbln/compiler/frontend.h"
 #include "rbln/compiler/ir/graph_util.h"
+#include "rbln/compiler/kernel_errors.h"
 
 namespace rbln::compiler {
 namespace {
@@ -104,6 +107,14 @@ absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::Create(
         "JIT compilation of %s failed: %s", graph.name(),
         LlvmErrorToString(engine.takeError())));
   }
+  // Kernels report bad gather indices through this function (SPEC P8).
+  (*engine)->registerSymbols([](llvm::orc::MangleAndInterner interner) {
+    llvm::orc::SymbolMap symbols;
+    symbols[interner(kReportIndexErrorSymbol)] = llvm::JITEvaluatedSymbol(
+        llvm::pointerToJITTargetAddress(&rbln_report_index_error),
+        llvm::JITSymbolFlags::Exported);
+    return symbols;
+  });
   // With llvm.emit_c_interface the kernel has a `_mlir_ciface_kernel` that
   // takes one pointer to a memref descriptor per argument; lookupPacked
   // returns its packed wrapper.
@@ -126,6 +137,26 @@ CompiledProgram::CompiledProgram(std::unique_ptr<mlir::ExecutionEngine> engine,
       arg_types_(ArgTypes(graph_)) {}
 
 CompiledProgram::~CompiledProgram() = default;
+
+absl::Status CompiledProgram::IndexErrorStatus(const IndexError& e) const {
+  std::string where = "an unknown op";
+  std::string dim = "?";
+  if (e.site >= 0 && e.site < graph_.nodes_size()) {
+    const ir::Node& node = graph_.nodes(e.site);
+    where = absl::StrFormat("%s (node %d, output %%%s)", node.op(), e.site,
+                            node.outputs_size() > 0 ? node.outputs(0).name() : "");
+    auto it = node.attrs().find("dim");
+    dim = node.op() == "embedding" ? "0 (rows of the weight)"
+          : it != node.attrs().end() && it->second.value_case() == ir::Attribute::kI
+              ? absl::StrCat(it->second.i())
+              : "0";
+  }
+  return absl::OutOfRangeError(absl::StrFormat(
+      "index out of range in %s of program %s: index %d is not in the valid "
+      "range [0, %d) of dimension %s; check the index values (the outputs of "
+      "this call are not valid)",
+      where, graph_.name(), e.index, e.bound, dim));
+}
 
 absl::Status CompiledProgram::Execute(
     absl::Span<const runtime::BufferView> args) const {
@@ -177,7 +208,9 @@ absl::Status CompiledProgram::Execute(
     descriptor_ptrs[i] = desc.data();
     packed[i] = &descriptor_ptrs[i];
   }
+  ClearKernelError();
   entry_(packed.data());
+  if (std::optional<IndexError> e = TakeKernelError()) return IndexErrorStatus(*e);
   return absl::OkStatus();
 }
 

@@ -20,6 +20,8 @@ class ModuleOp;
 
 namespace rbln::compiler {
 
+struct IndexError;
+
 class CompiledProgram : public runtime::Executable {
  public:
   // Builds the engine from a module already lowered to the LLVM dialect.
@@ -33,6 +35,10 @@ class CompiledProgram : public runtime::Executable {
 
   // Checks every buffer against the specialization (dtype, shape,
   // contiguity), then calls the kernel once. Outputs are written in place.
+  // A gather index out of range fails with OutOfRange naming the op, the
+  // index and the valid range (the kernel checks indices as it reads them,
+  // clamps them so it never reads out of bounds, and reports the first bad
+  // one; see kernel_errors.h).
   absl::Status Execute(absl::Span<const runtime::BufferView> args) const override;
 
   const ir::Graph& graph() const { return graph_; }
@@ -40,6 +46,8 @@ class CompiledProgram : public runtime::Executable {
   const std::vector<ir::TensorType>& arg_types() const { return arg_types_; }
 
  private:
+  absl::Status IndexErrorStatus(const IndexError& e) const;
+
   CompiledProgram(std::unique_ptr<mlir::ExecutionEngine> engine,
                   void (*entry)(void**), ir::Graph graph);
 

@@ -7,16 +7,20 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Verifier.h"
 #include "rbln/compiler/graph_importer.h"
 #include "rbln/compiler/ir/graph_util.h"
+#include "rbln/compiler/kernel_errors.h"
 
 namespace rbln::compiler {
 namespace {
@@ -33,6 +37,7 @@ const OpConverterTable& Converters() {
     RegisterElementwiseOps(*t);
     RegisterReductionOps(*t);
     RegisterMatmulOps(*t);
+    RegisterDataMovementOps(*t);
     return t;
   }();
   return *table;
@@ -49,6 +54,53 @@ double FloatAttr(const ir::Node& node, const std::string& name, double dflt) {
   if (it == node.attrs().end()) return dflt;
   if (it->second.value_case() == ir::Attribute::kI) return it->second.i();
   return it->second.f();
+}
+
+int64_t IntAttr(const ir::Node& node, const std::string& name, int64_t dflt) {
+  auto it = node.attrs().find(name);
+  if (it == node.attrs().end()) return dflt;
+  switch (it->second.value_case()) {
+    case ir::Attribute::kF:
+      return static_cast<int64_t>(it->second.f());
+    case ir::Attribute::kB:
+      return it->second.b() ? 1 : 0;
+    default:
+      return it->second.i();
+  }
+}
+
+bool BoolAttr(const ir::Node& node, const std::string& name, bool dflt) {
+  auto it = node.attrs().find(name);
+  if (it == node.attrs().end()) return dflt;
+  if (it->second.value_case() == ir::Attribute::kI) return it->second.i() != 0;
+  return it->second.b();
+}
+
+bool HasAttr(const ir::Node& node, const std::string& name) {
+  return node.attrs().contains(name);
+}
+
+absl::StatusOr<std::vector<int64_t>> IntListAttr(const ir::Node& node,
+                                                 const std::string& name) {
+  std::vector<int64_t> values;
+  auto it = node.attrs().find(name);
+  if (it == node.attrs().end()) return values;
+  if (it->second.value_case() != ir::Attribute::kS) {
+    values.push_back(IntAttr(node, name, 0));
+    return values;
+  }
+  for (absl::string_view part :
+       absl::StrSplit(it->second.s(), ',', absl::SkipWhitespace())) {
+    int64_t v;
+    if (!absl::SimpleAtoi(part, &v)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "op %s: attr %s must be an int or comma-separated ints like "
+          "\"2,3,-1\", got '%s'",
+          node.op(), name, it->second.s()));
+    }
+    values.push_back(v);
+  }
+  return values;
 }
 
 Shape ShapeOf(const ir::TensorType& t) {
@@ -178,6 +230,45 @@ Value GraphImporter::ComputeConstant(OpBuilder& b, double value,
       loc(), b.getIntegerAttr(type, static_cast<int64_t>(value)));
 }
 
+Value GraphImporter::CheckedIndex(OpBuilder& b, Value index, int64_t bound) {
+  Location l = loc();
+  if (!declared_index_error_) {
+    // func.func private @rbln_report_index_error(i64, i64, i64)
+    OpBuilder::InsertionGuard guard(builder_);
+    builder_.setInsertionPointToStart(module_.getBody());
+    auto decl = builder_.create<mlir::func::FuncOp>(
+        l, kReportIndexErrorSymbol,
+        builder_.getFunctionType(
+            {builder_.getI64Type(), builder_.getI64Type(), builder_.getI64Type()},
+            {}));
+    decl.setPrivate();
+    declared_index_error_ = true;
+  }
+  auto i64 = [&](int64_t v) -> Value {
+    return b.create<mlir::arith::ConstantIntOp>(l, v, 64);
+  };
+  Value v = index;
+  if (v.getType().getIntOrFloatBitWidth() < 64) {
+    v = b.create<mlir::arith::ExtSIOp>(l, b.getI64Type(), v);
+  }
+  Value below = b.create<mlir::arith::CmpIOp>(
+      l, mlir::arith::CmpIPredicate::slt, v, i64(0));
+  Value above = b.create<mlir::arith::CmpIOp>(
+      l, mlir::arith::CmpIPredicate::sge, v, i64(bound));
+  Value bad = b.create<mlir::arith::OrIOp>(l, below, above);
+  const int64_t site = current_node_;
+  b.create<mlir::scf::IfOp>(l, bad, [&](OpBuilder& then, Location tl) {
+    then.create<mlir::func::CallOp>(tl, kReportIndexErrorSymbol,
+                                    mlir::TypeRange{},
+                                    ValueRange{i64(site), v, i64(bound)});
+    then.create<mlir::scf::YieldOp>(tl);
+  });
+  Value clamped = b.create<mlir::arith::SelectOp>(
+      l, below, i64(0),
+      b.create<mlir::arith::SelectOp>(l, above, i64(bound - 1), v));
+  return b.create<mlir::arith::IndexCastOp>(l, b.getIndexType(), clamped);
+}
+
 absl::StatusOr<Value> GraphImporter::Elementwise(const ir::Node& node,
                                                  const ScalarBody& body) {
   return Elementwise(
@@ -287,6 +378,7 @@ absl::StatusOr<mlir::OwningOpRef<mlir::ModuleOp>> GraphImporter::Import() {
   }
 
   mlir::OwningOpRef<mlir::ModuleOp> module = mlir::ModuleOp::create(loc());
+  module_ = *module;
   builder_.setInsertionPointToEnd(module->getBody());
   auto func = builder_.create<mlir::func::FuncOp>(
       loc(), kKernelName, builder_.getFunctionType(arg_types, result_types));
@@ -301,11 +393,14 @@ absl::StatusOr<mlir::OwningOpRef<mlir::ModuleOp>> GraphImporter::Import() {
   for (int i = 0; i < num_inputs; ++i) {
     Define(graph_.inputs(i), entry->getArgument(i));
   }
-  for (const ir::Node& node : graph_.nodes()) {
+  for (int i = 0; i < graph_.nodes_size(); ++i) {
+    const ir::Node& node = graph_.nodes(i);
+    current_node_ = i;
     if (absl::Status s = Converters().at(node.op())(*this, node); !s.ok()) {
       return s;
     }
   }
+  current_node_ = -1;
   // Each output must come from its own op so that it can write into its
   // output buffer: copy graph inputs and repeated outputs.
   std::vector<Value> results;

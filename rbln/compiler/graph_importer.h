@@ -4,6 +4,7 @@
 #ifndef RBLN_COMPILER_GRAPH_IMPORTER_H_
 #define RBLN_COMPILER_GRAPH_IMPORTER_H_
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -56,6 +57,16 @@ class GraphImporter {
   mlir::Value CastCompute(mlir::OpBuilder& b, mlir::Value v, ir::DType from, ir::DType to) const;
   mlir::Value ComputeConstant(mlir::OpBuilder& b, double value, ir::DType t) const;
 
+  // A gather index (an i32/i64 scalar) checked against [0, bound) at run
+  // time: out of range calls kReportIndexErrorSymbol with the current node's
+  // position and goes on with the index clamped into range, so the kernel
+  // never reads out of bounds (SPEC P8). Returns an `index` value.
+  // `bound` must be positive.
+  mlir::Value CheckedIndex(mlir::OpBuilder& b, mlir::Value index,
+                           int64_t bound);
+  // The position of the node being converted in the graph.
+  int current_node() const { return current_node_; }
+
   // A linalg.generic over the output's shape, broadcasting inputs NumPy-style.
   // `body` gets the inputs in the output's compute type and returns the
   // result in that type.
@@ -78,6 +89,9 @@ class GraphImporter {
 
   const ir::Graph& graph_;
   mlir::MLIRContext* context_;
+  mlir::ModuleOp module_;
+  bool declared_index_error_ = false;
+  int current_node_ = -1;
   mutable mlir::OpBuilder builder_;  // Type getters are non-const in MLIR.
   absl::flat_hash_map<std::string, mlir::Value> values_;
   absl::flat_hash_map<std::string, ir::TensorType> types_;
@@ -92,12 +106,21 @@ using Shape = std::vector<int64_t>;
 Shape ShapeOf(const ir::TensorType& t);
 Shape ShapeOf(mlir::Value ranked_tensor);
 double FloatAttr(const ir::Node& node, const std::string& name, double dflt);
+int64_t IntAttr(const ir::Node& node, const std::string& name, int64_t dflt);
+bool BoolAttr(const ir::Node& node, const std::string& name, bool dflt);
+// An int list attribute: a string of comma-separated ints ("2,3,-1", "" for
+// an empty list) or one int.
+absl::StatusOr<std::vector<int64_t>> IntListAttr(const ir::Node& node,
+                                                 const std::string& name);
+bool HasAttr(const ir::Node& node, const std::string& name);
 absl::Status CheckArity(const ir::Node& node, int inputs, int outputs);
 
 // One registration function per op family (ops/*.cc).
 void RegisterElementwiseOps(OpConverterTable& table);
 void RegisterReductionOps(OpConverterTable& table);
 void RegisterMatmulOps(OpConverterTable& table);
+void RegisterDataMovementOps(OpConverterTable& table);
+void RegisterAttentionOps(OpConverterTable& table);
 
 }  // namespace rbln::compiler
 

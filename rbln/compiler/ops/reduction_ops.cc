@@ -59,20 +59,6 @@ using ::mlir::utils::IteratorType;
 
 // --- Small builders. -------------------------------------------------------
 
-int64_t IntAttr(const ir::Node& node, const std::string& name, int64_t dflt) {
-  auto it = node.attrs().find(name);
-  if (it == node.attrs().end()) return dflt;
-  if (it->second.value_case() == ir::Attribute::kF) return it->second.f();
-  return it->second.i();
-}
-
-bool BoolAttr(const ir::Node& node, const std::string& name, bool dflt) {
-  auto it = node.attrs().find(name);
-  if (it == node.attrs().end()) return dflt;
-  if (it->second.value_case() == ir::Attribute::kI) return it->second.i() != 0;
-  return it->second.b();
-}
-
 Value Empty(GraphImporter& im, const Shape& shape, Type element) {
   return im.builder().create<mlir::tensor::EmptyOp>(im.loc(), shape, element);
 }
