@@ -38,6 +38,7 @@ const OpConverterTable& Converters() {
     RegisterReductionOps(*t);
     RegisterMatmulOps(*t);
     RegisterDataMovementOps(*t);
+    RegisterAttentionOps(*t);
     return t;
   }();
   return *table;
@@ -228,6 +229,15 @@ Value GraphImporter::ComputeConstant(OpBuilder& b, double value,
   }
   return b.create<mlir::arith::ConstantOp>(
       loc(), b.getIntegerAttr(type, static_cast<int64_t>(value)));
+}
+
+absl::Status GraphImporter::EmitNode(const ir::Node& node) {
+  auto it = Converters().find(node.op());
+  if (it == Converters().end()) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "The following operators are not implemented: [%s]", node.op()));
+  }
+  return it->second(*this, node);
 }
 
 Value GraphImporter::CheckedIndex(OpBuilder& b, Value index, int64_t bound) {

@@ -64,6 +64,10 @@ class GraphImporter {
   // `bound` must be positive.
   mlir::Value CheckedIndex(mlir::OpBuilder& b, mlir::Value index,
                            int64_t bound);
+  // Converts `node` with the registered converter of its op: composite ops
+  // (attention) emit their steps as internal nodes with their own names.
+  absl::Status EmitNode(const ir::Node& node);
+
   // The position of the node being converted in the graph.
   int current_node() const { return current_node_; }
 

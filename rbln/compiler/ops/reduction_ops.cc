@@ -15,12 +15,17 @@
 //     with one output they are amax/amin. argmax/argmin output INT64 and
 //     index the flattened reduced dims (the whole tensor without "dim").
 //   softmax, log_softmax (x)           "dim": one dim, required.
-//   layer_norm(x[, weight[, bias]])    "normalized_ndim" int (default: the
-//     weight's rank), "eps" (default 1e-5); with two inputs and bool
-//     "has_bias" true the second input is the bias (no weight).
-//   rms_norm(x[, weight])              "normalized_ndim" int (default: the
-//     weight's rank, else 1), "eps" (default FLT_EPSILON, as PyTorch's
-//     opmath epsilon).
+//   _softmax, _log_softmax: the same (ATen's inner names; "half_to_float"
+//     is implied by the output dtype).
+//   layer_norm(x[, weight[, bias]])    "normalized_shape" ("2,4", ATen's
+//     argument) or "normalized_ndim" int (default: the weight's rank),
+//     "eps" (default 1e-5); with two inputs and bool "has_bias" true the
+//     second input is the bias (no weight).
+//   native_layer_norm: the same with outputs (y, mean, rstd); mean and rstd
+//     have x's shape with the normalized dims 1.
+//   rms_norm(x[, weight])              "normalized_shape" or
+//     "normalized_ndim" (default: the weight's rank, else 1), "eps"
+//     (default FLT_EPSILON, as PyTorch's opmath epsilon).
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -606,13 +611,44 @@ absl::Status CheckNormalizedShape(const ir::Node& node, const Shape& x,
   return absl::OkStatus();
 }
 
+// How many trailing dims a norm normalizes: attr "normalized_shape" (ATen's
+// argument, "2,4"; must equal the input's trailing dims), else
+// "normalized_ndim", else `dflt`.
+absl::StatusOr<int64_t> NormalizedNdim(const ir::Node& node, const Shape& x,
+                                       int64_t dflt) {
+  const int rank = x.size();
+  int64_t ndim = IntAttr(node, "normalized_ndim", dflt);
+  if (HasAttr(node, "normalized_shape")) {
+    absl::StatusOr<std::vector<int64_t>> ns =
+        IntListAttr(node, "normalized_shape");
+    if (!ns.ok()) return ns.status();
+    ndim = ns->size();
+    if (ndim > rank || !std::equal(ns->begin(), ns->end(), x.end() - ndim)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "op %s: Given normalized_shape=[%s], expected input with shape "
+          "[*, %s], but got input of size [%s]",
+          node.op(), absl::StrJoin(*ns, ", "), absl::StrJoin(*ns, ", "),
+          absl::StrJoin(x, ", ")));
+    }
+  }
+  if (ndim < 0 || ndim > rank) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "op %s: normalized_ndim %d is not in [0, %d]", node.op(), ndim, rank));
+  }
+  return ndim;
+}
+
 // Two-pass statistics in f32 (mean, then the mean of squared deviations),
 // the biased variance PyTorch uses; y = (x - mean) / sqrt(var + eps) * w + b.
 absl::Status ConvertLayerNorm(GraphImporter& im, const ir::Node& node) {
+  // native_layer_norm also returns mean and rstd (the input's shape with the
+  // normalized dims kept as 1).
+  const int num_outputs = node.op() == "native_layer_norm" ? 3 : 1;
   if (node.inputs_size() < 1 || node.inputs_size() > 3 ||
-      node.outputs_size() != 1) {
-    return absl::InvalidArgumentError(
-        "op layer_norm takes 1 to 3 inputs (x, weight, bias) and 1 output");
+      node.outputs_size() != num_outputs) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "op %s takes 1 to 3 inputs (x, weight, bias) and %d output(s)",
+        node.op(), num_outputs));
   }
   const ir::TensorType& in = im.TypeOf(node.inputs(0));
   const ir::DType dtype = in.dtype(),
@@ -627,16 +663,25 @@ absl::Status ConvertLayerNorm(GraphImporter& im, const ir::Node& node) {
       (node.inputs_size() == 2 && BoolAttr(node, "has_bias", false));
   const bool has_weight =
       node.inputs_size() == 3 || (node.inputs_size() == 2 && !has_bias);
-  const int64_t ndim = IntAttr(
-      node, "normalized_ndim",
+  absl::StatusOr<int64_t> normalized = NormalizedNdim(
+      node, shape,
       node.inputs_size() > 1 ? im.TypeOf(node.inputs(1)).shape_size() : -1);
-  if (ndim < 0 || ndim > rank) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "op layer_norm: normalized_ndim %d is not in [0, %d]", ndim, rank));
-  }
+  if (!normalized.ok()) return normalized.status();
+  const int64_t ndim = *normalized;
   for (int i = 1; i < node.inputs_size(); ++i) {
     if (absl::Status s =
             CheckNormalizedShape(node, shape, ndim, im.TypeOf(node.inputs(i)));
+        !s.ok()) {
+      return s;
+    }
+  }
+  Shape stats_shape = shape;
+  for (int d = rank - ndim; d < rank; ++d) stats_shape[d] = 1;
+  for (int i = 1; i < num_outputs; ++i) {
+    if (absl::Status s = CheckOutputShape(node, i, stats_shape); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = CheckFloat(node, node.outputs(i).type().dtype());
         !s.ok()) {
       return s;
     }
@@ -702,6 +747,33 @@ absl::Status ConvertLayerNorm(GraphImporter& im, const ir::Node& node) {
         return llvm::SmallVector<Value>{im.FromCompute(b, v, out_dtype)};
       })[0];
   im.Define(node.outputs(0), y);
+  if (num_outputs == 3) {
+    // mean and rstd, from the same sums (leading dims; trailing ones are 1).
+    std::vector<mlir::AffineExpr> lead;
+    for (int d = 0; d < rank - ndim; ++d) {
+      lead.push_back(mlir::getAffineDimExpr(d, im.context()));
+    }
+    const AffineMap stats_map = AffineMap::get(rank, 0, lead, im.context());
+    for (int i = 1; i < 3; ++i) {
+      const ir::DType t = node.outputs(i).type().dtype();
+      Value stat = Generic(
+          im, {sum, sq_dev}, Empty(im, stats_shape, im.StorageType(t)),
+          {stats_map, stats_map, id},
+          std::vector<IteratorType>(rank, IteratorType::parallel),
+          [&](OpBuilder& b, Location l, ValueRange args) {
+            Value v = mean(b, l, args[0]);
+            if (i == 2) {
+              v = b.create<mlir::arith::DivFOp>(
+                  l, F32Const(b, 1.0),
+                  b.create<mlir::math::SqrtOp>(
+                      l, b.create<mlir::arith::AddFOp>(l, mean(b, l, args[1]),
+                                                       F32Const(b, eps))));
+            }
+            return llvm::SmallVector<Value>{im.FromCompute(b, v, t)};
+          })[0];
+      im.Define(node.outputs(i), stat);
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -722,13 +794,10 @@ absl::Status ConvertRmsNorm(GraphImporter& im, const ir::Node& node) {
   const int rank = shape.size();
   if (absl::Status s = CheckOutputShape(node, 0, shape); !s.ok()) return s;
   const bool has_weight = node.inputs_size() == 2;
-  const int64_t ndim =
-      IntAttr(node, "normalized_ndim",
-              has_weight ? im.TypeOf(node.inputs(1)).shape_size() : 1);
-  if (ndim < 0 || ndim > rank) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "op rms_norm: normalized_ndim %d is not in [0, %d]", ndim, rank));
-  }
+  absl::StatusOr<int64_t> normalized = NormalizedNdim(
+      node, shape, has_weight ? im.TypeOf(node.inputs(1)).shape_size() : 1);
+  if (!normalized.ok()) return normalized.status();
+  const int64_t ndim = *normalized;
   if (has_weight) {
     if (absl::Status s =
             CheckNormalizedShape(node, shape, ndim, im.TypeOf(node.inputs(1)));
@@ -794,6 +863,11 @@ void RegisterReductionOps(OpConverterTable& table) {
   table["softmax"] = &ConvertSoftmaxOp<false>;
   table["log_softmax"] = &ConvertSoftmaxOp<true>;
   table["layer_norm"] = &ConvertLayerNorm;
+  table["native_layer_norm"] = &ConvertLayerNorm;
+  // ATen's inner names (what decompositions produce); "half_to_float" is
+  // implied by the output dtype.
+  table["_softmax"] = &ConvertSoftmaxOp<false>;
+  table["_log_softmax"] = &ConvertSoftmaxOp<true>;
   table["rms_norm"] = &ConvertRmsNorm;
 }
 

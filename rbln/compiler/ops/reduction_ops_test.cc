@@ -579,6 +579,46 @@ TEST(ReductionOpsTest, LayerNormMatchesTheReference) {
   }
 }
 
+// native_layer_norm: ATen's name and attributes (normalized_shape as an int
+// list), with mean and rstd outputs shaped [..., 1].
+TEST(ReductionOpsTest, NativeLayerNormReturnsMeanAndRstd) {
+  for (ir::DType dtype : kFloatTypes) {
+    const HostTensor x = Random(dtype, {3, 2, 8}, 31, -3, 5);
+    const HostTensor w = Random(dtype, {8}, 32), b = Random(dtype, {8}, 33);
+    const std::string what = "native_layer_norm " + DTypeText(dtype);
+    auto out = CompileAndRun(
+        OneOpGraph("native_layer_norm", {x.type(), w.type(), b.type()},
+                   {x.type(), Type(dtype, {3, 2, 1}), Type(dtype, {3, 2, 1})},
+                   {{"normalized_shape", StrA("8")}, {"eps", FloatA(1e-5)}}),
+        {x, w, b});
+    ASSERT_TRUE(out.ok()) << what << ": " << out.status();
+    const std::vector<double> want = RefNorm(x, &w, &b, 1, 1e-5, false);
+    ExpectClose((*out)[0], want, RelTolerance(dtype, want, 2e-5), what);
+    std::vector<double> mean, rstd;
+    for (int r = 0; r < 6; ++r) {
+      double m = 0, v = 0;
+      for (int j = 0; j < 8; ++j) m += x.values[r * 8 + j] / 8;
+      for (int j = 0; j < 8; ++j) {
+        v += (x.values[r * 8 + j] - m) * (x.values[r * 8 + j] - m) / 8;
+      }
+      mean.push_back(m);
+      rstd.push_back(1 / std::sqrt(v + 1e-5));
+    }
+    ExpectClose((*out)[1], mean, RelTolerance(dtype, mean, 2e-5), what + " mean");
+    ExpectClose((*out)[2], rstd, RelTolerance(dtype, rstd, 2e-5), what + " rstd");
+  }
+  // A normalized_shape that is not the input's trailing shape is refused.
+  const HostTensor x = Random(ir::FLOAT32, {3, 8}, 34);
+  auto out = CompileAndRun(
+      OneOpGraph("layer_norm", {x.type()}, {x.type()},
+                 {{"normalized_shape", StrA("4")}}),
+      {x});
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("normalized_shape=[4]"),
+            std::string::npos)
+      << out.status();
+}
+
 TEST(ReductionOpsTest, RmsNormMatchesTheReference) {
   struct Case {
     Shape shape;
