@@ -356,9 +356,11 @@ absl::StatusOr<mlir::OwningOpRef<mlir::ModuleOp>> GraphImporter::Import() {
   if (absl::Status s = ir::Validate(graph_); !s.ok()) return s;
 
   // Every unsupported op is reported at once, as PyTorch lists them.
+  // Each op once, in order of first use, quoted like a Python list of names.
   std::vector<std::string> missing;
+  absl::flat_hash_set<std::string> listed;
   for (const ir::Node& node : graph_.nodes()) {
-    if (!Converters().contains(node.op())) {
+    if (!Converters().contains(node.op()) && listed.insert(node.op()).second) {
       missing.push_back(absl::StrFormat("'%s'", node.op()));
     }
   }

@@ -47,6 +47,7 @@ TEST(FrontendTest, UnsupportedOpsAreAllListed) {
   ir::Graph g = AddGraph(Type(ir::FLOAT32, {4}));
   g.mutable_nodes(0)->set_op("sin");
   testing::AddNode(g, "cosh", {"out"}, "out2", Type(ir::FLOAT32, {4}));
+  testing::AddNode(g, "sin", {"out2"}, "out3", Type(ir::FLOAT32, {4}));
   auto module = ImportGraph(g, CreateCompilerContext().get());
   ASSERT_FALSE(module.ok());
   EXPECT_EQ(module.status().code(), absl::StatusCode::kUnimplemented);
