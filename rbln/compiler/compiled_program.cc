@@ -5,9 +5,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "llvm/ExecutionEngine/Orc/Core.h"
+#include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
+#include "llvm/ExecutionEngine/Orc/LLJIT.h"
 #include "llvm/ExecutionEngine/Orc/Mangling.h"
 #include "llvm/IR/Module.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Target/TargetMachine.h"
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
@@ -18,6 +22,7 @@
 #include "rbln/compiler/frontend.h"
 #include "rbln/compiler/ir/graph_util.h"
 #include "rbln/compiler/kernel_errors.h"
+#include "rbln/compiler/mlir_setup.h"
 
 namespace rbln::compiler {
 namespace {
@@ -66,13 +71,30 @@ absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> HostTargetMachine() {
   return std::move(*machine);
 }
 
+// Functions of this library that kernels call, by name (SPEC P8).
+llvm::orc::SymbolMap RuntimeSymbols(llvm::orc::MangleAndInterner interner) {
+  llvm::orc::SymbolMap symbols;
+  symbols[interner(kReportIndexErrorSymbol)] = llvm::JITEvaluatedSymbol(
+      llvm::pointerToJITTargetAddress(&rbln_report_index_error),
+      llvm::JITSymbolFlags::Exported);
+  return symbols;
+}
+
+absl::Status LlvmError(const std::string& what, llvm::Error error) {
+  return absl::InternalError(absl::StrFormat(
+      "loading cached object code: %s failed: %s", what,
+      LlvmErrorToString(std::move(error))));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::Create(
-    mlir::ModuleOp llvm_module, const ir::Graph& graph) {
+    mlir::ModuleOp llvm_module, const ir::Graph& graph,
+    const std::string& object_path) {
   // The JIT resolves cblas_sgemm (from the BLAS rewrite) among the process's
   // symbols, where LoadOpenBlas() puts it.
-  if (llvm_module.lookupSymbol(kSgemmName) && !LoadOpenBlas()) {
+  const bool uses_blas = llvm_module.lookupSymbol(kSgemmName) != nullptr;
+  if (uses_blas && !LoadOpenBlas()) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "program %s calls %s, but libopenblas.so.0 could not be loaded",
         graph.name(), kSgemmName));
@@ -100,6 +122,7 @@ absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::Create(
   // The JIT'd code is not debugged or profiled through gdb/perf listeners.
   options.enableGDBNotificationListener = false;
   options.enablePerfNotificationListener = false;
+  options.enableObjectDump = !object_path.empty();
   llvm::Expected<std::unique_ptr<mlir::ExecutionEngine>> engine =
       mlir::ExecutionEngine::create(llvm_module, options);
   if (!engine) {
@@ -108,13 +131,7 @@ absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::Create(
         LlvmErrorToString(engine.takeError())));
   }
   // Kernels report bad gather indices through this function (SPEC P8).
-  (*engine)->registerSymbols([](llvm::orc::MangleAndInterner interner) {
-    llvm::orc::SymbolMap symbols;
-    symbols[interner(kReportIndexErrorSymbol)] = llvm::JITEvaluatedSymbol(
-        llvm::pointerToJITTargetAddress(&rbln_report_index_error),
-        llvm::JITSymbolFlags::Exported);
-    return symbols;
-  });
+  (*engine)->registerSymbols(&RuntimeSymbols);
   // With llvm.emit_c_interface the kernel has a `_mlir_ciface_kernel` that
   // takes one pointer to a memref descriptor per argument; lookupPacked
   // returns its packed wrapper.
@@ -125,13 +142,57 @@ absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::Create(
         "JIT compilation of %s: no entry point: %s", graph.name(),
         LlvmErrorToString(entry.takeError())));
   }
-  return std::unique_ptr<CompiledProgram>(
-      new CompiledProgram(std::move(*engine), *entry, graph));
+  if (!object_path.empty()) (*engine)->dumpToObjectFile(object_path);
+  return std::unique_ptr<CompiledProgram>(new CompiledProgram(
+      std::move(*engine), nullptr, *entry, graph, uses_blas));
+}
+
+absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::LoadObject(
+    const std::string& object, const ir::Graph& graph, bool uses_blas) {
+  InitializeMlirOnce();  // The native target.
+  if (uses_blas && !LoadOpenBlas()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "program %s calls %s, but libopenblas.so.0 could not be loaded",
+        graph.name(), kSgemmName));
+  }
+  llvm::Expected<llvm::orc::JITTargetMachineBuilder> machine =
+      llvm::orc::JITTargetMachineBuilder::detectHost();
+  if (!machine) return LlvmError("detecting the host", machine.takeError());
+  llvm::Expected<std::unique_ptr<llvm::orc::LLJIT>> jit =
+      llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(*machine).create();
+  if (!jit) return LlvmError("creating a JIT", jit.takeError());
+  llvm::orc::JITDylib& main = (*jit)->getMainJITDylib();
+  // libm and OpenBLAS from the process, as the ExecutionEngine resolves them.
+  llvm::Expected<std::unique_ptr<llvm::orc::DynamicLibrarySearchGenerator>>
+      process = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
+          (*jit)->getDataLayout().getGlobalPrefix());
+  if (!process) return LlvmError("searching the process", process.takeError());
+  main.addGenerator(std::move(*process));
+  llvm::orc::MangleAndInterner interner((*jit)->getExecutionSession(),
+                                        (*jit)->getDataLayout());
+  if (llvm::Error e =
+          main.define(llvm::orc::absoluteSymbols(RuntimeSymbols(interner)))) {
+    return LlvmError("defining runtime symbols", std::move(e));
+  }
+  if (llvm::Error e = (*jit)->addObjectFile(
+          llvm::MemoryBuffer::getMemBufferCopy(object, graph.name()))) {
+    return LlvmError("adding the object", std::move(e));
+  }
+  // ExecutionEngine::lookupPacked(name) looks up "_mlir_" + name.
+  auto entry = (*jit)->lookup(std::string("_mlir__mlir_ciface_") + kKernelName);
+  if (!entry) return LlvmError("looking up the entry point", entry.takeError());
+  auto* fn = reinterpret_cast<void (*)(void**)>(entry->getValue());
+  return std::unique_ptr<CompiledProgram>(new CompiledProgram(
+      nullptr, std::move(*jit), fn, graph, uses_blas));
 }
 
 CompiledProgram::CompiledProgram(std::unique_ptr<mlir::ExecutionEngine> engine,
-                                 void (*entry)(void**), ir::Graph graph)
+                                 std::unique_ptr<llvm::orc::LLJIT> jit,
+                                 void (*entry)(void**), ir::Graph graph,
+                                 bool uses_blas)
     : engine_(std::move(engine)),
+      jit_(std::move(jit)),
+      uses_blas_(uses_blas),
       entry_(entry),
       graph_(std::move(graph)),
       arg_types_(ArgTypes(graph_)) {}

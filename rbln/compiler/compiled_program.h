@@ -13,6 +13,10 @@
 #include "rbln/compiler/ir/graph.pb.h"
 #include "rbln/runtime/executable.h"
 
+namespace llvm::orc {
+class LLJIT;
+}  // namespace llvm::orc
+
 namespace mlir {
 class ExecutionEngine;
 class ModuleOp;
@@ -25,8 +29,15 @@ struct IndexError;
 class CompiledProgram : public runtime::Executable {
  public:
   // Builds the engine from a module already lowered to the LLVM dialect.
+  // With `object_path`, also writes the generated object code there (for
+  // the disk cache).
   static absl::StatusOr<std::unique_ptr<CompiledProgram>> Create(
-      mlir::ModuleOp llvm_module, const ir::Graph& graph);
+      mlir::ModuleOp llvm_module, const ir::Graph& graph,
+      const std::string& object_path = "");
+  // Links object code written by Create() into a JIT of its own: no MLIR,
+  // no codegen. `uses_blas`: the object calls cblas_sgemm.
+  static absl::StatusOr<std::unique_ptr<CompiledProgram>> LoadObject(
+      const std::string& object, const ir::Graph& graph, bool uses_blas);
   ~CompiledProgram() override;
 
   int num_inputs() const override { return graph_.inputs_size(); }
@@ -42,6 +53,7 @@ class CompiledProgram : public runtime::Executable {
   absl::Status Execute(absl::Span<const runtime::BufferView> args) const override;
 
   const ir::Graph& graph() const { return graph_; }
+  bool uses_blas() const { return uses_blas_; }
   // Types of the kernel arguments: inputs, then outputs.
   const std::vector<ir::TensorType>& arg_types() const { return arg_types_; }
 
@@ -49,9 +61,14 @@ class CompiledProgram : public runtime::Executable {
   absl::Status IndexErrorStatus(const IndexError& e) const;
 
   CompiledProgram(std::unique_ptr<mlir::ExecutionEngine> engine,
-                  void (*entry)(void**), ir::Graph graph);
+                  std::unique_ptr<llvm::orc::LLJIT> jit, void (*entry)(void**),
+                  ir::Graph graph, bool uses_blas);
 
+  // One of the two owns the code: the engine after codegen, the JIT after
+  // loading an object.
   std::unique_ptr<mlir::ExecutionEngine> engine_;
+  std::unique_ptr<llvm::orc::LLJIT> jit_;
+  bool uses_blas_;
   void (*entry_)(void**);
   ir::Graph graph_;
   std::vector<ir::TensorType> arg_types_;

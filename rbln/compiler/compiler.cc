@@ -1,19 +1,69 @@
 #include "rbln/compiler/compiler.h"
 
+#include <utility>
+
 #include "absl/strings/str_format.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "llvm/Support/Host.h"
 #include "mlir/IR/MLIRContext.h"
+#include "rbln/compiler/blas_loader.h"
+#include "rbln/compiler/disk_cache.h"
 #include "rbln/compiler/frontend.h"
 #include "rbln/compiler/ir/graph_util.h"
 #include "rbln/compiler/mlir_setup.h"
 #include "rbln/compiler/pipelines.h"
+#include "rbln/core/env.h"
 #include "rbln/core/status_macros.h"
 
 namespace rbln::compiler {
+namespace {
 
-Compiler::Compiler()
-    : compiles_(CounterRegistry::Global().Get("compiler/compiles")),
-      cache_hits_(CounterRegistry::Global().Get("compiler/cache_hits")) {}
+bool SameGraph(const ir::Graph& a, const ir::Graph& b) {
+  return google::protobuf::util::MessageDifferencer::Equals(a, b);
+}
+
+}  // namespace
+
+absl::StatusOr<CompilerOptions> CompilerOptions::FromEnv() {
+  CompilerOptions options;
+  RBLN_ASSIGN_OR_RETURN(
+      options.cache_capacity,
+      env::GetInt("RBLN_COMPILER_CACHE_SIZE", options.cache_capacity, 1,
+                  int64_t{1} << 40));
+  options.cache_dir = env::GetRaw("RBLN_COMPILER_CACHE_DIR").value_or("");
+  return options;
+}
+
+std::string Compiler::TargetDescription() {
+  absl::StatusOr<bool> blas = BlasRewriteEnabled();
+  return absl::StrFormat("%s;cpu=%s;blas=%d", llvm::sys::getProcessTriple(),
+                         llvm::sys::getHostCPUName().str(),
+                         blas.ok() && *blas ? 1 : 0);
+}
+
+Compiler::Compiler() : Compiler(CompilerOptions::FromEnv()) {}
+
+Compiler::Compiler(CompilerOptions options)
+    : Compiler(absl::StatusOr<CompilerOptions>(std::move(options))) {}
+
+Compiler::Compiler(absl::StatusOr<CompilerOptions> options)
+    : options_(options.ok() ? *options : CompilerOptions()),
+      options_status_(
+          !options.ok() ? options.status()
+          : options_.cache_capacity >= 1
+              ? absl::OkStatus()
+              : absl::InvalidArgumentError(absl::StrFormat(
+                    "compiler cache capacity must be >= 1, got %d",
+                    options_.cache_capacity))),
+      target_(TargetDescription()),
+      disk_(options_.cache_dir.empty()
+                ? nullptr
+                : std::make_unique<DiskCache>(options_.cache_dir, target_)),
+      compiles_(CounterRegistry::Global().Get("compiler/compiles")),
+      cache_hits_(CounterRegistry::Global().Get("compiler/cache_hits")),
+      cache_misses_(CounterRegistry::Global().Get("compiler/cache_misses")),
+      evictions_(CounterRegistry::Global().Get("compiler/evictions")),
+      disk_hits_(CounterRegistry::Global().Get("compiler/disk_hits")) {}
 
 Compiler::~Compiler() = default;
 
@@ -24,43 +74,160 @@ Compiler& Compiler::Global() {
 
 absl::StatusOr<std::shared_ptr<const CompiledProgram>> Compiler::Compile(
     const ir::Graph& graph) {
-  const uint64_t key = ir::Fingerprint(graph);
-  absl::MutexLock lock(&mu_);
-  auto it = cache_.find(key);
-  if (it != cache_.end() &&
-      google::protobuf::util::MessageDifferencer::Equals(it->second->graph(),
-                                                         graph)) {
-    cache_hits_->Increment();
-    return it->second;
+  if (!options_status_.ok()) return options_status_;
+  const uint64_t key = ir::StableHash(target_, ir::Fingerprint(graph));
+  std::shared_ptr<InFlight> flight;
+  bool owner = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = cache_.find(key);
+    if (it != cache_.end() && SameGraph(it->second.program->graph(), graph)) {
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      ++stats_.hits;
+      cache_hits_->Increment();
+      return it->second.program;
+    }
+    ++stats_.misses;
+    cache_misses_->Increment();
+    auto f = in_flight_.find(key);
+    if (f != in_flight_.end()) {
+      flight = f->second;
+    } else {
+      flight = std::make_shared<InFlight>();
+      in_flight_[key] = flight;
+      owner = true;
+    }
   }
-  RBLN_ASSIGN_OR_RETURN(std::shared_ptr<const CompiledProgram> program,
-                        CompileUncached(graph));
-  cache_[key] = program;
-  return program;
+  if (!owner) {
+    flight->done.WaitForNotification();
+    if (!flight->result.ok() || SameGraph((*flight->result)->graph(), graph)) {
+      return flight->result;
+    }
+    // A different graph with the same key (a hash collision): compile it
+    // without sharing.
+    return Build(graph, key);
+  }
+  absl::StatusOr<std::shared_ptr<const CompiledProgram>> result =
+      Build(graph, key);
+  {
+    absl::MutexLock lock(&mu_);
+    if (result.ok()) Insert(key, *result);
+    in_flight_.erase(key);
+  }
+  flight->result = result;
+  flight->done.Notify();
+  return result;
 }
 
-absl::StatusOr<std::shared_ptr<const CompiledProgram>>
-Compiler::CompileUncached(const ir::Graph& graph) {
-  if (context_ == nullptr) context_ = CreateCompilerContext();
-  RBLN_ASSIGN_OR_RETURN(mlir::OwningOpRef<mlir::ModuleOp> module,
-                        ImportGraph(graph, context_.get()));
-  const std::string dump_name =
-      absl::StrFormat("%s_%016x", graph.name(), ir::Fingerprint(graph));
-  RBLN_RETURN_IF_ERROR(RunStages(*module, FullPipeline(), dump_name));
-  RBLN_ASSIGN_OR_RETURN(std::unique_ptr<CompiledProgram> program,
-                        CompiledProgram::Create(*module, graph));
+void Compiler::Insert(uint64_t key,
+                      std::shared_ptr<const CompiledProgram> program) {
+  auto it = cache_.find(key);
+  if (it != cache_.end()) {
+    lru_.erase(it->second.lru);
+    cache_.erase(it);
+  }
+  lru_.push_front(key);
+  cache_[key] = Entry{std::move(program), lru_.begin()};
+  while (static_cast<int64_t>(cache_.size()) > options_.cache_capacity) {
+    cache_.erase(lru_.back());
+    lru_.pop_back();
+    ++stats_.evictions;
+    evictions_->Increment();
+  }
+}
+
+absl::StatusOr<std::shared_ptr<const CompiledProgram>> Compiler::Build(
+    const ir::Graph& graph, uint64_t key) {
+  if (disk_ != nullptr) {
+    const absl::Time start = absl::Now();
+    DiskCache::LoadResult loaded = disk_->Load(graph, key);
+    absl::MutexLock lock(&mu_);
+    if (loaded.program != nullptr) {
+      ++stats_.disk_hits;
+      stats_.disk_load_time += absl::Now() - start;
+      disk_hits_->Increment();
+      return std::shared_ptr<const CompiledProgram>(std::move(loaded.program));
+    }
+    if (loaded.rejected) ++stats_.disk_rejects;
+  }
+  return Codegen(graph, key);
+}
+
+absl::StatusOr<std::shared_ptr<const CompiledProgram>> Compiler::Codegen(
+    const ir::Graph& graph, uint64_t key) {
+  const absl::Time start = absl::Now();
+  std::unique_ptr<mlir::MLIRContext> context = AcquireContext();
+  absl::StatusOr<std::unique_ptr<CompiledProgram>> program = [&]()
+      -> absl::StatusOr<std::unique_ptr<CompiledProgram>> {
+    RBLN_ASSIGN_OR_RETURN(mlir::OwningOpRef<mlir::ModuleOp> module,
+                          ImportGraph(graph, context.get()));
+    const std::string dump_name =
+        absl::StrFormat("%s_%016x", graph.name(), ir::Fingerprint(graph));
+    RBLN_RETURN_IF_ERROR(RunStages(*module, FullPipeline(), dump_name));
+    const std::string object_path =
+        disk_ != nullptr ? disk_->TempObjectPath(key) : std::string();
+    RBLN_ASSIGN_OR_RETURN(std::unique_ptr<CompiledProgram> p,
+                          CompiledProgram::Create(*module, graph, object_path));
+    if (disk_ != nullptr) {
+      // A failed write only costs the next process a compile.
+      if (disk_->Store(graph, key, object_path, p->uses_blas()).ok()) {
+        absl::MutexLock lock(&mu_);
+        ++stats_.disk_writes;
+      }
+    }
+    return p;
+  }();
+  ReleaseContext(std::move(context));
+  if (!program.ok()) return program.status();
   compiles_->Increment();
-  return std::shared_ptr<const CompiledProgram>(std::move(program));
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.compiles;
+    stats_.compile_time += absl::Now() - start;
+  }
+  return std::shared_ptr<const CompiledProgram>(std::move(*program));
+}
+
+std::unique_ptr<mlir::MLIRContext> Compiler::AcquireContext() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!idle_contexts_.empty()) {
+      std::unique_ptr<mlir::MLIRContext> context =
+          std::move(idle_contexts_.back());
+      idle_contexts_.pop_back();
+      return context;
+    }
+  }
+  return CreateCompilerContext();
+}
+
+void Compiler::ReleaseContext(std::unique_ptr<mlir::MLIRContext> context) {
+  absl::MutexLock lock(&mu_);
+  idle_contexts_.push_back(std::move(context));
 }
 
 void Compiler::ClearCache() {
   absl::MutexLock lock(&mu_);
   cache_.clear();
+  lru_.clear();
 }
 
 int64_t Compiler::cache_size() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int64_t>(cache_.size());
+}
+
+CompilerStats Compiler::stats() const {
+  absl::MutexLock lock(&mu_);
+  CompilerStats s = stats_;
+  s.entries = static_cast<int64_t>(cache_.size());
+  s.capacity = options_.cache_capacity;
+  return s;
+}
+
+void Compiler::ResetStats() {
+  absl::MutexLock lock(&mu_);
+  stats_ = CompilerStats();
 }
 
 }  // namespace rbln::compiler

@@ -1,20 +1,42 @@
 // The compiler's entry point: graph IR -> a runnable CompiledProgram.
 //
-// Compile() runs frontend -> fusion -> bufferization -> lowering -> JIT, and
-// keeps compiled programs in an in-process cache keyed by the graph's
-// fingerprint (confirmed by comparing graphs). Counters:
-//   compiler/compiles    graphs really compiled (codegen ran)
-//   compiler/cache_hits  Compile() calls answered from the cache
+// Compile() runs frontend -> fusion -> bufferization -> lowering -> JIT and
+// keeps programs in a specialization cache (SPEC P9, G4): a bounded LRU in
+// memory keyed by the graph's fingerprint (dtypes, static shapes and static
+// scalars are all in the graph; inputs are contiguous by contract) and the
+// target, confirmed by comparing graphs; optionally backed by an on-disk
+// cache of object code (see disk_cache.h).
+//
+// Thread-safe: compiles run outside the cache lock, each on an MLIRContext
+// of its own taken from a pool of long-lived contexts (one per concurrent
+// compile worker); concurrent Compile() calls for the same graph compile once
+// and share the program.
+//
+// Environment (read when the compiler is constructed from the environment):
+//   RBLN_COMPILER_CACHE_SIZE  programs kept in memory (default 512, >= 1)
+//   RBLN_COMPILER_CACHE_DIR   directory of the on-disk cache (unset: none)
+// Counters:
+//   compiler/compiles      graphs really compiled (codegen ran)
+//   compiler/cache_hits    Compile() calls answered from memory
+//   compiler/cache_misses  Compile() calls not answered from memory
+//   compiler/evictions     programs dropped by the LRU bound
+//   compiler/disk_hits     programs loaded from the disk cache (no codegen)
 #ifndef RBLN_COMPILER_COMPILER_H_
 #define RBLN_COMPILER_COMPILER_H_
 
 #include <cstdint>
+#include <list>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "rbln/compiler/compiled_program.h"
 #include "rbln/compiler/ir/graph.pb.h"
 #include "rbln/core/counters.h"
@@ -25,12 +47,41 @@ class MLIRContext;
 
 namespace rbln::compiler {
 
+class DiskCache;
+
+struct CompilerOptions {
+  int64_t cache_capacity = 512;
+  std::string cache_dir;  // empty: no disk cache
+
+  // From RBLN_COMPILER_CACHE_SIZE / RBLN_COMPILER_CACHE_DIR; a bad value is an
+  // InvalidArgument naming the variable and the expected form.
+  static absl::StatusOr<CompilerOptions> FromEnv();
+};
+
+// This compiler's cache statistics since construction (or ResetStats()).
+struct CompilerStats {
+  int64_t hits = 0;       // answered from memory
+  int64_t misses = 0;     // not in memory (compiled or loaded from disk)
+  int64_t evictions = 0;  // dropped by the LRU bound
+  int64_t compiles = 0;   // codegen ran
+  int64_t disk_hits = 0;  // loaded from the disk cache without codegen
+  int64_t disk_writes = 0;
+  int64_t disk_rejects = 0;  // corrupt or stale disk entries (rebuilt)
+  int64_t entries = 0;       // programs in memory now
+  int64_t capacity = 0;
+  absl::Duration compile_time;  // total time in codegen compiles
+  absl::Duration disk_load_time;  // total time loading from disk
+};
+
 class Compiler {
  public:
+  // Options from the environment; a bad value makes every Compile() fail
+  // with that error.
   Compiler();
+  explicit Compiler(CompilerOptions options);
   ~Compiler();
 
-  // The process-wide compiler.
+  // The process-wide compiler (options from the environment).
   static Compiler& Global();
 
   absl::StatusOr<std::shared_ptr<const CompiledProgram>> Compile(
@@ -39,18 +90,58 @@ class Compiler {
   // Drops every cached program (running programs keep theirs alive).
   void ClearCache() ABSL_LOCKS_EXCLUDED(mu_);
   int64_t cache_size() const ABSL_LOCKS_EXCLUDED(mu_);
+  CompilerStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
+  void ResetStats() ABSL_LOCKS_EXCLUDED(mu_);
+  const CompilerOptions& options() const { return options_; }
+
+  // What the cache keys on besides the graph: target triple, CPU, and the
+  // code generation switches (BLAS on or off).
+  static std::string TargetDescription();
 
  private:
-  absl::StatusOr<std::shared_ptr<const CompiledProgram>> CompileUncached(
-      const ir::Graph& graph) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  explicit Compiler(absl::StatusOr<CompilerOptions> options);
+
+  struct Entry {
+    std::shared_ptr<const CompiledProgram> program;
+    std::list<uint64_t>::iterator lru;  // position in lru_
+  };
+  // A compile in progress that other callers of the same key wait for.
+  struct InFlight {
+    absl::Notification done;
+    absl::StatusOr<std::shared_ptr<const CompiledProgram>> result;
+  };
+
+  // Disk, then codegen; runs without mu_.
+  absl::StatusOr<std::shared_ptr<const CompiledProgram>> Build(
+      const ir::Graph& graph, uint64_t key) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<std::shared_ptr<const CompiledProgram>> Codegen(
+      const ir::Graph& graph, uint64_t key) ABSL_LOCKS_EXCLUDED(mu_);
+  void Insert(uint64_t key, std::shared_ptr<const CompiledProgram> program)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::unique_ptr<mlir::MLIRContext> AcquireContext() ABSL_LOCKS_EXCLUDED(mu_);
+  void ReleaseContext(std::unique_ptr<mlir::MLIRContext> context)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  const CompilerOptions options_;
+  const absl::Status options_status_;
+  const std::string target_;
+  std::unique_ptr<DiskCache> disk_;
 
   mutable absl::Mutex mu_;
   // Long-lived: creating a context costs milliseconds.
-  std::unique_ptr<mlir::MLIRContext> context_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, std::shared_ptr<const CompiledProgram>> cache_
+  std::vector<std::unique_ptr<mlir::MLIRContext>> idle_contexts_
       ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Entry> cache_ ABSL_GUARDED_BY(mu_);
+  std::list<uint64_t> lru_ ABSL_GUARDED_BY(mu_);  // most recent first
+  absl::flat_hash_map<uint64_t, std::shared_ptr<InFlight>> in_flight_
+      ABSL_GUARDED_BY(mu_);
+  CompilerStats stats_ ABSL_GUARDED_BY(mu_);
+
   Counter* const compiles_;
   Counter* const cache_hits_;
+  Counter* const cache_misses_;
+  Counter* const evictions_;
+  Counter* const disk_hits_;
 };
 
 }  // namespace rbln::compiler

@@ -105,9 +105,13 @@ uint64_t Fingerprint(const Graph& graph) {
     coded.SetSerializationDeterministic(true);
     graph.SerializeToCodedStream(&coded);
   }
-  // FNV-1a, 64 bit: simple, stable and good enough for a cache key whose
-  // hits are confirmed by comparing the graphs.
-  uint64_t h = 0xcbf29ce484222325ull;
+  // Good enough for a cache key whose hits are confirmed by comparing the
+  // graphs.
+  return StableHash(bytes);
+}
+
+uint64_t StableHash(absl::string_view bytes, uint64_t seed) {
+  uint64_t h = seed;
   for (unsigned char c : bytes) {
     h ^= c;
     h *= 0x100000001b3ull;

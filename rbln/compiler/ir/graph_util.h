@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "rbln/compiler/ir/graph.pb.h"
 #include "rbln/core/dtype.h"
 
@@ -18,6 +19,11 @@ absl::Status Validate(const Graph& graph);
 // Stable across processes and builds: a hash of the deterministic
 // serialization (the on-disk cache keys on it).
 uint64_t Fingerprint(const Graph& graph);
+
+// FNV-1a, 64 bit: the same in every process and build (absl::Hash is seeded
+// per process, so it cannot key anything on disk).
+uint64_t StableHash(absl::string_view bytes,
+                    uint64_t seed = 0xcbf29ce484222325ull);
 
 // Readable one-line-per-node form for logs and compiler dumps, e.g.
 //   graph add(%a: f16[2,3], %b: f16[2,3]) {
