@@ -3,7 +3,6 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "google/protobuf/util/message_differencer.h"
 #include "llvm/Support/Host.h"
 #include "mlir/IR/MLIRContext.h"
 #include "rbln/compiler/blas_loader.h"
@@ -16,14 +15,6 @@
 #include "rbln/core/status_macros.h"
 
 namespace rbln::compiler {
-namespace {
-
-bool SameGraph(const ir::Graph& a, const ir::Graph& b) {
-  return google::protobuf::util::MessageDifferencer::Equals(a, b);
-}
-
-}  // namespace
-
 absl::StatusOr<CompilerOptions> CompilerOptions::FromEnv() {
   CompilerOptions options;
   RBLN_ASSIGN_OR_RETURN(
@@ -75,13 +66,15 @@ Compiler& Compiler::Global() {
 absl::StatusOr<std::shared_ptr<const CompiledProgram>> Compiler::Compile(
     const ir::Graph& graph) {
   if (!options_status_.ok()) return options_status_;
-  const uint64_t key = ir::StableHash(target_, ir::Fingerprint(graph));
+  // One serialization per call: hashed for the key, compared to confirm.
+  std::string bytes = ir::DeterministicBytes(graph);
+  const uint64_t key = ir::StableHash(target_, ir::StableHash(bytes));
   std::shared_ptr<InFlight> flight;
   bool owner = false;
   {
     absl::MutexLock lock(&mu_);
     auto it = cache_.find(key);
-    if (it != cache_.end() && SameGraph(it->second.program->graph(), graph)) {
+    if (it != cache_.end() && it->second.graph_bytes == bytes) {
       lru_.splice(lru_.begin(), lru_, it->second.lru);
       ++stats_.hits;
       cache_hits_->Increment();
@@ -94,13 +87,14 @@ absl::StatusOr<std::shared_ptr<const CompiledProgram>> Compiler::Compile(
       flight = f->second;
     } else {
       flight = std::make_shared<InFlight>();
+      flight->graph_bytes = bytes;
       in_flight_[key] = flight;
       owner = true;
     }
   }
   if (!owner) {
     flight->done.WaitForNotification();
-    if (!flight->result.ok() || SameGraph((*flight->result)->graph(), graph)) {
+    if (flight->graph_bytes == bytes) {
       return flight->result;
     }
     // A different graph with the same key (a hash collision): compile it
@@ -111,7 +105,7 @@ absl::StatusOr<std::shared_ptr<const CompiledProgram>> Compiler::Compile(
       Build(graph, key);
   {
     absl::MutexLock lock(&mu_);
-    if (result.ok()) Insert(key, *result);
+    if (result.ok()) Insert(key, *result, std::move(bytes));
     in_flight_.erase(key);
   }
   flight->result = result;
@@ -120,14 +114,15 @@ absl::StatusOr<std::shared_ptr<const CompiledProgram>> Compiler::Compile(
 }
 
 void Compiler::Insert(uint64_t key,
-                      std::shared_ptr<const CompiledProgram> program) {
+                      std::shared_ptr<const CompiledProgram> program,
+                      std::string graph_bytes) {
   auto it = cache_.find(key);
   if (it != cache_.end()) {
     lru_.erase(it->second.lru);
     cache_.erase(it);
   }
   lru_.push_front(key);
-  cache_[key] = Entry{std::move(program), lru_.begin()};
+  cache_[key] = Entry{std::move(program), std::move(graph_bytes), lru_.begin()};
   while (static_cast<int64_t>(cache_.size()) > options_.cache_capacity) {
     cache_.erase(lru_.back());
     lru_.pop_back();

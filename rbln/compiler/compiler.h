@@ -103,12 +103,14 @@ class Compiler {
 
   struct Entry {
     std::shared_ptr<const CompiledProgram> program;
+    std::string graph_bytes;  // ir::DeterministicBytes, confirms hits
     std::list<uint64_t>::iterator lru;  // position in lru_
   };
   // A compile in progress that other callers of the same key wait for.
   struct InFlight {
     absl::Notification done;
     absl::StatusOr<std::shared_ptr<const CompiledProgram>> result;
+    std::string graph_bytes;
   };
 
   // Disk, then codegen; runs without mu_.
@@ -116,8 +118,8 @@ class Compiler {
       const ir::Graph& graph, uint64_t key) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::shared_ptr<const CompiledProgram>> Codegen(
       const ir::Graph& graph, uint64_t key) ABSL_LOCKS_EXCLUDED(mu_);
-  void Insert(uint64_t key, std::shared_ptr<const CompiledProgram> program)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Insert(uint64_t key, std::shared_ptr<const CompiledProgram> program,
+              std::string graph_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::unique_ptr<mlir::MLIRContext> AcquireContext() ABSL_LOCKS_EXCLUDED(mu_);
   void ReleaseContext(std::unique_ptr<mlir::MLIRContext> context)
       ABSL_LOCKS_EXCLUDED(mu_);

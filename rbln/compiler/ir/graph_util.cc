@@ -97,7 +97,7 @@ absl::Status Validate(const Graph& graph) {
   return absl::OkStatus();
 }
 
-uint64_t Fingerprint(const Graph& graph) {
+std::string DeterministicBytes(const Graph& graph) {
   std::string bytes;
   {
     google::protobuf::io::StringOutputStream stream(&bytes);
@@ -105,6 +105,11 @@ uint64_t Fingerprint(const Graph& graph) {
     coded.SetSerializationDeterministic(true);
     graph.SerializeToCodedStream(&coded);
   }
+  return bytes;
+}
+
+uint64_t Fingerprint(const Graph& graph) {
+  const std::string bytes = DeterministicBytes(graph);
   // Good enough for a cache key whose hits are confirmed by comparing the
   // graphs.
   return StableHash(bytes);

@@ -20,6 +20,10 @@ absl::Status Validate(const Graph& graph);
 // serialization (the on-disk cache keys on it).
 uint64_t Fingerprint(const Graph& graph);
 
+// The deterministic serialization Fingerprint() hashes: equal bytes, equal
+// graphs (a much cheaper comparison than MessageDifferencer).
+std::string DeterministicBytes(const Graph& graph);
+
 // FNV-1a, 64 bit: the same in every process and build (absl::Hash is seeded
 // per process, so it cannot key anything on disk).
 uint64_t StableHash(absl::string_view bytes,
