@@ -4,9 +4,10 @@
 // converter checks the attributes against them and only emits the movement.
 // - Reshapes (view, reshape, _unsafe_view, flatten, squeeze, unsqueeze,
 //   alias, detach) collapse to 1-D and expand to the output shape.
-// - Affine movements (permute, transpose, t, expand, slice, narrow, select)
-//   are one linalg.generic whose input map reads the source position of each
-//   output element, so element-wise fusion can fold them into neighbours.
+// - Affine movements (permute, transpose, t, expand, select) are one
+//   linalg.generic whose input map reads the source position of each output
+//   element, so element-wise fusion can fold them into neighbours. Slices
+//   (slice, narrow) are tensor.extract_slice: strided views.
 // - Gathers (index_select, embedding, index_copy, repeat_interleave, cat)
 //   are one linalg.generic that computes source coordinates from
 //   linalg.index and reads with tensor.extract. Gather indices are checked at
@@ -459,12 +460,28 @@ absl::Status ConvertSlice(GraphImporter& im, const ir::Node& node) {
   Shape expected = in;
   expected[*dim] = length;
   if (absl::Status s = CheckOutputShape(node, expected); !s.ok()) return s;
-  std::vector<AffineExpr> exprs;
-  for (int d = 0; d < static_cast<int>(in.size()); ++d) {
-    AffineExpr e = mlir::getAffineDimExpr(d, im.context());
-    exprs.push_back(d == *dim ? e * step + start : e);
+  if (absl::Status s = CheckSameDType(im, node, node.inputs(0)); !s.ok()) {
+    return s;
   }
-  return EmitAffineCopy(im, node, exprs);
+  if (NumElements(expected) == 0) {
+    DefineEmpty(im, node);
+    return absl::OkStatus();
+  }
+  // A strided view (memref.subview after bufferization), not a generic: an
+  // input map `d * 1 + 0` folds to `d`, and linalg then requires the input
+  // and output extents of that dim to be equal.
+  OpBuilder& b = im.builder();
+  llvm::SmallVector<mlir::OpFoldResult> offsets, sizes, strides;
+  for (int d = 0; d < static_cast<int>(in.size()); ++d) {
+    offsets.push_back(b.getIndexAttr(d == *dim ? start : 0));
+    sizes.push_back(b.getIndexAttr(expected[d]));
+    strides.push_back(b.getIndexAttr(d == *dim ? step : 1));
+  }
+  im.Define(node.outputs(0),
+            b.create<mlir::tensor::ExtractSliceOp>(
+                im.loc(), im.TensorTypeOf(OutType(node)),
+                im.ValueOf(node.inputs(0)), offsets, sizes, strides));
+  return absl::OkStatus();
 }
 
 absl::Status ConvertSelect(GraphImporter& im, const ir::Node& node) {

@@ -194,6 +194,7 @@ TEST(DataMovementOpsTest, SliceWithNegativeClampedAndStepped) {
   };
   const std::vector<Case> cases = {
       {0, 0, 5, 1},     {1, 1, 6, 2},     {1, -3, -1, 1},
+      {1, 0, 3, 1},     {0, 0, 2, 1},     {1, 4, 7, 1},
       {-1, -100, 100, 3}, {0, 3, 1, 1},   {1, 7, 100, 1},
       {1, 0, std::numeric_limits<int64_t>::max(), 4},
   };
@@ -508,6 +509,44 @@ TEST(DataMovementOpsTest, RepeatInterleaveWithAndWithoutDim) {
       g, {Values(ir::FLOAT32, {3}, 0), Tensor(ir::INT64, {3}, {1, 2, 3})});
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().code(), absl::StatusCode::kUnimplemented);
+}
+
+// split's pieces: slices from 0 with step 1 (the input map of a generic
+// would fold to the loop dim and mismatch the extents), fed to an add and
+// returned directly.
+TEST(DataMovementOpsTest, SplitLikeSlicesFeedOtherOps) {
+  for (ir::DType dtype : {ir::FLOAT16, ir::FLOAT32, ir::INT64}) {
+    HostTensor x = Values(dtype, {2, 3, 12}, 25);
+    if (IsFloatDType(dtype)) x = Random(dtype, {2, 3, 12}, 25);
+    ir::Graph g;
+    g.set_name("split");
+    AddInput(g, "x", x.type());
+    for (int i = 0; i < 3; ++i) {
+      ir::Node* n = g.add_nodes();
+      n->set_op("slice");
+      n->add_inputs("x");
+      ir::Value* v = n->add_outputs();
+      v->set_name("s" + std::to_string(i));
+      *v->mutable_type() = Type(dtype, {2, 3, 4});
+      (*n->mutable_attrs())["dim"] = IntA(-1);
+      (*n->mutable_attrs())["start"] = IntA(4 * i);
+      (*n->mutable_attrs())["end"] = IntA(4 * i + 4);
+    }
+    AddNode(g, "add", {"s0", "s1"}, "sum", Type(dtype, {2, 3, 4}));
+    g.add_outputs("sum");
+    g.add_outputs("s2");
+    absl::StatusOr<std::vector<HostTensor>> out = CompileAndRun(g, {x});
+    ASSERT_TRUE(out.ok()) << out.status();
+    std::vector<double> sum, s2;
+    for (int r = 0; r < 6; ++r) {
+      for (int j = 0; j < 4; ++j) {
+        sum.push_back(RoundTo(dtype, x.values[r * 12 + j] + x.values[r * 12 + 4 + j]));
+        s2.push_back(x.values[r * 12 + 8 + j]);
+      }
+    }
+    ExpectExact((*out)[0], sum, What(g));
+    ExpectExact((*out)[1], s2, What(g));
+  }
 }
 
 // Movement ops chained in one graph (a transformer-style head split), fused
