@@ -7,6 +7,8 @@
 TORCH_VERSION="2.13.0"
 NUMPY_VERSION="2.4.6"
 PYTEST_VERSION="9.0.3"
+# torch.testing._internal (the OpInfo conformance test) imports it.
+EXPECTTEST_VERSION="0.3.0"
 
 # Debian packages, by name. Debian's stable releases ship one version of
 # each; the versions we built and tested with are recorded here and checked

@@ -48,8 +48,14 @@ absl::Status Executor::Run(const Executable& program,
                                     ? DeviceAccess::kRead
                                     : DeviceAccess::kWrite;
     const int64_t map_start = profiler ? ProfileRecorder::NowNs() : 0;
-    RBLN_ASSIGN_OR_RETURN(views[i].data,
-                          storage_->MapForDevice(arg.address, nbytes, access));
+    if (nbytes == 0) {
+      // An empty tensor has no storage to map (its address may be null);
+      // the kernel never dereferences it.
+      views[i].data = nullptr;
+    } else {
+      RBLN_ASSIGN_OR_RETURN(views[i].data,
+                            storage_->MapForDevice(arg.address, nbytes, access));
+    }
     if (profiler) {
       // The argument transfer stage: memory acquired, host-latest bytes uploaded.
       profile::Stage* stage = record.add_stages();
