@@ -1,5 +1,7 @@
 #include "rbln/compiler/compiled_program.h"
 
+#include <algorithm>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -253,10 +255,12 @@ absl::Status CompiledProgram::Execute(
     desc[0] = reinterpret_cast<int64_t>(arg.data);
     desc[1] = reinterpret_cast<int64_t>(arg.data);
     desc[2] = 0;
+    // An empty buffer is never read or written: its strides are free too.
+    const bool empty = std::find(arg.sizes.begin(), arg.sizes.end(), 0) != arg.sizes.end();
     int64_t expected_stride = 1;
     for (int d = rank - 1; d >= 0; --d) {
       // Size-1 dimensions are never stepped over, so their stride is free.
-      if (arg.sizes[d] != 1 && arg.strides[d] != expected_stride) {
+      if (!empty && arg.sizes[d] != 1 && arg.strides[d] != expected_stride) {
         return absl::FailedPreconditionError(absl::StrFormat(
             "program %s: buffer %d is not contiguous (strides [%s]); the "
             "caller must make it contiguous",

@@ -412,9 +412,15 @@ absl::Status ConvertDiv(GraphImporter& im, const ir::Node& node) {
       return b.create<arith::DivFOp>(l, x, y);
     };
   } else if (mode == "trunc") {
-    fn = [](OpBuilder& b, Location l, Value x, Value y) -> Value {
+    fn = [&im, out](OpBuilder& b, Location l, Value x, Value y) -> Value {
       if (!IsFp(x)) return TruncDivInt(b, l, x, y);
-      return b.create<math::TruncOp>(l, b.create<arith::DivFOp>(l, x, y));
+      Value quotient = b.create<arith::DivFOp>(l, x, y);
+      if (out == ir::FLOAT16 || out == ir::BFLOAT16) {
+        // ATen's CPU kernel rounds the quotient to the half type before
+        // truncating (138.95 -> 139.0 -> 139, not 138): do the same.
+        quotient = im.ToCompute(b, im.FromCompute(b, quotient, out), out);
+      }
+      return b.create<math::TruncOp>(l, quotient);
     };
   } else if (mode == "floor") {
     fn = [](OpBuilder& b, Location l, Value x, Value y) -> Value {

@@ -272,13 +272,23 @@ bool HasNanOrInf(const std::vector<at::Tensor>& inputs) {
   return false;
 }
 
+bool IsIndexArgument(const std::string& name) {
+  return name == "index" || name == "indices";
+}
+
 // The shim's checks (SPEC H1): dtype, scalar, NaN/Inf. Returns the failed
 // check, if any. A warm entry exists only for calls that passed dtype and
 // scalar (both decided by the key), so a hit re-runs only NaN/Inf.
 std::optional<Check> FailedShimCheck(const Call& call) {
   const DispatchConfig& config = GetDispatchConfig();
   if (config.Runs(Check::kDtype)) {
-    for (const at::Tensor& t : call.inputs) {
+    for (size_t i = 0; i < call.inputs.size(); ++i) {
+      const at::Tensor& t = call.inputs[i];
+      // Gathers take integer index tensors next to their half data.
+      if (IsIndexArgument(call.input_names[i]) &&
+          (t.scalar_type() == at::kLong || t.scalar_type() == at::kInt)) {
+        continue;
+      }
       if (!IsHalf(t.scalar_type()) && t.scalar_type() != at::kBool) return Check::kDtype;
       if (IsHalf(t.scalar_type()) && IsHalf(call.inputs[0].scalar_type()) &&
           t.scalar_type() != call.inputs[0].scalar_type()) {
@@ -528,7 +538,8 @@ constexpr const char* kCompiledOps[] = {
     "abs", "neg", "ceil", "floor", "log", "rsqrt", "sigmoid", "silu", "relu",
     "gelu", "logical_not", "clamp", "where.self", "masked_fill.Scalar",
     "mm", "bmm", "addmm", "_softmax", "_log_softmax",
-    "sum.dim_IntList", "mean.dim", "amax", "amin",
+    "sum.dim_IntList", "mean.dim", "amax", "amin", "max", "min",
+    "cat", "index_select", "index_copy", "repeat_interleave.self_int",
 };
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
