@@ -11,8 +11,11 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_join.h"
 #include "rbln/compiler/compiled_program.h"
 #include "rbln/compiler/compiler.h"
@@ -242,15 +245,62 @@ class GraphProgram {
   std::vector<Spec> specs_out_;
 };
 
+// The compilers of torch.compile(options={"cache_dir": ...}) (SPEC J5): the
+// compiler's disk cache is fixed at construction, so each distinct directory
+// gets a compiler of its own (its own in-memory LRU; other options from the
+// environment). No cache_dir, or the one RBLN_COMPILER_CACHE_DIR names, is
+// the global compiler. Kept for the process: a compiler holds MLIR contexts
+// and cached programs, which _graph_clear_caches() drops; the disk stays.
+class CacheDirCompilers {
+ public:
+  static CacheDirCompilers& Get() {
+    static auto* compilers = new CacheDirCompilers();
+    return *compilers;
+  }
+
+  compiler::Compiler& For(const std::string& cache_dir) ABSL_LOCKS_EXCLUDED(mu_) {
+    compiler::Compiler& global = compiler::Compiler::Global();
+    if (cache_dir.empty() || cache_dir == global.options().cache_dir) return global;
+    absl::MutexLock lock(&mu_);
+    std::unique_ptr<compiler::Compiler>& c = by_dir_[cache_dir];
+    if (c == nullptr) {
+      absl::StatusOr<compiler::CompilerOptions> options = compiler::CompilerOptions::FromEnv();
+      if (!options.ok()) {
+        by_dir_.erase(cache_dir);
+        throw std::runtime_error(absl::StrCat("rbln: compiler options for cache_dir ", cache_dir,
+                                              ": ", options.status().message()));
+      }
+      options->cache_dir = cache_dir;
+      c = std::make_unique<compiler::Compiler>(*std::move(options));
+    }
+    return *c;
+  }
+
+  // Every compiler's in-memory programs; disk entries stay for later
+  // processes.
+  void ClearCaches() ABSL_LOCKS_EXCLUDED(mu_) {
+    compiler::Compiler::Global().ClearCache();
+    absl::MutexLock lock(&mu_);
+    for (auto& [dir, c] : by_dir_) c->ClearCache();
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<compiler::Compiler>> by_dir_
+      ABSL_GUARDED_BY(mu_);
+};
+
 std::shared_ptr<GraphProgram> CompileGraph(const std::string& name,
                                            const std::vector<ValueSpec>& inputs,
                                            const std::vector<NodeSpec>& nodes,
-                                           const std::vector<std::string>& outputs) {
+                                           const std::vector<std::string>& outputs,
+                                           const std::string& cache_dir) {
   const compiler::ir::Graph graph = BuildGraph(name, inputs, nodes, outputs);
+  compiler::Compiler& graph_compiler = CacheDirCompilers::Get().For(cache_dir);
   absl::StatusOr<std::shared_ptr<const compiler::CompiledProgram>> program;
   {
     py::gil_scoped_release no_gil;
-    program = compiler::Compiler::Global().Compile(graph);
+    program = graph_compiler.Compile(graph);
   }
   if (!program.ok()) {
     Counters().compile_errors->Increment();
@@ -287,10 +337,11 @@ void RegisterGraphProgramBindings(py::module_& m) {
       .def_property_readonly("input_specs", &GraphProgram::InputSpecs)
       .def_property_readonly("output_specs", &GraphProgram::OutputSpecs);
   m.def("_graph_compile", &CompileGraph, py::arg("name"), py::arg("inputs"),
-        py::arg("nodes"), py::arg("outputs"));
-  // torch._dynamo.reset(): programs cached by the compiler go too; running
-  // programs keep theirs alive until they finish (SPEC J5).
-  m.def("_graph_clear_caches", [] { compiler::Compiler::Global().ClearCache(); });
+        py::arg("nodes"), py::arg("outputs"), py::arg("cache_dir") = std::string());
+  // torch._dynamo.reset(): programs cached by the compilers in memory go too
+  // (running programs keep theirs alive until they finish); on-disk caches
+  // stay (SPEC J5).
+  m.def("_graph_clear_caches", [] { CacheDirCompilers::Get().ClearCaches(); });
   // The compile_error fallback of a whole graph (SPEC I2, I6, J4): raises if
   // TORCH_RBLN_DISABLE_FALLBACK contains compile_error, else logs at INFO and
   // counts graph/cpu_fallback; the caller then runs the graph on the CPU.

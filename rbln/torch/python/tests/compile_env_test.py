@@ -1,6 +1,6 @@
 """torch.compile(backend="rbln") in fresh processes: entry-point autoload
 and TORCH_RBLN_DISABLE_FALLBACK (read at process start)."""
-# spec: J1, J2, J4, J6, G4, I6
+# spec: J1, J2, J4, J5, J6, G4, I6
 
 import sys
 
@@ -56,6 +56,63 @@ def test_dynamic_shape_error_raises_when_compile_error_fallback_is_disabled():
     assert strict.stdout.split() == ["True"]
     assert strict.returncode != 0
     assert "RuntimeError: Dynamic shape not supported for rbln backend" in strict.stderr
+
+
+CACHE_DIR_RUN = (
+    "import copy, os, torch\n"
+    "torch.manual_seed(0)\n"
+    "model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.GELU(),\n"
+    "                            torch.nn.Linear(256, 128)).half()\n"
+    "x = torch.randn(64, 128, dtype=torch.float16)\n"
+    "with torch.no_grad():\n"
+    "    ref = copy.deepcopy(model).float()(x.float()).half()\n"
+    "model.to('rbln')\n"
+    "f = torch.compile(model, backend='rbln', dynamic=False,\n"
+    "                  options={'cache_dir': os.environ['CACHE_UNDER_TEST']})\n"
+    "def run():\n"
+    "    c0 = torch.rbln.counters()\n"
+    "    with torch.inference_mode():\n"
+    "        out = f(x.to('rbln')).cpu()\n"
+    "    c1 = torch.rbln.counters()\n"
+    "    d = {k: c1.get(k, 0) - c0.get(k, 0) for k in ('compiler/compiles', 'compiler/disk_hits')}\n"
+    "    print('compiles', d['compiler/compiles'], 'disk_hits', d['compiler/disk_hits'])\n"
+    "    return out\n"
+    "out = run()\n"
+    "torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2)\n"
+    "torch.save(out, os.environ['RESULT_FILE'])\n"
+    "torch._dynamo.reset()\n"
+    "print('entries', len(os.listdir(os.environ['CACHE_UNDER_TEST'])))\n"
+    "again = run()\n"
+    "print('equal_after_reset', torch.equal(again, out))\n"
+)
+
+
+def test_cache_dir_reuses_programs_across_processes(tmp_path):
+    # spec: J5 -- options={"cache_dir"}: a second process loads the program
+    # from disk (no codegen) and gets the same result; _dynamo.reset() keeps
+    # the disk cache (the recompile after it is a disk hit too).
+    cache = tmp_path / "rbln-programs"
+    env = {"CACHE_UNDER_TEST": str(cache), "RBLN_COMPILER_CACHE_DIR": None}
+    first = rbln_test_util.run_python(
+        CACHE_DIR_RUN, dict(env, RESULT_FILE=str(tmp_path / "first.pt")))
+    assert first.returncode == 0, first.stderr
+    lines = first.stdout.splitlines()
+    assert int(lines[0].split()[1]) >= 1 and lines[0].split()[3] == "0", lines
+    entries = int(lines[1].split()[1])
+    assert entries >= 2, lines  # <key>.o + <key>.manifest per program
+    assert lines[2].split()[:2] == ["compiles", "0"] and int(lines[2].split()[3]) >= 1, lines
+    assert lines[3] == "equal_after_reset True"
+
+    second = rbln_test_util.run_python(
+        CACHE_DIR_RUN, dict(env, RESULT_FILE=str(tmp_path / "second.pt")))
+    assert second.returncode == 0, second.stderr
+    lines = second.stdout.splitlines()
+    assert lines[0].split()[:2] == ["compiles", "0"] and int(lines[0].split()[3]) >= 1, lines
+    assert int(lines[1].split()[1]) == entries  # nothing new written
+    import torch
+
+    torch.testing.assert_close(
+        torch.load(tmp_path / "second.pt"), torch.load(tmp_path / "first.pt"), rtol=0, atol=0)
 
 
 if __name__ == "__main__":

@@ -226,15 +226,13 @@ def test_options_compile_only_and_errors():
     profile = torch.rbln.get_device_profile()["name"]
     ok = torch.compile(compute, backend="rbln", options={"npu": profile, "num_devices": 1})
     torch.testing.assert_close(ok(x, x).cpu(), torch.relu(x.cpu() * 2))
-    torch._dynamo.reset()
-    cached = torch.compile(compute, backend="rbln", options={"cache_dir": "/tmp/rbln-cache"})
-    with pytest.warns(UserWarning, match="cache_dir='/tmp/rbln-cache' is accepted but not used"):
-        torch.testing.assert_close(cached(x, x).cpu(), torch.relu(x.cpu() * 2))
     bad = [
         ({"npu": "no-such-npu"}, f"does not match the device, which is a '{profile}' NPU"),
         ({"mode": "fast"}, "option mode='fast' is not one of"),
         ({"colour": 1}, r"unknown option\(s\) \['colour'\]"),
         ({"num_devices": 64}, "option num_devices=64 but rbln:0 groups"),
+        ({"cache_dir": __file__ + "/sub"}, "cannot create the directory"),
+        ({"cache_dir": 7}, "option cache_dir=7 must be a directory path"),
     ]
     for options, message in bad:
         torch._dynamo.reset()

@@ -11,12 +11,12 @@ the call's arguments (I2), unless TORCH_RBLN_DISABLE_FALLBACK contains
 `compile_error` (I6, J4).
 """
 
+import hashlib
 import logging
 import os
 import sys
 import threading
 import time
-import warnings
 import weakref
 
 import torch
@@ -88,16 +88,34 @@ class _Options:
                 "(the RSD group size)"
             )
         self.npu = options.get("npu")
-        self.cache_dir = options.get("cache_dir")
-        if self.cache_dir is not None:
-            # Said out loud rather than ignored: nothing is written there yet.
-            warnings.warn(
-                f"rbln backend: option cache_dir={self.cache_dir!r} is accepted but not used "
-                "yet: the compiler has no on-disk program cache, so every process compiles "
-                "its graphs again",
-                stacklevel=2,
-            )
+        self.cache_dir = self._check_cache_dir(options.get("cache_dir"))
         self._check_npu()
+
+    @staticmethod
+    def _check_cache_dir(cache_dir):
+        """The compiler's on-disk program cache for this compile (SPEC J5):
+        created if missing; must be a writable directory. "" / None: the
+        compiler's default (RBLN_COMPILER_CACHE_DIR, or no disk cache)."""
+        if cache_dir is None or cache_dir == "":
+            return ""
+        if not isinstance(cache_dir, (str, os.PathLike)):
+            raise ValueError(
+                f"rbln backend: option cache_dir={cache_dir!r} must be a directory path (str)"
+            )
+        path = os.path.abspath(os.fspath(cache_dir))
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            raise ValueError(
+                f"rbln backend: option cache_dir={cache_dir!r}: cannot create the directory "
+                f"({e.strerror}); pass a writable directory"
+            ) from None
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ValueError(
+                f"rbln backend: option cache_dir={cache_dir!r} is not writable; the compiler "
+                "stores compiled programs there, pass a writable directory"
+            )
+        return path
 
     def _check_npu(self):
         if self.npu is None:
@@ -171,6 +189,12 @@ def _meta_values(gm: torch.fx.GraphModule, args):
     return values
 
 
+def _content_name(ir) -> str:
+    """A name that depends only on the graph's structure and shapes."""
+    digest = hashlib.sha256(repr(ir.key()).encode()).hexdigest()[:16]
+    return f"rbln_graph_{digest}"
+
+
 class CompiledGraph:
     """One compiled ATen graph: its program(s) and what running them needs.
 
@@ -203,15 +227,26 @@ class CompiledGraph:
         start = time.perf_counter()
         if not ir.outputs:
             return ir, None  # Only inputs and constants are returned.
-        key = ir.key()
+        # A cache_dir is part of the key: compiling there must leave the
+        # program on that disk even if it is already in memory elsewhere.
+        key = (ir.key(), self.options.cache_dir)
         with _lock:
             program = _program_cache.get(key)
         if program is None:
+            # The compiler keys programs (in memory and on disk) on the whole
+            # graph, name included: name it by content, not by the process's
+            # graph counter, so that another process (or this one after
+            # torch._dynamo.reset()) finds the same program.
+            program_name = _content_name(ir)
             try:
-                program = _C._graph_compile(ir.name, ir.inputs, ir.nodes, ir.outputs)
-            except NotImplementedError as e:
-                raise CompileFailure(e) from None
-            except RuntimeError as e:
+                program = _C._graph_compile(program_name, ir.inputs, ir.nodes, ir.outputs,
+                                            self.options.cache_dir)
+            except (NotImplementedError, RuntimeError) as e:
+                # Messages name the graph as the user sees it.
+                try:
+                    e = type(e)(str(e).replace(program_name, ir.name))
+                except Exception:  # noqa: BLE001 -- keep the original then
+                    pass
                 raise CompileFailure(e) from None
             with _lock:
                 _program_cache[key] = program
