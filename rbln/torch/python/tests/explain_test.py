@@ -140,6 +140,35 @@ def test_n4_graph_step_is_clean():
     )
 
 
+def test_n4_gpt2_block_step_with_bound_input_is_clean():
+    # spec: N4, J3 -- the compiled GPT-2-style block as the step (seed 000,
+    # steps 1-7): token ids in a bound buffer, one push in, one d2h out.
+    from torch_rbln.testing.gpt2_block import make_block
+
+    torch._dynamo.reset()
+    block = make_block(dim=128, heads=2, vocab=256, max_seq=64)
+    idx_host = torch.randint(0, 256, (2, 48), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        expected = block(idx_host)
+    step = torch.compile(block.to(DEV), backend="rbln", dynamic=False)
+    with torch.inference_mode():
+        step(idx_host.to(DEV)).cpu()  # warm-up: the compile
+        idx_dev = torch.empty(2, 48, dtype=torch.int64, device=DEV)
+        torch.rbln.bind_device_memory(idx_dev)
+        idx_dev.copy_(idx_host)
+        step(idx_dev).cpu()  # warm-up: binds the input buffer to the graph once
+        with torch.rbln.explain(with_stack=True) as good:
+            idx_dev.copy_(idx_host)
+            result = step(idx_dev).cpu()
+    torch._dynamo.reset()
+    torch.testing.assert_close(result, expected, rtol=2e-2, atol=2e-2)
+    print(good.report())
+    assert good.verdict() == "clean", good.report()
+    rt = good.to_dict()["runtime"]
+    assert rt["push"]["count"] == 1 and rt["physical_d2h"]["count"] == 1, good.report()
+    assert good.report().splitlines()[0].startswith("[clean]  RBLN EXPLAIN   (region wall ")
+
+
 def test_clean_region_layout():
     # spec: N2, N3 -- an aligned float16 step with device-resident inputs.
     x = torch.randn(128, 128, dtype=F16).to(DEV)
