@@ -9,6 +9,14 @@ buffer (P9), so blocks with equal shapes share one program. Shapes are static
 (J2). A compile failure runs the whole Dynamo graph on the CPU, moving only
 the call's arguments (I2), unless TORCH_RBLN_DISABLE_FALLBACK contains
 `compile_error` (I6, J4).
+
+options={"cache_dir": path} (J5) is the compiler's on-disk program cache for
+that compile: each distinct directory gets a compiler of its own (the disk
+cache is fixed when a compiler is built; other settings come from the
+environment), no cache_dir means RBLN_COMPILER_CACHE_DIR or none. Programs
+are named by graph content, so another process, or this one after
+torch._dynamo.reset() (which keeps the disk cache), loads them without
+codegen.
 """
 
 import hashlib
