@@ -60,53 +60,42 @@ def test_n4_eager_step_reports_its_overhead():
     # int32 constant into host memory only, so it never crosses itself.
     assert rt["push"] == {"count": 2, "bytes": 2 * 128 * 128 * 2, "uploads": 2, "write_through": 0}
     # Physical d2h: the NaN/Inf check (TORCH_RBLN_DEPLOY unset) reads the
-    # device-latest mm output before relu and h * counts before * scale;
-    # h.max() has no rbln kernel, so its CPU fallback downloads h; and the
-    # result comes back with .cpu().
-    assert rt["physical_d2h"] == {"count": 4, "bytes": 4 * 128 * 128 * 2}
-    assert rt["program_runs"] == 4  # mm, relu, two muls
+    # device-latest inputs of relu (the mm output), of max (relu's output)
+    # and of `* scale` (h * counts); float(h.max()) downloads the 2-byte
+    # maximum; the result comes back with .cpu().
+    assert rt["physical_d2h"] == {"count": 5, "bytes": 4 * 128 * 128 * 2 + 2}
+    assert rt["program_runs"] == 5  # mm, relu, max, two muls
     assert rt["compiles"] == 0
     signals = d["signals"]
-    assert list(signals) == ["host_bounce/d2d_copy", "dispatch/cpu_fallback"]
+    assert list(signals) == ["host_bounce/d2d_copy"]
     bounce = signals["host_bounce/d2d_copy"]
     assert bounce["count"] == 1 and bounce["bytes"] == 128 * 128 * 4  # the int32 source
     here = os.path.basename(__file__)
     convert_line = _line_of(step_eager, "counts.to(torch.float16)")
     (where,) = bounce["where"]
     assert where.startswith(f"{here}:{convert_line}(step_eager) <- {here}:")
-    fallback = signals["dispatch/cpu_fallback"]
-    assert fallback["why"] == {"aten::max: unsupported_op": 1}
-    (where,) = fallback["where"]
-    assert where.startswith(f"{here}:{_line_of(step_eager, 'h.max()')}(step_eager)")
-    assert d["optimization_candidates"] == [{"op": "aten::max", "count": 1, "why": ["unsupported_op"]}]
+    assert d["optimization_candidates"] == []  # max has an rbln kernel now
 
     text = bad.report()
     lines = text.splitlines()
-    assert lines[0].startswith("[overhead: 2 signals]  RBLN EXPLAIN   (region wall ")
+    assert lines[0].startswith("[overhead: 1 signal]  RBLN EXPLAIN   (region wall ")
     assert " | device mem " in lines[0] and lines[0].endswith(" reserved)")
     assert "  host->device push (runtime): 2 pushes, 64.0 KiB (2 at device use, 0 write-through)" in lines
-    note = signals["dispatch/cpu_fallback"]["note"]
-    rule = "---------------------  -----  --------  " + "-" * len(note)
+    rule = "--------------------  -----  --------  " + "-" * 59
     table = [
         rule,
-        "Signal                 Count     Bytes  Note",
+        "Signal                Count     Bytes  Note",
         rule,
-        "host_bounce/d2d_copy       1  64.0 KiB  real d2h DMA (costly) | try: make contiguous, or v2v engine",
-        f"dispatch/cpu_fallback      1  32.0 KiB  {note}",
+        "host_bounce/d2d_copy      1  64.0 KiB  real d2h DMA (costly) | try: make contiguous, or v2v engine",
         rule,
     ]
     start = lines.index(rule)
-    assert lines[start - 1] == "" and lines[start : start + 6] == table
-    body = lines[start + 6 :]
+    assert lines[start - 1] == "" and lines[start : start + 5] == table
+    body = lines[start + 5 :]
     assert body[:3] == ["", "  host_bounce/d2d_copy:", f"    at {next(iter(bounce['where']))}"]
-    assert body[3:6] == ["", "  dispatch/cpu_fallback:", "    why: aten::max: unsupported_op"]
-    assert body[6].startswith(f"    at {here}:")
-    assert body[7:] == [
+    assert body[3:] == [
         "",
-        "  >> physical d2h (real transfer): 4 copies, 128.0 KiB -- real device crossing",
-        "",
-        "  optimization candidates (ran on CPU through the generic fallback, no fast host path):",
-        "    aten::max  x1  (unsupported_op)",
+        "  >> physical d2h (real transfer): 5 copies, 128.0 KiB -- real device crossing",
     ]
     assert "checked:" not in text
 
