@@ -20,15 +20,18 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "llvm/ADT/APFloat.h"
+#include "llvm/ADT/APInt.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/Matchers.h"
 #include "rbln/compiler/graph_importer.h"
 
 namespace rbln::compiler {
@@ -201,11 +204,168 @@ Value Select(OpBuilder& b, Location l, Value cond, Value x, Value y) {
 
 enum class Cmp { kEq, kNe, kLt, kLe, kGt, kGe };
 
+// --- Half-precision compares on integer keys. ---
+//
+// Half inputs reach a body widened to f32. LLVM 16's instcombine narrows an
+// fcmp of two widened f16 values (or of one and an f16-exact constant) back
+// to an fcmp on half, which x86 without AVX512-FP16 only does one element at
+// a time, so relu, maximum and the comparisons ran scalar. Compares of values
+// that are exactly f16 or bf16 are therefore done on their 16 bits as
+// integers, which vectorize 16 lanes wide: NaN is a magnitude above infinity's
+// and the sign-magnitude bits map to an ordered two's-complement key (-0 and
+// +0 both give 0). Selects stay on the floats: a select is a blend.
+
+enum class HalfFormat { kF16, kBF16 };
+
+// The bits of +infinity; any larger magnitude is NaN.
+int64_t InfinityBits(HalfFormat f) {
+  return f == HalfFormat::kF16 ? 0x7c00 : 0x7f80;
+}
+
+// The format of `v` if it is a half value widened the way
+// GraphImporter::ToCompute widens it (f16: arith.extf; bf16: the bits
+// shifted into the top of an i32 and bitcast), or a select between such
+// values and constants.
+std::optional<HalfFormat> WidenedFormat(Value v) {
+  if (auto ext = v.getDefiningOp<arith::ExtFOp>()) {
+    if (ext.getIn().getType().isF16()) return HalfFormat::kF16;
+    return std::nullopt;
+  }
+  if (auto cast = v.getDefiningOp<arith::BitcastOp>()) {
+    auto shl = cast.getIn().getDefiningOp<arith::ShLIOp>();
+    if (shl == nullptr) return std::nullopt;
+    auto widen = shl.getLhs().getDefiningOp<arith::ExtUIOp>();
+    llvm::APInt shift;
+    if (widen != nullptr && widen.getIn().getType().isInteger(16) &&
+        mlir::matchPattern(shl.getRhs(), mlir::m_ConstantInt(&shift)) &&
+        shift == 16) {
+      return HalfFormat::kBF16;
+    }
+    return std::nullopt;
+  }
+  if (auto select = v.getDefiningOp<arith::SelectOp>()) {
+    std::optional<HalfFormat> t = WidenedFormat(select.getTrueValue());
+    std::optional<HalfFormat> f = WidenedFormat(select.getFalseValue());
+    if (t && f && *t != *f) return std::nullopt;
+    return t ? t : f;
+  }
+  return std::nullopt;
+}
+
+// The bits of the f32 constant `c` in format `f` if the conversion is exact
+// (any NaN counts: only NaN-ness matters to a compare).
+std::optional<uint16_t> ExactHalfBits(const llvm::APFloat& c, HalfFormat f) {
+  llvm::APFloat h = c;
+  bool loses_info = false;
+  h.convert(f == HalfFormat::kF16 ? llvm::APFloat::IEEEhalf()
+                                  : llvm::APFloat::BFloat(),
+            llvm::APFloat::rmNearestTiesToEven, &loses_info);
+  if (loses_info && !c.isNaN()) return std::nullopt;
+  if (c.isNaN()) return static_cast<uint16_t>(InfinityBits(f) | 0x40);
+  return static_cast<uint16_t>(h.bitcastToAPInt().getZExtValue());
+}
+
+// Whether `v` holds a value of format `f` exactly: a widened one or a select
+// of such values and exact constants. HalfBits below can then extract it.
+bool IsExactHalf(Value v, HalfFormat f) {
+  llvm::APFloat c(0.0f);
+  if (mlir::matchPattern(v, mlir::m_ConstantFloat(&c))) {
+    return ExactHalfBits(c, f).has_value();
+  }
+  if (auto select = v.getDefiningOp<arith::SelectOp>()) {
+    return IsExactHalf(select.getTrueValue(), f) &&
+           IsExactHalf(select.getFalseValue(), f);
+  }
+  return WidenedFormat(v) == f;
+}
+
+// The 16 bits (as i16) of a value for which IsExactHalf(v, f) holds.
+Value HalfBits(OpBuilder& b, Location l, Value v, HalfFormat f) {
+  Type i16 = b.getI16Type();
+  llvm::APFloat c(0.0f);
+  if (mlir::matchPattern(v, mlir::m_ConstantFloat(&c))) {
+    return b.create<arith::ConstantOp>(
+        l, b.getIntegerAttr(i16, static_cast<int16_t>(*ExactHalfBits(c, f))));
+  }
+  if (auto select = v.getDefiningOp<arith::SelectOp>()) {
+    return b.create<arith::SelectOp>(l, select.getCondition(),
+                                     HalfBits(b, l, select.getTrueValue(), f),
+                                     HalfBits(b, l, select.getFalseValue(), f));
+  }
+  if (f == HalfFormat::kF16) {
+    return b.create<arith::BitcastOp>(l, i16,
+                                      v.getDefiningOp<arith::ExtFOp>().getIn());
+  }
+  return v.getDefiningOp<arith::BitcastOp>()
+      .getIn()
+      .getDefiningOp<arith::ShLIOp>()
+      .getLhs()
+      .getDefiningOp<arith::ExtUIOp>()
+      .getIn();
+}
+
+// The common format of x and y when both are exactly half values of it.
+std::optional<HalfFormat> CommonHalfFormat(Value x, Value y) {
+  std::optional<HalfFormat> f = WidenedFormat(x);
+  if (!f) f = WidenedFormat(y);
+  if (!f || !IsExactHalf(x, *f) || !IsExactHalf(y, *f)) return std::nullopt;
+  return f;
+}
+
+Value I16(OpBuilder& b, Location l, int64_t v) {
+  return b.create<arith::ConstantOp>(l, b.getIntegerAttr(b.getI16Type(), v));
+}
+
+// Whether the half `bits` are NaN.
+Value HalfIsNaN(OpBuilder& b, Location l, Value bits, HalfFormat f) {
+  Value magnitude = b.createOrFold<arith::AndIOp>(l, bits, I16(b, l, 0x7fff));
+  return b.createOrFold<arith::CmpIOp>(l, arith::CmpIPredicate::sgt, magnitude,
+                                       I16(b, l, InfinityBits(f)));
+}
+
+// Sign-magnitude bits as a two's-complement key ordered like the values
+// (for non-NaN): the magnitude, negated when the sign is set.
+Value HalfKey(OpBuilder& b, Location l, Value bits) {
+  Value magnitude = b.createOrFold<arith::AndIOp>(l, bits, I16(b, l, 0x7fff));
+  Value sign = b.createOrFold<arith::ShRSIOp>(l, bits, I16(b, l, 15));  // 0/-1
+  return b.createOrFold<arith::SubIOp>(
+      l, b.createOrFold<arith::XOrIOp>(l, magnitude, sign), sign);
+}
+
+Value Not(OpBuilder& b, Location l, Value bit) {
+  Value one = b.create<arith::ConstantOp>(l, b.getBoolAttr(true));
+  return b.createOrFold<arith::XOrIOp>(l, bit, one);
+}
+
+// The IEEE compare of two half values given as bits: ordered (false on NaN)
+// except kNe, which is true on NaN.
+Value HalfCompare(OpBuilder& b, Location l, Cmp cmp, Value x, Value y,
+                  HalfFormat f) {
+  static constexpr arith::CmpIPredicate kKey[] = {
+      arith::CmpIPredicate::eq,  arith::CmpIPredicate::eq,
+      arith::CmpIPredicate::slt, arith::CmpIPredicate::sle,
+      arith::CmpIPredicate::sgt, arith::CmpIPredicate::sge};
+  Value keys = b.createOrFold<arith::CmpIOp>(
+      l, kKey[static_cast<int>(cmp)], HalfKey(b, l, x), HalfKey(b, l, y));
+  // Equal keys have equal magnitudes, so then y is NaN exactly when x is.
+  Value nan = HalfIsNaN(b, l, x, f);
+  if (cmp != Cmp::kEq && cmp != Cmp::kNe) {
+    nan = b.createOrFold<arith::OrIOp>(l, nan, HalfIsNaN(b, l, y, f));
+  }
+  Value ordered = b.createOrFold<arith::AndIOp>(l, keys, Not(b, l, nan));
+  return cmp == Cmp::kNe ? Not(b, l, ordered) : ordered;
+}
+
 // Float compares are ordered (false when either side is NaN) except kNe,
 // which is true then, as in C++ and PyTorch. Integers compare signed (bool
-// is 0/1, so that works for it too).
+// is 0/1, so that works for it too). Two exact half values compare on their
+// bits (see HalfCompare).
 Value Compare(OpBuilder& b, Location l, Cmp cmp, Value x, Value y) {
   if (IsFp(x)) {
+    if (std::optional<HalfFormat> f = CommonHalfFormat(x, y)) {
+      return HalfCompare(b, l, cmp, HalfBits(b, l, x, *f),
+                         HalfBits(b, l, y, *f), *f);
+    }
     static constexpr arith::CmpFPredicate kFloat[] = {
         arith::CmpFPredicate::OEQ, arith::CmpFPredicate::UNE,
         arith::CmpFPredicate::OLT, arith::CmpFPredicate::OLE,
@@ -217,6 +377,16 @@ Value Compare(OpBuilder& b, Location l, Cmp cmp, Value x, Value y) {
       arith::CmpIPredicate::slt, arith::CmpIPredicate::sle,
       arith::CmpIPredicate::sgt, arith::CmpIPredicate::sge};
   return b.create<arith::CmpIOp>(l, kInt[static_cast<int>(cmp)], x, y);
+}
+
+// Whether x or y is NaN (floats only).
+Value Unordered(OpBuilder& b, Location l, Value x, Value y) {
+  if (std::optional<HalfFormat> f = CommonHalfFormat(x, y)) {
+    Value x_nan = HalfIsNaN(b, l, HalfBits(b, l, x, *f), *f);
+    Value y_nan = HalfIsNaN(b, l, HalfBits(b, l, y, *f), *f);
+    return b.createOrFold<arith::OrIOp>(l, x_nan, y_nan);
+  }
+  return b.create<arith::CmpFOp>(l, arith::CmpFPredicate::UNO, x, y);
 }
 
 // Truthiness: nonzero, and NaN counts as true.
@@ -514,9 +684,7 @@ absl::Status ConvertMaxMin(GraphImporter& im, const ir::Node& node,
       im, node, [pick_x](OpBuilder& b, Location l, Value x, Value y) {
         Value r = Select(b, l, Compare(b, l, pick_x, x, y), x, y);
         if (!IsFp(x)) return r;
-        Value unordered =
-            b.create<arith::CmpFOp>(l, arith::CmpFPredicate::UNO, x, y);
-        return Select(b, l, unordered, NaN(b, l), r);
+        return Select(b, l, Unordered(b, l, x, y), NaN(b, l), r);
       });
 }
 
@@ -686,7 +854,8 @@ absl::Status ConvertRelu(GraphImporter& im, const ir::Node& node) {
 
 // clamp with optional "min"/"max" (rounded to the tensor's dtype, as PyTorch
 // casts them): min(max(x, lo), hi) with PyTorch's vectorized tie and NaN
-// behavior: NaN input stays NaN, NaN bounds are ignored, lo > hi gives hi.
+// behavior: NaN input stays NaN, a NaN bound makes every element NaN, lo > hi
+// gives hi.
 absl::Status ConvertClamp(GraphImporter& im, const ir::Node& node) {
   if (absl::Status s = CheckUnary(node); !s.ok()) return s;
   const ir::Attribute* lo = FindAttr(node, "min");
@@ -701,6 +870,10 @@ absl::Status ConvertClamp(GraphImporter& im, const ir::Node& node) {
     auto bound = [&](const ir::Attribute& a) {
       return ScalarOperand(im, b, l, a, out, /*round=*/true);
     };
+    if (IsFloat(out) && ((lo != nullptr && std::isnan(AsDouble(*lo))) ||
+                         (hi != nullptr && std::isnan(AsDouble(*hi))))) {
+      return NaN(b, l);
+    }
     if (lo != nullptr) {
       Value v = bound(*lo);
       x = Select(b, l, Compare(b, l, Cmp::kLt, x, v), v, x);
