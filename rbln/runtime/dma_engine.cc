@@ -2,7 +2,10 @@
 
 #include <cstring>
 
+#include <vector>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "rbln/core/status_macros.h"
 
 namespace rbln::runtime {
@@ -22,7 +25,8 @@ DmaEngine::DmaEngine(const AddressSpace* address_space)
     : address_space_(address_space),
       h2d_(MakeDirection("h2d")),
       d2h_(MakeDirection("d2h")),
-      d2d_(MakeDirection("d2d")) {}
+      d2d_(MakeDirection("d2d")),
+      d2d_strided_(MakeDirection("d2d_strided")) {}
 
 absl::Status DmaEngine::HostToDevice(uintptr_t dst, const void* src,
                                      uint64_t nbytes) {
@@ -49,6 +53,76 @@ absl::Status DmaEngine::DeviceToDevice(uintptr_t dst, uintptr_t src,
   RBLN_ASSIGN_OR_RETURN(void* from, address_space_->Translate(src, nbytes));
   std::memmove(to, from, nbytes);
   Count(d2d_, nbytes);
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Bytes from the first to one past the last element of a strided layout.
+uint64_t StridedSpan(absl::Span<const int64_t> sizes,
+                     absl::Span<const int64_t> strides, uint64_t elem_size) {
+  int64_t last = 0;
+  for (size_t d = 0; d < sizes.size(); ++d) last += (sizes[d] - 1) * strides[d];
+  return static_cast<uint64_t>(last + 1) * elem_size;
+}
+
+}  // namespace
+
+absl::Status DmaEngine::DeviceToDeviceStrided(
+    uintptr_t dst, absl::Span<const int64_t> dst_strides, uintptr_t src,
+    absl::Span<const int64_t> src_strides, absl::Span<const int64_t> sizes,
+    uint64_t elem_size) {
+  const size_t rank = sizes.size();
+  if (dst_strides.size() != rank || src_strides.size() != rank) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "rbln: strided device copy of rank %d got %d destination and %d "
+        "source strides",
+        rank, dst_strides.size(), src_strides.size()));
+  }
+  uint64_t numel = 1;
+  for (size_t d = 0; d < rank; ++d) {
+    if (sizes[d] < 0 || dst_strides[d] < 0 || src_strides[d] < 0) {
+      return absl::InvalidArgumentError(
+          "rbln: strided device copy needs non-negative sizes and strides");
+    }
+    numel *= static_cast<uint64_t>(sizes[d]);
+  }
+  if (numel == 0) return absl::OkStatus();
+  RBLN_ASSIGN_OR_RETURN(void* to_base, address_space_->Translate(
+                                           dst, StridedSpan(sizes, dst_strides, elem_size)));
+  RBLN_ASSIGN_OR_RETURN(void* from_base, address_space_->Translate(
+                                             src, StridedSpan(sizes, src_strides, elem_size)));
+  char* const to = static_cast<char*>(to_base);
+  const char* const from = static_cast<const char*>(from_base);
+  // Rows along the innermost dimension; a row whose elements are adjacent
+  // on both sides is one memcpy.
+  const int64_t inner = rank == 0 ? 1 : sizes[rank - 1];
+  const int64_t dst_inner = rank == 0 ? 1 : dst_strides[rank - 1];
+  const int64_t src_inner = rank == 0 ? 1 : src_strides[rank - 1];
+  const bool dense_rows = dst_inner == 1 && src_inner == 1;
+  std::vector<int64_t> index(rank > 0 ? rank - 1 : 0, 0);
+  for (uint64_t row = 0, rows = numel / inner; row < rows; ++row) {
+    int64_t dst_off = 0, src_off = 0;
+    for (size_t d = 0; d < index.size(); ++d) {
+      dst_off += index[d] * dst_strides[d];
+      src_off += index[d] * src_strides[d];
+    }
+    char* out = to + dst_off * elem_size;
+    const char* in = from + src_off * elem_size;
+    if (dense_rows) {
+      std::memcpy(out, in, inner * elem_size);
+    } else {
+      for (int64_t i = 0; i < inner; ++i) {
+        std::memcpy(out + i * dst_inner * elem_size, in + i * src_inner * elem_size,
+                    elem_size);
+      }
+    }
+    for (size_t d = index.size(); d-- > 0;) {  // Next row: odometer step.
+      if (++index[d] < sizes[d]) break;
+      index[d] = 0;
+    }
+  }
+  Count(d2d_strided_, numel * elem_size);
   return absl::OkStatus();
 }
 

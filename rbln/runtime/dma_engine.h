@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "rbln/core/counters.h"
 #include "rbln/runtime/address_space.h"
 
@@ -19,6 +20,14 @@ class DmaEngine {
   absl::Status HostToDevice(uintptr_t dst, const void* src, uint64_t nbytes);
   absl::Status DeviceToHost(void* dst, uintptr_t src, uint64_t nbytes);
   absl::Status DeviceToDevice(uintptr_t dst, uintptr_t src, uint64_t nbytes);
+  // An N-dimensional strided copy between device buffers, like a DMA
+  // descriptor with one stride per dimension (SPEC K2: strided device copies
+  // stay on the device). Sizes and strides count elements of `elem_size`
+  // bytes; strides are non-negative; `dst` and `src` are the first
+  // elements. The ranges must not overlap. Counted as runtime/dma_d2d_strided_*.
+  absl::Status DeviceToDeviceStrided(uintptr_t dst, absl::Span<const int64_t> dst_strides,
+                                     uintptr_t src, absl::Span<const int64_t> src_strides,
+                                     absl::Span<const int64_t> sizes, uint64_t elem_size);
 
  private:
   struct Direction {
@@ -32,6 +41,7 @@ class DmaEngine {
   const Direction h2d_;
   const Direction d2h_;
   const Direction d2d_;
+  const Direction d2d_strided_;
 };
 
 }  // namespace rbln::runtime

@@ -309,6 +309,51 @@ absl::Status StorageManager::CopyOnDevice(uintptr_t dst, uintptr_t src,
   return absl::OkStatus();
 }
 
+absl::Status StorageManager::CopyStridedOnDevice(
+    uintptr_t dst, absl::Span<const int64_t> dst_strides, uintptr_t src,
+    absl::Span<const int64_t> src_strides, absl::Span<const int64_t> sizes,
+    uint64_t elem_size) {
+  uint64_t numel = 1;
+  int64_t dst_last = 0, src_last = 0;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    numel *= static_cast<uint64_t>(sizes[d]);
+    if (sizes[d] > 0) {
+      dst_last += (sizes[d] - 1) * dst_strides[d];
+      src_last += (sizes[d] - 1) * src_strides[d];
+    }
+  }
+  if (numel == 0) return absl::OkStatus();
+  const uint64_t dst_span = (dst_last + 1) * elem_size;
+  const uint64_t src_span = (src_last + 1) * elem_size;
+  if (dst < src + src_span && src < dst + dst_span) {
+    return absl::FailedPreconditionError(
+        "rbln: strided device copy between overlapping ranges");
+  }
+  RBLN_ASSIGN_OR_RETURN(void* from, MapForDevice(src, src_span, DeviceAccess::kRead));
+  // A destination with gaps between its elements keeps the gap bytes: read
+  // them to the device first.
+  const bool dense_dst = numel * elem_size == dst_span;
+  RBLN_ASSIGN_OR_RETURN(
+      void* to, MapForDevice(dst, dst_span,
+                             dense_dst ? DeviceAccess::kWrite : DeviceAccess::kReadWrite));
+  (void)from;
+  (void)to;
+  bool cross_chiplet = false;
+  {
+    absl::MutexLock lock(&mu_);
+    RBLN_ASSIGN_OR_RETURN(Storage * d, Find(dst, dst_span));
+    RBLN_ASSIGN_OR_RETURN(Storage * s, Find(src, src_span));
+    cross_chiplet = d->block->npu != s->block->npu ||
+                    d->block->chiplet != s->block->chiplet;
+    (cross_chiplet ? cross_chiplet_copies_ : same_chiplet_copies_)->Increment();
+    RBLN_RETURN_IF_ERROR(dma_->DeviceToDeviceStrided(
+        d->block->address + (dst - d->base), dst_strides,
+        s->block->address + (src - s->base), src_strides, sizes, elem_size));
+  }
+  if (cross_chiplet) V2vSlow().Fire(static_cast<int64_t>(numel * elem_size));
+  return absl::OkStatus();
+}
+
 absl::Status StorageManager::Bind(uintptr_t base) {
   absl::MutexLock lock(&mu_);
   RBLN_ASSIGN_OR_RETURN(Storage * s, Find(base, 1));

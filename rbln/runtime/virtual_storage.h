@@ -28,6 +28,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "rbln/core/counters.h"
@@ -82,6 +83,14 @@ class StorageManager {
 
   // Device-to-device copy between (possibly the same) storages.
   absl::Status CopyOnDevice(uintptr_t dst, uintptr_t src, uint64_t n);
+  // Element-wise strided copy between device storages through the DMA
+  // engine's strided descriptors (SPEC K2); sizes/strides in elements of
+  // `elem_size` bytes, `dst`/`src` the first elements. Bytes of the
+  // destination span between its elements keep their values. Fails with
+  // FailedPrecondition when the two spans overlap.
+  absl::Status CopyStridedOnDevice(uintptr_t dst, absl::Span<const int64_t> dst_strides,
+                                   uintptr_t src, absl::Span<const int64_t> src_strides,
+                                   absl::Span<const int64_t> sizes, uint64_t elem_size);
 
   // Acquires the storage's physical memory now, as one flat region (SPEC D6).
   absl::Status Bind(uintptr_t base);

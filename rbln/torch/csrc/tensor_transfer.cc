@@ -86,8 +86,21 @@ void CopyWithDevice(const at::Tensor& src, const at::Tensor& dst) {
                    storage.CopyOnDevice(Address(dst), Address(src), dst.nbytes()));
     return;
   }
-  // Strided or converting device copies bounce through the host for now
-  // (SPEC K3's host_bounce); the strided device copy engine replaces this.
+  // Same dtype, any strides (views, broadcasts): the DMA engine's strided
+  // descriptors copy on the device (SPEC K2).
+  if (src.scalar_type() == dst.scalar_type() && !src.is_complex()) {
+    const at::Tensor from = src.expand_as(dst);
+    const absl::Status copied = storage.CopyStridedOnDevice(
+        Address(dst), dst.strides(), Address(from), from.strides(), dst.sizes(),
+        dst.itemsize());
+    if (copied.ok()) return;
+    // Overlapping ranges (copying a tensor into a view of itself) bounce.
+    if (copied.code() != absl::StatusCode::kFailedPrecondition) {
+      ThrowIfErrorOn(dst.device(), copied);
+    }
+  }
+  // Converting copies (and overlapping ones) bounce through the host
+  // (SPEC K3's host_bounce).
   HostBounceCounter()->Increment();
   FireHostBounce(SpanBytes(src));
   at::Tensor host_dst = DownloadSpan(dst);

@@ -180,6 +180,9 @@ def _init_forms(rank, world, store_dir):
         dist.destroy_process_group()
     # run_ranks' own destroy needs a group.
     dist.init_process_group("rbln-ccl", init_method=f"file://{store_dir}/forms_end", rank=rank, world_size=world)
+    # Both ranks finish connecting before either tears the group down (under
+    # load a fast rank's teardown closed the mesh its peer was still joining).
+    dist.barrier()
 
 
 def _collectives_then_init_forms(rank, world, store_dir):

@@ -211,6 +211,36 @@ def test_host_bounce_fires_for_converting_device_copy_only():
     assert torch.equal(same.cpu(), torch.full((128, 128), 2.0, dtype=F16))
 
 
+def test_strided_same_dtype_device_copy_stays_on_the_device():
+    # spec: K2, N3 -- transposed, broadcast and sliced same-dtype copies go
+    # through the DMA engine's strided descriptors: no host bounce, no d2h;
+    # bytes of a strided destination between its elements are kept.
+    base = torch.randn(128, 128).half()
+    src = base.to(DEV)
+    row = base[0].to(DEV)
+    out_t = torch.empty(128, 128, dtype=F16, device=DEV)
+    out_b = torch.empty(128, 128, dtype=F16, device=DEV)
+    big = torch.zeros(128, 128, dtype=F16, device=DEV)
+    before = torch.rbln.counters()
+
+    def copies():
+        out_t.copy_(src.t())
+        out_b.copy_(row)  # broadcast [128] -> [128, 128]
+        big[:, :64].copy_(src[:, 64:])
+
+    r = _region(copies)
+    after = torch.rbln.counters()
+    d = r.to_dict()
+    assert "host_bounce/d2d_copy" not in d["signals"] or d["signals"]["host_bounce/d2d_copy"]["count"] == 0
+    assert d["runtime"]["physical_d2h"]["count"] == 0
+    assert after["runtime/dma_d2d_strided_copies"] - before.get("runtime/dma_d2d_strided_copies", 0) == 3
+    assert torch.equal(out_t.cpu(), base.t())
+    assert torch.equal(out_b.cpu(), base[0].expand(128, 128))
+    expected = torch.zeros(128, 128, dtype=F16)
+    expected[:, :64] = base[:, 64:]
+    assert torch.equal(big.cpu(), expected)
+
+
 def _device_resident(n=64):
     t = torch.ones(n, 128, dtype=F16, device=DEV)
     t = t + t  # a device op: device-latest, on some chiplet
