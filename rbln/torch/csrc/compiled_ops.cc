@@ -212,6 +212,24 @@ Call ReadCall(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
   }
   // Binary ops take a scalar second operand as "other" (pow's "exponent").
   auto& attrs = *call.node.mutable_attrs();
+  // A scalar *first* operand (`mul_.Scalar`'s composite calls
+  // mul.out(scalar, tensor)): commutative ops swap it into "other"; the rest
+  // run on the CPU.
+  if (call.inputs.size() == 1 && attrs.contains("self") && call.input_names[0] == "other") {
+    const bool unit_alpha = !attrs.contains("alpha") ||
+                            (attrs["alpha"].has_i() && attrs["alpha"].i() == 1) ||
+                            (attrs["alpha"].has_f() && attrs["alpha"].f() == 1.0);
+    const bool commutative = call.op == "mul" || call.op == "maximum" || call.op == "minimum" ||
+                             call.op == "eq" || call.op == "ne" ||
+                             (call.op == "add" && unit_alpha);
+    if (commutative) {
+      attrs["other"] = attrs["self"];
+      attrs.erase("self");
+      call.input_names[0] = "self";
+    } else {
+      call.unsupported = "scalar first operand";
+    }
+  }
   if (call.inputs.size() == 1 && !attrs.contains("other") && attrs.contains("exponent")) {
     attrs["other"] = attrs["exponent"];
     attrs.erase("exponent");
