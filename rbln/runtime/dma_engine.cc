@@ -56,17 +56,15 @@ absl::Status DmaEngine::DeviceToDevice(uintptr_t dst, uintptr_t src,
   return absl::OkStatus();
 }
 
-namespace {
-
-// Bytes from the first to one past the last element of a strided layout.
-uint64_t StridedSpan(absl::Span<const int64_t> sizes,
-                     absl::Span<const int64_t> strides, uint64_t elem_size) {
+uint64_t StridedSpanBytes(absl::Span<const int64_t> sizes,
+                          absl::Span<const int64_t> strides, uint64_t elem_size) {
   int64_t last = 0;
-  for (size_t d = 0; d < sizes.size(); ++d) last += (sizes[d] - 1) * strides[d];
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) return 0;
+    last += (sizes[d] - 1) * strides[d];
+  }
   return static_cast<uint64_t>(last + 1) * elem_size;
 }
-
-}  // namespace
 
 absl::Status DmaEngine::DeviceToDeviceStrided(
     uintptr_t dst, absl::Span<const int64_t> dst_strides, uintptr_t src,
@@ -89,9 +87,9 @@ absl::Status DmaEngine::DeviceToDeviceStrided(
   }
   if (numel == 0) return absl::OkStatus();
   RBLN_ASSIGN_OR_RETURN(void* to_base, address_space_->Translate(
-                                           dst, StridedSpan(sizes, dst_strides, elem_size)));
+                                           dst, StridedSpanBytes(sizes, dst_strides, elem_size)));
   RBLN_ASSIGN_OR_RETURN(void* from_base, address_space_->Translate(
-                                             src, StridedSpan(sizes, src_strides, elem_size)));
+                                             src, StridedSpanBytes(sizes, src_strides, elem_size)));
   char* const to = static_cast<char*>(to_base);
   const char* const from = static_cast<const char*>(from_base);
   // Rows along the innermost dimension; a row whose elements are adjacent

@@ -13,6 +13,12 @@
 
 namespace rbln::runtime {
 
+// Bytes from the first element to one past the last of a strided layout
+// (sizes and non-negative strides in elements of `elem_size` bytes); 0 when
+// the layout is empty.
+uint64_t StridedSpanBytes(absl::Span<const int64_t> sizes,
+                          absl::Span<const int64_t> strides, uint64_t elem_size);
+
 class DmaEngine {
  public:
   explicit DmaEngine(const AddressSpace* address_space);

@@ -314,17 +314,10 @@ absl::Status StorageManager::CopyStridedOnDevice(
     absl::Span<const int64_t> src_strides, absl::Span<const int64_t> sizes,
     uint64_t elem_size) {
   uint64_t numel = 1;
-  int64_t dst_last = 0, src_last = 0;
-  for (size_t d = 0; d < sizes.size(); ++d) {
-    numel *= static_cast<uint64_t>(sizes[d]);
-    if (sizes[d] > 0) {
-      dst_last += (sizes[d] - 1) * dst_strides[d];
-      src_last += (sizes[d] - 1) * src_strides[d];
-    }
-  }
+  for (int64_t size : sizes) numel *= static_cast<uint64_t>(size);
   if (numel == 0) return absl::OkStatus();
-  const uint64_t dst_span = (dst_last + 1) * elem_size;
-  const uint64_t src_span = (src_last + 1) * elem_size;
+  const uint64_t dst_span = StridedSpanBytes(sizes, dst_strides, elem_size);
+  const uint64_t src_span = StridedSpanBytes(sizes, src_strides, elem_size);
   if (dst < src + src_span && src < dst + dst_span) {
     return absl::FailedPreconditionError(
         "rbln: strided device copy between overlapping ranges");

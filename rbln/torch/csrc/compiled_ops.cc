@@ -475,16 +475,24 @@ class CompiledKernel final : public c10::OperatorKernel {
   }
 
  private:
-  // The warm entry of this call, if any. Builds the key into a per-thread
+  // Builds this call's specialization key into `key`. False when an
+  // argument has a kind the warm cache does not key.
+  bool BuildKey(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
+                WarmKey& key) const {
+    const size_t n = op.schema().arguments().size();
+    key.Reset(overload_id_);
+    for (size_t i = stack.size() - n; i < stack.size(); ++i) {
+      if (!key.Add(stack[i])) return false;
+    }
+    return true;
+  }
+
+  // The warm entry of this call, if any. The key goes into a per-thread
   // buffer (no allocation once it has grown).
   std::shared_ptr<const WarmEntry> FindWarm(const torch::jit::Stack& stack,
                                             const c10::OperatorHandle& op) {
     thread_local WarmKey key;
-    const size_t n = op.schema().arguments().size();
-    key.Reset(overload_id_);
-    for (size_t i = stack.size() - n; i < stack.size(); ++i) {
-      if (!key.Add(stack[i])) return nullptr;
-    }
+    if (!BuildKey(op, stack, key)) return nullptr;
     return WarmCache::Global().Find(key.bytes());
   }
 
@@ -528,13 +536,7 @@ class CompiledKernel final : public c10::OperatorKernel {
       Counters().wrapper_path->Increment();
     } else {
       thread_local WarmKey key;
-      key.Reset(overload_id_);
-      bool keyable = true;
-      const size_t n = op.schema().arguments().size();
-      for (size_t i = stack->size() - n; keyable && i < stack->size(); ++i) {
-        keyable = key.Add((*stack)[i]);
-      }
-      if (keyable) WarmCache::Global().Insert(key.bytes(), entry);
+      if (BuildKey(op, *stack, key)) WarmCache::Global().Insert(key.bytes(), entry);
     }
     Run(op, stack, *entry, call.inputs);
   }
