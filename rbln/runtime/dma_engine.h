@@ -10,14 +10,9 @@
 #include "absl/types/span.h"
 #include "rbln/core/counters.h"
 #include "rbln/runtime/address_space.h"
+#include "rbln/runtime/strided_span.h"
 
 namespace rbln::runtime {
-
-// Bytes from the first element to one past the last of a strided layout
-// (sizes and non-negative strides in elements of `elem_size` bytes); 0 when
-// the layout is empty.
-uint64_t StridedSpanBytes(absl::Span<const int64_t> sizes,
-                          absl::Span<const int64_t> strides, uint64_t elem_size);
 
 class DmaEngine {
  public:

@@ -22,10 +22,6 @@ struct BufferView {
   std::vector<int64_t> strides;
 };
 
-// Bytes spanned by a view from element 0 to its last element, inclusive.
-uint64_t SpannedBytes(DType dtype, absl::Span<const int64_t> sizes,
-                      absl::Span<const int64_t> strides);
-
 class Executable {
  public:
   virtual ~Executable() = default;

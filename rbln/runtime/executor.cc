@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "rbln/core/status_macros.h"
 #include "rbln/runtime/profiler.h"
+#include "rbln/runtime/strided_span.h"
 
 namespace rbln::runtime {
 
@@ -43,7 +44,7 @@ absl::Status Executor::Run(const Executable& program,
         return absl::InvalidArgumentError("rbln: negative strides are not supported");
       }
     }
-    const uint64_t nbytes = SpannedBytes(arg.dtype, arg.sizes, arg.strides);
+    const uint64_t nbytes = StridedSpanBytes(arg.sizes, arg.strides, DTypeSize(arg.dtype));
     const DeviceAccess access = static_cast<int>(i) < program.num_inputs()
                                     ? DeviceAccess::kRead
                                     : DeviceAccess::kWrite;

@@ -221,28 +221,27 @@ class ProcessGroupRbln(dist.ProcessGroup):
             op = opts if opts is not None else dist.ReduceOp.SUM
             opts = AllreduceOptions()
             opts.reduceOp = op
-        staging = Staging("all_reduce", tensors)
-        gloo_op, average = self._reduce_op("all_reduce", opts.reduceOp, tensors)
-        self._agree("all_reduce", tensors[0] if tensors else None, opts.reduceOp, count=len(tensors))
-        hosts = [staging.host_inout(t) for t in tensors]
-        gloo_opts = AllreduceOptions()
-        gloo_opts.reduceOp = gloo_op
-        gloo_opts.timeout = opts.timeout
-        work = self._gloo.allreduce(hosts, gloo_opts)
-        divide = _divide_by(hosts, self.size())
-        return self._run(staging, work, list(tensors), divide if average else None)
+        return self._staged_reduce("all_reduce", tensors, opts, AllreduceOptions(),
+                                   self._gloo.allreduce)
 
     def allreduce_coalesced(self, tensors, opts=None):
-        opts = opts or AllreduceCoalescedOptions()
-        staging = Staging("all_reduce_coalesced", tensors)
-        gloo_op, average = self._reduce_op("all_reduce_coalesced", opts.reduceOp, tensors)
-        self._agree("all_reduce_coalesced", tensors[0] if tensors else None, opts.reduceOp,
-                    count=len(tensors))
+        return self._staged_reduce("all_reduce_coalesced", tensors,
+                                   opts or AllreduceCoalescedOptions(),
+                                   AllreduceCoalescedOptions(), self._gloo.allreduce_coalesced)
+
+    def _staged_reduce(self, name, tensors, opts, gloo_opts, gloo_call):
+        """Reduces `tensors` in place through host staging and gloo.
+
+        AVG is gloo SUM followed by a division on the host copies, before
+        the results go back to the device.
+        """
+        staging = Staging(name, tensors)
+        gloo_op, average = self._reduce_op(name, opts.reduceOp, tensors)
+        self._agree(name, tensors[0] if tensors else None, opts.reduceOp, count=len(tensors))
         hosts = [staging.host_inout(t) for t in tensors]
-        gloo_opts = AllreduceCoalescedOptions()
         gloo_opts.reduceOp = gloo_op
         gloo_opts.timeout = opts.timeout
-        work = self._gloo.allreduce_coalesced(hosts, gloo_opts)
+        work = gloo_call(hosts, gloo_opts)
         divide = _divide_by(hosts, self.size())
         return self._run(staging, work, list(tensors), divide if average else None)
 
