@@ -31,6 +31,7 @@ print("DEVICE_EVENTS", json.dumps([[e.name, e.device_time_total] for e in device
 mm = [e for e in prof.key_averages() if e.key == "aten::mm"][0]
 print("MM_SELF_RBLN", mm.self_device_time_total)
 print("OPS", json.dumps(sorted({e.key for e in prof.key_averages()})))
+print("CALLS", json.dumps({e.key: e.count for e in prof.key_averages()}))
 prof.export_chrome_trace("trace.json")
 """
 
@@ -65,9 +66,18 @@ def test_profile_matmul_with_rbln_profiler():
         # O5: with TORCH_RBLN_DEPLOY unset the NaN/Inf check shows as its own ATen rows.
         ops = set(json.loads(_value(out, "OPS")))
         assert {"aten::mm", "aten::abs", "aten::isinf", "aten::isnan", "aten::ne"} <= ops
-        # O4: the runtime's own report and file (also for the warm-up run).
-        assert "RBLN Profiler Generation Status Report" in out
-        assert any(f.startswith("rbln_") and f.endswith(".pb") for f in os.listdir(d))
+        # Seed 002's counts for 3 x@x: two inputs checked per call.
+        calls = json.loads(_value(out, "CALLS"))
+        assert [calls[k] for k in ("aten::abs", "aten::isinf", "aten::isnan", "aten::ne")] == [12, 6, 6, 6]
+        # O4: the runtime's own report and file, printed when the session
+        # ends, before the table (the warm-up run is in the same file).
+        lines = out.splitlines()
+        report = lines.index("  RBLN Profiler Generation Status Report")
+        assert report < next(i for i, line in enumerate(lines) if "Self CPU %" in line)
+        assert "  executions recorded : 4 (0 dropped)" in lines[report:]
+        (pb,) = [f for f in os.listdir(d) if f.endswith(".pb")]  # nothing new to write at exit
+        output = next(line for line in lines[report:] if line.startswith("  output"))
+        assert pb.startswith("rbln_") and output.endswith("/" + pb)
         # O6: device events on their own row next to the host thread.
         with open(os.path.join(d, "trace.json")) as f:
             trace = json.load(f)
@@ -87,6 +97,16 @@ def test_profile_matmul_without_rbln_profiler():
         assert "0 device events" in out
         assert "RBLN Profiler Generation Status Report" not in out
         assert not any(f.endswith(".pb") for f in os.listdir(d))
+
+
+def test_nan_inf_check_rows_only_without_deploy():
+    # spec: O5 -- TORCH_RBLN_DEPLOY=ON skips the check: no rows, same mm.
+    with tempfile.TemporaryDirectory() as d:
+        ops = set(json.loads(_value(_run({"RBLN_PROFILER": None, "TORCH_RBLN_DEPLOY": "ON"}, d), "OPS")))
+        assert "aten::mm" in ops
+        assert not ops & {"aten::abs", "aten::isinf", "aten::isnan", "aten::ne", "aten::aminmax"}
+        ops = set(json.loads(_value(_run({"RBLN_PROFILER": None, "TORCH_RBLN_DEPLOY": None}, d), "OPS")))
+        assert {"aten::abs", "aten::isinf", "aten::isnan", "aten::ne"} <= ops
 
 
 def test_bridge_is_off_on_atom():
