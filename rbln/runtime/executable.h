@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "rbln/core/dtype.h"
+#include "rbln/runtime/compute_slices.h"
 
 namespace rbln::runtime {
 
@@ -29,6 +30,15 @@ class Executable {
   virtual int num_outputs() const = 0;
   // `args` holds the inputs, then the outputs (written in place).
   virtual absl::Status Execute(absl::Span<const BufferView> args) const = 0;
+  // Execute() that also reports per-worker compute slices to `slices` (never
+  // null) when the profiler records (SPEC O2). The default reports none: the
+  // run is then one slice of worker 0. A program that runs on several
+  // chiplet workers overrides this.
+  virtual absl::Status ExecuteProfiled(absl::Span<const BufferView> args,
+                                       ComputeSliceSink* slices) const {
+    (void)slices;
+    return Execute(args);
+  }
   virtual std::string DebugName() const = 0;
 };
 

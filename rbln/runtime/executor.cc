@@ -1,10 +1,13 @@
 #include "rbln/runtime/executor.h"
 
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "rbln/core/status_macros.h"
+#include "rbln/runtime/compute_slices.h"
 #include "rbln/runtime/profiler.h"
 #include "rbln/runtime/strided_span.h"
 
@@ -74,16 +77,26 @@ absl::Status Executor::Run(const Executable& program,
   static Counter* const execution_ns =
       CounterRegistry::Global().Get("runtime/execution_ns");
   const int64_t start = ProfileRecorder::NowNs();
-  RBLN_RETURN_IF_ERROR(program.Execute(views));
+  ComputeSliceSink slices;
+  RBLN_RETURN_IF_ERROR(profiler ? program.ExecuteProfiled(views, &slices)
+                                : program.Execute(views));
   const int64_t end = ProfileRecorder::NowNs();
   execution_ns->Add(end - start);
   executions_->Increment();
   if (profiler) {
-    profile::Stage* stage = record.add_stages();
-    stage->set_name("compute");
-    stage->set_kind(profile::COMPUTE);
-    stage->set_start_ns(start);
-    stage->set_end_ns(end);
+    // One compute stage per worker slice (SPEC O2); an unpartitioned
+    // program's run is one slice of worker 0.
+    std::vector<ComputeSlice> taken = slices.Take();
+    if (taken.empty()) taken.push_back({0, start, end});
+    for (const ComputeSlice& slice : taken) {
+      profile::Stage* stage = record.add_stages();
+      stage->set_name(slice.worker == 0 ? std::string("compute")
+                                        : absl::StrCat("compute_W", slice.worker));
+      stage->set_kind(profile::COMPUTE);
+      stage->set_worker(slice.worker);
+      stage->set_start_ns(slice.start_ns);
+      stage->set_end_ns(slice.end_ns);
+    }
     record.set_end_ns(end);
     profiler->Record(std::move(record));
   }

@@ -23,14 +23,10 @@ namespace {
 constexpr char kEnabledVar[] = "RBLN_PROFILER";
 constexpr char kDirVar[] = "RBLN_PROFILER_DIR";
 
+// Executions after the last torch.profiler session (or a process that never
+// started one) still get their file.
 void WriteAtExit() {
-  ProfileRecorder* recorder = ProfileRecorder::Global();
-  if (recorder == nullptr) return;
-  const std::string dir = env::GetRaw(kDirVar).value_or(".");
-  const absl::StatusOr<std::string> written = recorder->WriteFile(dir);
-  const std::string report = recorder->StatusReport(written);
-  std::fwrite(report.data(), 1, report.size(), stdout);
-  std::fflush(stdout);
+  if (ProfileRecorder* recorder = ProfileRecorder::Global()) recorder->ReportUnwritten();
 }
 
 // Read when the library loads, i.e. at process start for the extension
@@ -106,9 +102,44 @@ profile::Profile ProfileRecorder::Snapshot() const {
   return profile_;
 }
 
+profile::Profile ProfileRecorder::TakeUnwritten() {
+  absl::MutexLock lock(&mu_);
+  profile::Profile out;
+  out.set_version(profile_.version());
+  out.set_pid(profile_.pid());
+  out.set_clock_offset_ns(profile_.clock_offset_ns());
+  for (int i = taken_executions_; i < profile_.executions_size(); ++i) {
+    *out.add_executions() = profile_.executions(i);
+  }
+  out.set_dropped_executions(profile_.dropped_executions() - taken_drops_);
+  taken_executions_ = profile_.executions_size();
+  taken_drops_ = profile_.dropped_executions();
+  return out;
+}
+
+std::string ProfileRecorder::WriteUnwritten(const std::string& dir) {
+  absl::MutexLock round(&report_mu_);
+  const profile::Profile p = TakeUnwritten();
+  if (p.executions_size() == 0 && p.dropped_executions() == 0) return "";
+  return StatusReport(p, WriteProfile(p, dir));
+}
+
+void ProfileRecorder::ReportUnwritten() {
+  const std::string report = WriteUnwritten(env::GetRaw(kDirVar).value_or("."));
+  if (report.empty()) return;
+  std::fflush(stdout);  // C stdio output written before this comes first.
+  std::fwrite(report.data(), 1, report.size(), stdout);
+  std::fflush(stdout);
+}
+
 absl::StatusOr<std::string> ProfileRecorder::WriteFile(const std::string& dir) const {
+  return WriteProfile(Snapshot(), dir);
+}
+
+absl::StatusOr<std::string> ProfileRecorder::WriteProfile(const profile::Profile& p,
+                                                          const std::string& dir) {
   std::string bytes;
-  if (!Snapshot().SerializeToString(&bytes)) {
+  if (!p.SerializeToString(&bytes)) {
     return absl::InternalError("rbln profiler: cannot serialize the profile");
   }
   const std::string stamp =
@@ -146,7 +177,11 @@ absl::StatusOr<std::string> ProfileRecorder::WriteFile(const std::string& dir) c
 
 std::string ProfileRecorder::StatusReport(
     const absl::StatusOr<std::string>& written) const {
-  const profile::Profile p = Snapshot();
+  return StatusReport(Snapshot(), written);
+}
+
+std::string ProfileRecorder::StatusReport(const profile::Profile& p,
+                                          const absl::StatusOr<std::string>& written) {
   int64_t stages = 0, args_ns = 0, compute_ns = 0;
   for (const profile::Execution& e : p.executions()) {
     for (const profile::Stage& s : e.stages()) {
@@ -170,6 +205,14 @@ std::string ProfileRecorder::StatusReport(
   }
   absl::StrAppend(&out, rule, "\n");
   return out;
+}
+
+std::string DeviceEventName(int64_t call, const profile::Execution& execution,
+                            const profile::Stage& stage, int arg_index) {
+  if (stage.kind() == profile::COMPUTE) {
+    return absl::StrCat("i1_", call, "_W", stage.worker(), "_", execution.program(), "_0");
+  }
+  return absl::StrCat("i1_", call, "_W0_args_0_", arg_index);
 }
 
 }  // namespace rbln::runtime

@@ -2,11 +2,13 @@
 // the process starts (read once, when this library loads), the executor
 // records every program run: its argument stages (device memory acquired and
 // host-latest bytes uploaded per argument) and its compute stage, with
-// monotonic start/end times. At process exit the recorder prints the
-// "RBLN Profiler Generation Status Report" and writes rbln_<timestamp>.pb
-// (schema: rbln/runtime/profile.proto) into RBLN_PROFILER_DIR, default the
-// working directory. Without RBLN_PROFILER the cost is one pointer check per
-// execution.
+// monotonic start/end times. When a torch.profiler session stops (the trace
+// is collected, before its tables are printed) and at process exit, the
+// recorder writes the executions not yet written to rbln_<timestamp>.pb
+// (schema: rbln/runtime/profile.proto) in RBLN_PROFILER_DIR, default the
+// working directory, and prints the "RBLN Profiler Generation Status Report"
+// naming that file; with nothing new to write it prints nothing. Without
+// RBLN_PROFILER the cost is one pointer check per execution.
 #ifndef RBLN_RUNTIME_PROFILER_H_
 #define RBLN_RUNTIME_PROFILER_H_
 
@@ -45,18 +47,50 @@ class ProfileRecorder {
 
   profile::Profile Snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Writes the profile as rbln_<timestamp>.pb into `dir` (never overwrites);
-  // returns the file's path.
-  absl::StatusOr<std::string> WriteFile(const std::string& dir) const;
+  // The executions recorded since the previous call (all of them on the
+  // first), marked as taken; header fields as in Snapshot(). Drops counted
+  // since the previous call are in its dropped_executions.
+  profile::Profile TakeUnwritten() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The status report printed at exit, for a write that gave `written`.
+  // Writes TakeUnwritten() into `dir` and returns the status report naming
+  // the file, or "" when no execution is new (SPEC O4). Called when a
+  // torch.profiler session stops and at process exit.
+  std::string WriteUnwritten(const std::string& dir) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The same into RBLN_PROFILER_DIR (default "."), report printed to stdout.
+  void ReportUnwritten() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Writes the whole profile as rbln_<timestamp>.pb into `dir` (never
+  // overwrites); returns the file's path.
+  absl::StatusOr<std::string> WriteFile(const std::string& dir) const;
+  static absl::StatusOr<std::string> WriteProfile(const profile::Profile& p,
+                                                  const std::string& dir);
+
+  // The status report for the whole profile / for `p`, after a write that
+  // gave `written`.
   std::string StatusReport(const absl::StatusOr<std::string>& written) const;
+  static std::string StatusReport(const profile::Profile& p,
+                                  const absl::StatusOr<std::string>& written);
 
  private:
   const uint64_t max_executions_;
   mutable absl::Mutex mu_;
   profile::Profile profile_ ABSL_GUARDED_BY(mu_);
+  // Executions (a prefix of profile_.executions()) and drops already taken
+  // by TakeUnwritten().
+  int taken_executions_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t taken_drops_ ABSL_GUARDED_BY(mu_) = 0;
+  // Serializes whole write-and-report rounds, so two reports never interleave.
+  absl::Mutex report_mu_ ABSL_ACQUIRED_BEFORE(mu_);
 };
+
+// The name torch.profiler shows for one recorded stage (SPEC O2):
+// i1_<call>_W0_args_0_<arg> for the arg-th argument stage of a run and
+// i1_<call>_W<worker>_<program>_0 for a compute stage, <call> counting the
+// profiling session's runs from 0. Names follow the program's stages, so a
+// program partitioned over 4 chiplet workers gives 4 compute events per run.
+std::string DeviceEventName(int64_t call, const profile::Execution& execution,
+                            const profile::Stage& stage, int arg_index);
 
 }  // namespace rbln::runtime
 

@@ -10,7 +10,8 @@ the schema.
 
 The trace opens in Perfetto (ui.perfetto.dev) or chrome://tracing: one
 process row per NPU ("RBLN NPU n"), with a thread row for argument transfer
-stages and one for compute, and a complete event per execution spanning both.
+stages and one for compute per chiplet worker (a partitioned program reports
+one compute slice per worker), and a complete event per execution.
 """
 
 import argparse
@@ -46,6 +47,7 @@ _SCHEMA = {
         3: ("start_ns", "sint"),
         4: ("end_ns", "sint"),
         5: ("bytes", "int"),
+        6: ("worker", "sint"),
     },
 }
 _REPEATED = {("Profile", "executions"), ("Execution", "stages")}
@@ -127,10 +129,13 @@ def to_chrome_trace(profile):
     offset_us = profile["clock_offset_ns"] / 1000.0
     events = []
     npus = sorted({e["npu"] for e in profile["executions"]})
+    workers = sorted({s["worker"] for e in profile["executions"] for s in e["stages"] if s["kind"] == 2} | {0})
     for npu in npus:
         pid = f"RBLN NPU {npu}"
         events.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": pid}})
-        for tid, name in ((0, "execution"), (1, "args (transfer)"), (2, "compute")):
+        rows = [(0, "execution"), (1, "args (transfer)")]
+        rows += [(2 + w, "compute" if w == 0 else f"compute W{w}") for w in workers]
+        for tid, name in rows:
             events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
     for e in profile["executions"]:
         pid = f"RBLN NPU {e['npu']}"
@@ -154,7 +159,8 @@ def to_chrome_trace(profile):
                     "cat": kind.lower(),
                     "name": f"i{e['id']}_{s['name']}",
                     "pid": pid,
-                    "tid": 2 if kind == "COMPUTE" else 1,
+                    # One compute row per chiplet worker (SPEC O2).
+                    "tid": 2 + s["worker"] if kind == "COMPUTE" else 1,
                     "ts": s["start_ns"] / 1000.0 + offset_us,
                     "dur": (s["end_ns"] - s["start_ns"]) / 1000.0,
                     "args": {"execution": e["id"], "program": e["program"], "bytes": s["bytes"]},

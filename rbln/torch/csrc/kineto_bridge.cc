@@ -9,9 +9,11 @@
 // of the events; they are not linked to the op, SPEC O2). Stages are
 // CONCURRENT_KERNEL activities on device = NPU, which torch reports as
 // PrivateUse1 ("RBLN") device time (Self RBLN, RBLN total, device_time_total).
-// Event names: i1_<call>_W0_args_0_<arg> for argument stages and
-// i1_<call>_W0_<program>_0 for the compute stage, <call> counting the
-// session's program runs from 0.
+// Event names (runtime::DeviceEventName): i1_<call>_W0_args_0_<arg> for
+// argument stages and i1_<call>_W<worker>_<program>_0 for each chiplet
+// worker's compute slice, <call> counting the session's program runs from 0.
+// When the session stops the runtime writes its .pb file and prints its
+// status report (SPEC O4).
 // Without RBLN_PROFILER nothing is recorded, so no device event appears (O3);
 // on the ATOM profile the bridge adds none either (O1).
 #include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
@@ -120,9 +122,13 @@ class RblnProfilerSession : public libkineto::IActivityProfilerSession {
     ProfileRecorder* recorder = ProfileRecorder::Global();
     first_id_ = recorder ? recorder->num_seen() + 1 : 0;
   }
+  // The trace is being collected: the runtime writes its rbln_<timestamp>.pb
+  // and prints its status report now, before torch.profiler's tables (seed
+  // 002, SPEC O4), also on ATOM where the bridge adds no events.
   void stop() override {
     ProfileRecorder* recorder = ProfileRecorder::Global();
     end_id_ = recorder ? recorder->num_seen() + 1 : 0;
+    if (recorder != nullptr) recorder->ReportUnwritten();
   }
   std::vector<std::string> errors() override { return {}; }
 
@@ -145,12 +151,12 @@ class RblnProfilerSession : public libkineto::IActivityProfilerSession {
       for (const runtime::profile::Stage& s : e.stages()) {
         const bool compute = s.kind() == runtime::profile::COMPUTE;
         const std::string name =
-            compute ? absl::StrCat("i1_", call, "_W0_", e.program(), "_0")
-                    : absl::StrCat("i1_", call, "_W0_args_0_", arg++);
+            runtime::DeviceEventName(call, e, s, compute ? 0 : arg++);
         auto a = std::make_unique<StageActivity>(
             &Span(), name, s.start_ns() + offset, s.end_ns() + offset,
             e.npu() < 0 ? 0 : e.npu(),
-            compute ? 1 : 0,  // Rows: argument transfer, compute.
+            // Rows: argument transfer, then one per chiplet worker's compute.
+            compute ? 1 + s.worker() : 0,
             absl::StrCat("\"program\": \"", e.program(), "\", \"execution\": ", e.id(),
                          ", \"bytes\": ", s.bytes(), ", \"correlation\": ",
                          e.correlation_id()));
