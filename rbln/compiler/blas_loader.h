@@ -7,9 +7,14 @@
 
 namespace rbln::compiler {
 
+// OpenBLAS threads per BLAS call (default 1; see blas_loader.cc), read once
+// when OpenBLAS loads. OPENBLAS_NUM_THREADS, when set, wins.
+inline constexpr char kBlasThreadsVar[] = "RBLN_BLAS_THREADS";
+
 // dlopen()s libopenblas.so.0 once, RTLD_GLOBAL so that JIT'd code resolves
-// cblas_sgemm through the process's symbols. True if cblas_sgemm is there.
-// Thread-safe; the library is never unloaded.
+// cblas_sgemm through the process's symbols, and sets its thread count
+// (kBlasThreadsVar). True if cblas_sgemm is there. Thread-safe; the library
+// is never unloaded.
 bool LoadOpenBlas();
 
 // Whether the BLAS rewrite stage runs: RBLN_COMPILER_BLAS (a bool, default

@@ -3,6 +3,8 @@
 // loops agree. Built twice: as is, and with RBLN_COMPILER_BLAS=0.
 #include "rbln/compiler/blas_rewrite_pass.h"
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -224,6 +226,19 @@ func.func @kernel(%a: memref<8x8xf32>, %b: memref<4x3xf32>,
   return
 }
 )mlir";
+
+TEST(BlasLoaderTest, OneOpenBlasThreadUnlessConfigured) {
+  // spec: P5 -- kernels run on executor/chiplet threads; BLAS's own pool
+  // would oversubscribe the cores (docs/benchmarks.md, matmul).
+  if (!LoadOpenBlas()) GTEST_SKIP() << "libopenblas.so.0 is not installed";
+  if (std::getenv("OPENBLAS_NUM_THREADS") != nullptr ||
+      std::getenv(kBlasThreadsVar) != nullptr) {
+    GTEST_SKIP() << "the thread count is set by the environment";
+  }
+  auto get = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  ASSERT_NE(get, nullptr);
+  EXPECT_EQ(get(), 1);
+}
 
 TEST(BlasRewritePassTest, ViewsUseTheirOffsetAndLeadingDimension) {
   if (!LoadOpenBlas()) GTEST_SKIP() << "libopenblas.so.0 is not installed";

@@ -6,6 +6,7 @@
 // C++ triad loop, and a compiled f32 matmul against calling cblas_sgemm.
 //
 //   bazel run //rbln/compiler:compile_bench [-- --quick]
+//   bazel run //rbln/compiler:compile_bench -- --matmul [rounds]   # matmul only
 //
 // Warm-up first (P10): one compile of an unrelated graph creates the MLIR
 // context and initializes LLVM, so the timings are of the steady state.
@@ -13,6 +14,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -40,13 +43,14 @@ class GraphBuilder {
   }
   std::string Node(const std::string& op, std::vector<std::string> inputs,
                    std::vector<int64_t> shape,
-                   std::vector<std::pair<std::string, ir::Attribute>> attrs = {}) {
+                   std::vector<std::pair<std::string, ir::Attribute>> attrs = {},
+                   ir::DType dtype = ir::FLOAT32) {
     ir::Node* n = g_.add_nodes();
     n->set_op(op);
     for (const std::string& in : inputs) n->add_inputs(in);
     ir::Value* v = n->add_outputs();
     v->set_name(absl::StrFormat("t%d", g_.nodes_size()));
-    *v->mutable_type() = Type(ir::FLOAT32, shape);
+    *v->mutable_type() = Type(dtype, shape);
     for (auto& [k, a] : attrs) (*n->mutable_attrs())[k] = a;
     return v->name();
   }
@@ -134,10 +138,10 @@ ir::Graph Triad(int64_t n) {
   return g.Finish(g.Node("add", {b, c}, {n}, {{"alpha", alpha}}));
 }
 
-ir::Graph Matmul(int64_t n) {
+ir::Graph Matmul(int64_t n, ir::DType dtype) {
   GraphBuilder g("mm");
-  std::string a = g.Input("a", ir::FLOAT32, {n, n}), b = g.Input("b", ir::FLOAT32, {n, n});
-  return g.Finish(g.Node("mm", {a, b}, {n, n}));
+  std::string a = g.Input("a", dtype, {n, n}), b = g.Input("b", dtype, {n, n});
+  return g.Finish(g.Node("mm", {a, b}, {n, n}, {}, dtype));
 }
 
 runtime::BufferView View(std::vector<float>& v, std::vector<int64_t> sizes) {
@@ -172,8 +176,86 @@ void Check(const absl::StatusOr<std::shared_ptr<const CompiledProgram>>& p) {
   }
 }
 
+// The compiled f32 and f16 m^3 matmuls against cblas_sgemm called directly
+// on f32 buffers. The three are timed round-robin (one call of each per
+// round, median over `reps` rounds), so load on a shared machine hits them
+// alike.
+void MatmulBench(Compiler& compiler, int64_t m, int reps) {
+  std::vector<float> a32(m * m, 0.25f), b32(m * m, 0.5f), c32(m * m), direct(m * m);
+  // float16 0.25 and 0.5.
+  std::vector<uint16_t> a16(m * m, 0x3400), b16(m * m, 0x3800), c16(m * m);
+  auto mm32 = compiler.Compile(Matmul(m, ir::FLOAT32));
+  auto mm16 = compiler.Compile(Matmul(m, ir::FLOAT16));
+  Check(mm32);
+  Check(mm16);
+  auto view16 = [&](std::vector<uint16_t>& v) {
+    return runtime::BufferView{v.data(), DType::kFloat16, {m, m}, {m, 1}};
+  };
+  const std::vector<runtime::BufferView> args32 = {View(a32, {m, m}), View(b32, {m, m}),
+                                                   View(c32, {m, m})};
+  const std::vector<runtime::BufferView> args16 = {view16(a16), view16(b16), view16(c16)};
+  using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*,
+                         int, float, float*, int);
+  Sgemm sgemm = LoadOpenBlas() ? reinterpret_cast<Sgemm>(dlsym(RTLD_DEFAULT, "cblas_sgemm"))
+                               : nullptr;
+  // OpenBLAS's own thread count knob, to time one thread in the same rounds.
+  using SetThreads = void (*)(int);
+  using GetThreads = int (*)();
+  auto set_threads = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  auto get_threads = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  const int threads = get_threads ? get_threads() : 0;
+  const int other_threads = threads == 1 ? 2 : 1;  // Timed too, same rounds.
+  std::vector<double> us32, us16, us_direct, us_direct1;
+  auto time = [](std::vector<double>& out, auto fn) {
+    const absl::Time start = absl::Now();
+    fn();
+    out.push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
+  };
+  for (int r = 0; r < reps + 1; ++r) {  // Round 0 warms up.
+    time(us32, [&] { (void)(*mm32)->Execute(args32); });
+    time(us16, [&] { (void)(*mm16)->Execute(args16); });
+    // CblasRowMajor = 101, CblasNoTrans = 111.
+    if (sgemm) {
+      time(us_direct, [&] {
+        sgemm(101, 111, 111, m, m, m, 1.0f, a32.data(), m, b32.data(), m, 0.0f,
+              direct.data(), m);
+      });
+    }
+    if (sgemm && set_threads && threads > 0) {
+      set_threads(other_threads);
+      time(us_direct1, [&] {
+        sgemm(101, 111, 111, m, m, m, 1.0f, a32.data(), m, b32.data(), m, 0.0f,
+              direct.data(), m);
+      });
+      set_threads(threads);
+    }
+    if (r == 0) us32.clear(), us16.clear(), us_direct.clear(), us_direct1.clear();
+  }
+  const double flop = 2.0 * m * m * m;
+  auto row = [&](const char* name, const std::vector<double>& us, const char* note) {
+    const double t = Median(us);
+    std::printf("%-40s %10.1f %8.2f  %s\n", name, t, flop / (t * 1e3), note);
+  };
+  std::printf("\n%-40s %10s %8s\n", absl::StrFormat("matmul %d^3, median of %d rounds", m, reps).c_str(),
+              "us", "GFLOP/s");
+  row("compiled mm f32", us32, (*mm32)->uses_blas() ? "(BLAS rewrite)" : "(loops)");
+  row("compiled mm f16 (f32 accumulate)", us16, (*mm16)->uses_blas() ? "(BLAS rewrite)" : "(loops)");
+  const std::string threads_note = absl::StrFormat("(%d OpenBLAS threads)", threads);
+  if (sgemm) row("cblas_sgemm called directly (f32)", us_direct, threads_note.c_str());
+  const std::string other_name =
+      absl::StrFormat("cblas_sgemm directly, %d thread(s)", other_threads);
+  if (!us_direct1.empty()) row(other_name.c_str(), us_direct1, "");
+  if (c32 != direct) std::printf("  compiled f32 result differs from cblas_sgemm's\n");
+}
+
 int Main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  // --matmul: only the matmul comparison, with `reps` rounds (for perf).
+  if (argc > 1 && std::strcmp(argv[1], "--matmul") == 0) {
+    Compiler compiler(CompilerOptions{.cache_capacity = 8});
+    MatmulBench(compiler, 512, argc > 2 ? std::atoi(argv[2]) : 50);
+    return 0;
+  }
   const int compile_reps = quick ? 1 : 5, hit_reps = quick ? 10 : 2000;
   const std::string dir = absl::StrFormat("/tmp/rbln_compile_bench_%d", getpid());
   std::filesystem::remove_all(dir);
@@ -223,27 +305,7 @@ int Main(int argc, char** argv) {
   std::printf("%-40s %10.1f %8.2f\n", "compiled triad b+3c [3 arrays]", triad_us, gbs(3, triad_us));
   std::printf("%-40s %10.1f %8.2f\n", "C++ triad loop [3 arrays]", loop_us, gbs(3, loop_us));
 
-  const int64_t m = quick ? 64 : 512;
-  std::vector<float> ma(m * m, 0.25f), mb(m * m, 0.5f), mc(m * m);
-  auto mm = memory_only.Compile(Matmul(m));
-  Check(mm);
-  std::vector<runtime::BufferView> mm_args = {View(ma, {m, m}), View(mb, {m, m}), View(mc, {m, m})};
-  const double mm_us = TimeUs(run_reps, [&] { (void)(*mm)->Execute(mm_args); });
-  const double flop = 2.0 * m * m * m;
-  std::printf("\n%-40s %10s %8s\n", ("f32 matmul " + std::to_string(m) + "^3").c_str(), "us", "GFLOP/s");
-  std::printf("%-40s %10.1f %8.2f  (%s)\n", "compiled mm", mm_us, flop / (mm_us * 1e3),
-              (*mm)->uses_blas() ? "BLAS rewrite" : "loops");
-  using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*,
-                         int, float, float*, int);
-  if (LoadOpenBlas()) {
-    auto sgemm = reinterpret_cast<Sgemm>(dlsym(RTLD_DEFAULT, "cblas_sgemm"));
-    // CblasRowMajor = 101, CblasNoTrans = 111.
-    const double blas_us = TimeUs(run_reps, [&] {
-      sgemm(101, 111, 111, m, m, m, 1.0f, ma.data(), m, mb.data(), m, 0.0f, mc.data(), m);
-    });
-    std::printf("%-40s %10.1f %8.2f\n", "cblas_sgemm called directly", blas_us,
-                flop / (blas_us * 1e3));
-  }
+  MatmulBench(memory_only, quick ? 64 : 512, run_reps);
 
   const CompilerStats s = with_disk.stats();
   std::printf("\ndisk compiler: %lld disk hits, %lld compiles, %lld rejects\n",
