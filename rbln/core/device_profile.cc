@@ -21,6 +21,8 @@ DeviceProfile DeviceProfile::ForFamily(DeviceFamily family) {
   p.family = family;
   p.allocation_unit = kAllocationUnit;
   p.num_npus = 1;
+  // Both families sit on PCIe Gen5 x16 (64 GB/s raw, ~50 GB/s effective).
+  p.host_dma_bytes_per_second = 50e9;
   switch (family) {
     case DeviceFamily::kRebel100:
       // A Rebel100 (RBLN-CR) card: 4 chiplets with 36 GiB HBM each.

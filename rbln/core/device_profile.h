@@ -22,6 +22,9 @@ struct DeviceProfile {
   int chiplets_per_npu = 4;     // 4 on rebel100 (fixed RSD-4), 1 on atom.
   uint64_t memory_per_chiplet = 0;
   uint64_t allocation_unit = 0;  // Every device allocation is a multiple.
+  // Host link DMA rate: asynchronous host<->device transfers take at least
+  // bytes / rate on their stream (SPEC A9, M4). PCIe Gen5 x16, effective.
+  double host_dma_bytes_per_second = 0;
 
   uint64_t memory_per_npu() const {
     return memory_per_chiplet * static_cast<uint64_t>(chiplets_per_npu);

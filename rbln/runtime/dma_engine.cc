@@ -2,7 +2,11 @@
 
 #include <cstring>
 
+#include <utility>
 #include <vector>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -21,8 +25,12 @@ void DmaEngine::Count(const Direction& d, uint64_t nbytes) {
   d.bytes->Add(static_cast<int64_t>(nbytes));
 }
 
-DmaEngine::DmaEngine(const AddressSpace* address_space)
+DmaEngine::DmaEngine(const AddressSpace* address_space,
+                     double host_link_bytes_per_second)
     : address_space_(address_space),
+      host_link_rate_(host_link_bytes_per_second),
+      h2d_async_(MakeDirection("h2d_async")),
+      d2h_async_(MakeDirection("d2h_async")),
       h2d_(MakeDirection("h2d")),
       d2h_(MakeDirection("d2h")),
       d2d_(MakeDirection("d2d")),
@@ -54,6 +62,41 @@ absl::Status DmaEngine::DeviceToDevice(uintptr_t dst, uintptr_t src,
   std::memmove(to, from, nbytes);
   Count(d2d_, nbytes);
   return absl::OkStatus();
+}
+
+void DmaEngine::PaceHostTransfer(int64_t start_ns, uint64_t nbytes) const {
+  if (host_link_rate_ <= 0) return;
+  const absl::Time done = absl::FromUnixNanos(start_ns) +
+                          absl::Seconds(static_cast<double>(nbytes) / host_link_rate_);
+  absl::SleepFor(done - absl::Now());  // No-op when the copy took longer.
+}
+
+uint64_t DmaEngine::HostToDeviceAsync(DeviceStream& stream, uintptr_t dst,
+                                      const void* src, uint64_t nbytes,
+                                      std::shared_ptr<const void> keep_alive) {
+  return stream.Enqueue(
+      absl::StrFormat("host->device transfer of %d bytes to 0x%x", nbytes, dst),
+      [this, dst, src, nbytes, keep = std::move(keep_alive)]() {
+        const int64_t start = absl::GetCurrentTimeNanos();
+        RBLN_RETURN_IF_ERROR(HostToDevice(dst, src, nbytes));
+        Count(h2d_async_, nbytes);
+        PaceHostTransfer(start, nbytes);
+        return absl::OkStatus();
+      });
+}
+
+uint64_t DmaEngine::DeviceToHostAsync(DeviceStream& stream, void* dst,
+                                      uintptr_t src, uint64_t nbytes,
+                                      std::shared_ptr<const void> keep_alive) {
+  return stream.Enqueue(
+      absl::StrFormat("device->host transfer of %d bytes from 0x%x", nbytes, src),
+      [this, dst, src, nbytes, keep = std::move(keep_alive)]() {
+        const int64_t start = absl::GetCurrentTimeNanos();
+        RBLN_RETURN_IF_ERROR(DeviceToHost(dst, src, nbytes));
+        Count(d2h_async_, nbytes);
+        PaceHostTransfer(start, nbytes);
+        return absl::OkStatus();
+      });
 }
 
 absl::Status DmaEngine::DeviceToDeviceStrided(

@@ -1,6 +1,7 @@
 #include "rbln/runtime/runtime.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -53,6 +54,38 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(
       new Runtime(profile, options, std::move(npus)));
 }
 
+DeviceStream& Runtime::Stream(int npu, int64_t id) {
+  absl::MutexLock lock(&streams_mu_);
+  std::unique_ptr<DeviceStream>& stream = streams_[{npu, id}];
+  if (stream == nullptr) stream = std::make_unique<DeviceStream>(npu, id);
+  return *stream;
+}
+
+absl::Status Runtime::SynchronizeNpu(int npu) {
+  RBLN_RETURN_IF_ERROR(CheckNpuIndex(npu));
+  std::vector<DeviceStream*> streams;
+  {
+    absl::MutexLock lock(&streams_mu_);
+    for (auto it = streams_.lower_bound({npu, INT64_MIN});
+         it != streams_.end() && it->first.first == npu; ++it) {
+      streams.push_back(it->second.get());
+    }
+  }
+  absl::Status first;
+  for (DeviceStream* stream : streams) first.Update(stream->Synchronize());
+  storage_.FreeDeferredBlocks(/*wait=*/false);
+  return first;
+}
+
+bool Runtime::NpuBusy(int npu) const {
+  absl::MutexLock lock(&streams_mu_);
+  for (auto it = streams_.lower_bound({npu, INT64_MIN});
+       it != streams_.end() && it->first.first == npu; ++it) {
+    if (!it->second->Idle()) return true;
+  }
+  return false;
+}
+
 std::vector<const DeviceMemory*> Runtime::Memories(const std::vector<Npu>& npus) {
   std::vector<const DeviceMemory*> out;
   for (const Npu& npu : npus) out.push_back(npu.memory.get());
@@ -68,7 +101,7 @@ Runtime::Runtime(const DeviceProfile& profile, RuntimeOptions options,
     : profile_(profile),
       npus_(std::move(npus)),
       address_space_(Memories(npus_)),
-      dma_(&address_space_),
+      dma_(&address_space_, profile.host_dma_bytes_per_second),
       storage_(profile.num_npus, kVirtualRangeFactor * profile.memory_per_npu(),
                this, &dma_, options.eager_malloc),
       executor_(&storage_),

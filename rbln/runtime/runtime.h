@@ -17,6 +17,8 @@
 #include <vector>
 
 #include <functional>
+#include <map>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -26,6 +28,7 @@
 #include "rbln/runtime/address_space.h"
 #include "rbln/runtime/chiplet_heap.h"
 #include "rbln/runtime/device_memory.h"
+#include "rbln/runtime/device_stream.h"
 #include "rbln/runtime/dma_engine.h"
 #include "rbln/runtime/executor.h"
 #include "rbln/runtime/physical_memory.h"
@@ -84,6 +87,16 @@ class Runtime : public PhysicalMemory {
   void RegisterCacheDropper(std::function<void()> dropper)
       ABSL_LOCKS_EXCLUDED(droppers_mu_);
 
+  // The stream `id` of NPU `npu` (0 is the default stream), made at its
+  // first use and alive as long as the runtime (SPEC M1, M2).
+  DeviceStream& Stream(int npu, int64_t id) ABSL_LOCKS_EXCLUDED(streams_mu_);
+  // Blocks until every stream of `npu` finished its queued work (async
+  // transfers, fences, event markers), then returns blocks held back by
+  // record_stream (SPEC M3). Returns the first error a stream kept.
+  absl::Status SynchronizeNpu(int npu) ABSL_LOCKS_EXCLUDED(streams_mu_);
+  // Does any stream of `npu` still have queued work?
+  bool NpuBusy(int npu) const ABSL_LOCKS_EXCLUDED(streams_mu_);
+
   StorageManager& storage() { return storage_; }
   DmaEngine& dma() { return dma_; }
   Executor& executor() { return executor_; }
@@ -122,6 +135,11 @@ class Runtime : public PhysicalMemory {
   std::unique_ptr<StatsPublisher> publisher_ ABSL_GUARDED_BY(totals_mu_);
   absl::Mutex droppers_mu_;
   std::vector<std::function<void()>> droppers_ ABSL_GUARDED_BY(droppers_mu_);
+  // Last member: streams stop (draining their tasks, which use dma_ and
+  // storage_) before anything else is destroyed.
+  mutable absl::Mutex streams_mu_;
+  std::map<std::pair<int, int64_t>, std::unique_ptr<DeviceStream>> streams_
+      ABSL_GUARDED_BY(streams_mu_);
 };
 
 }  // namespace rbln::runtime

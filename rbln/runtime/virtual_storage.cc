@@ -143,6 +143,11 @@ absl::StatusOr<uintptr_t> StorageManager::Create(int npu, uint64_t nbytes) {
 }
 
 absl::Status StorageManager::Release(uintptr_t base) {
+  // The DMA engine may still use the block: wait (leaving a failure for the
+  // stream's next synchronize, since a deleter cannot report it).
+  if (auto [stream, seq] = PendingTransfer(base); stream != nullptr) {
+    stream->AwaitPassed(seq);
+  }
   std::unique_ptr<Storage> s;
   {
     absl::MutexLock lock(&mu_);
@@ -153,6 +158,17 @@ absl::Status StorageManager::Release(uintptr_t base) {
     }
     s = std::move(it->second);
     storages_.erase(it);
+    if (s->block) {
+      DeferredFree deferred{*s->block, {}};
+      for (DeviceStream* stream : s->recorded_streams) {
+        const uint64_t point = stream->submitted();
+        if (!stream->Passed(point)) deferred.points.emplace_back(stream, point);
+      }
+      if (!deferred.points.empty()) {
+        deferred_.push_back(std::move(deferred));
+        s->block.reset();  // Freed by FreeDeferredLocked.
+      }
+    }
   }
   if (s->block) RBLN_RETURN_IF_ERROR(physical_->FreePhysical(*s->block));
   VirtualRange& range = ranges_[s->npu];
@@ -205,11 +221,43 @@ absl::StatusOr<char*> StorageManager::Shadow(Storage& s) {
   return s.shadow->data;
 }
 
+void StorageManager::FreeDeferredLocked(bool wait) {
+  std::vector<DeferredFree> still;
+  for (DeferredFree& d : deferred_) {
+    bool passed = true;
+    for (auto& [stream, point] : d.points) {
+      if (wait) stream->AwaitPassed(point);
+      passed = passed && stream->Passed(point);
+    }
+    if (passed) {
+      (void)physical_->FreePhysical(d.block);
+    } else {
+      still.push_back(std::move(d));
+    }
+  }
+  deferred_ = std::move(still);
+}
+
+int64_t StorageManager::FreeDeferredBlocks(bool wait) {
+  absl::MutexLock lock(&mu_);
+  FreeDeferredLocked(wait);
+  return static_cast<int64_t>(deferred_.size());
+}
+
 absl::Status StorageManager::AcquireDevice(Storage& s) {
   if (s.block) return absl::OkStatus();
-  RBLN_ASSIGN_OR_RETURN(
-      DeviceAllocation block,
-      physical_->AllocatePhysical(s.npu, s.nbytes, PhysicalMemory::kAnyChiplet));
+  if (!deferred_.empty()) FreeDeferredLocked(/*wait=*/false);
+  absl::StatusOr<DeviceAllocation> allocated =
+      physical_->AllocatePhysical(s.npu, s.nbytes, PhysicalMemory::kAnyChiplet);
+  if (!allocated.ok() && absl::IsResourceExhausted(allocated.status()) &&
+      !deferred_.empty()) {
+    // Blocks held back by record_stream may be what is missing: wait for
+    // their streams, as CUDA's allocator does before reporting OOM.
+    FreeDeferredLocked(/*wait=*/true);
+    allocated =
+        physical_->AllocatePhysical(s.npu, s.nbytes, PhysicalMemory::kAnyChiplet);
+  }
+  RBLN_ASSIGN_OR_RETURN(DeviceAllocation block, std::move(allocated));
   absl::StatusOr<void*> view = physical_->HostView(block);
   if (!view.ok()) {
     (void)physical_->FreePhysical(block);
@@ -237,6 +285,7 @@ absl::Status StorageManager::Download(Storage& s) {
 absl::Status StorageManager::WriteFromHost(uintptr_t address, const void* src,
                                            uint64_t n) {
   if (n == 0) return absl::OkStatus();
+  RBLN_RETURN_IF_ERROR(AwaitTransfer(address));
   absl::MutexLock lock(&mu_);
   RBLN_ASSIGN_OR_RETURN(Storage * s, Find(address, n));
   HostAccess().writes->Increment();
@@ -257,6 +306,7 @@ absl::Status StorageManager::WriteFromHost(uintptr_t address, const void* src,
 absl::Status StorageManager::ReadToHost(void* dst, uintptr_t address,
                                         uint64_t n) {
   if (n == 0) return absl::OkStatus();
+  RBLN_RETURN_IF_ERROR(AwaitTransfer(address));
   absl::MutexLock lock(&mu_);
   RBLN_ASSIGN_OR_RETURN(Storage * s, Find(address, n));
   HostAccess().reads->Increment();
@@ -273,9 +323,13 @@ absl::Status StorageManager::ReadToHost(void* dst, uintptr_t address,
 absl::StatusOr<void*> StorageManager::MapForDevice(uintptr_t address,
                                                    uint64_t n,
                                                    DeviceAccess access) {
+  RBLN_RETURN_IF_ERROR(AwaitTransfer(address));
   absl::MutexLock lock(&mu_);
   RBLN_ASSIGN_OR_RETURN(Storage * s, Find(address, n == 0 ? 1 : n));
   RBLN_RETURN_IF_ERROR(AcquireDevice(*s));
+  // The device use re-lays the storage out for the op (SPEC L3): later
+  // uploads into it are synchronous.
+  s->flat = false;
   const bool whole = address == s->base && n == s->nbytes;
   if (s->state == DataState::kHostLatest &&
       (access != DeviceAccess::kWrite || !whole)) {
@@ -348,6 +402,7 @@ absl::Status StorageManager::CopyStridedOnDevice(
 }
 
 absl::Status StorageManager::Bind(uintptr_t base) {
+  RBLN_RETURN_IF_ERROR(AwaitTransfer(base));
   absl::MutexLock lock(&mu_);
   RBLN_ASSIGN_OR_RETURN(Storage * s, Find(base, 1));
   if (s->base != base) {
@@ -358,11 +413,14 @@ absl::Status StorageManager::Bind(uintptr_t base) {
   }
   RBLN_RETURN_IF_ERROR(AcquireDevice(*s));
   s->bound = true;
+  s->flat = true;
   return absl::OkStatus();
 }
 
 absl::Status StorageManager::AlignLayout(uintptr_t target_base,
                                          uintptr_t ref_base) {
+  RBLN_RETURN_IF_ERROR(AwaitTransfer(target_base));
+  RBLN_RETURN_IF_ERROR(AwaitTransfer(ref_base));
   absl::MutexLock lock(&mu_);
   RBLN_ASSIGN_OR_RETURN(Storage * target, Find(target_base, 1));
   RBLN_ASSIGN_OR_RETURN(Storage * ref, Find(ref_base, 1));
@@ -417,6 +475,9 @@ absl::StatusOr<StorageInfo> StorageManager::Info(uintptr_t address) const {
   info.npu = s->npu;
   info.state = s->state;
   info.bound = s->bound;
+  info.flat = s->flat;
+  info.transfer_pending =
+      s->pending_stream != nullptr && !s->pending_stream->Passed(s->pending_seq);
   info.has_device_memory = s->block.has_value();
   if (s->block) {
     info.chiplet = s->block->chiplet;
@@ -424,6 +485,79 @@ absl::StatusOr<StorageInfo> StorageManager::Info(uintptr_t address) const {
   }
   if (s->shadow) info.offload_path = s->shadow->path;
   return info;
+}
+
+std::pair<DeviceStream*, uint64_t> StorageManager::PendingTransfer(
+    uintptr_t address) const {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Storage*> s = Find(address, 1);
+  if (!s.ok() || (*s)->pending_stream == nullptr) return {nullptr, 0};
+  return {(*s)->pending_stream, (*s)->pending_seq};
+}
+
+absl::Status StorageManager::AwaitTransfer(uintptr_t address) {
+  auto [stream, seq] = PendingTransfer(address);
+  if (stream == nullptr) return absl::OkStatus();
+  absl::Status status = stream->Wait(seq);
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Storage*> s = Find(address, 1);
+  if (s.ok() && (*s)->pending_stream == stream && (*s)->pending_seq == seq) {
+    (*s)->pending_stream = nullptr;
+    (*s)->pending_seq = 0;
+  }
+  return status;
+}
+
+absl::StatusOr<bool> StorageManager::WriteFromHostAsync(
+    uintptr_t address, const void* src, uint64_t n, DeviceStream& stream,
+    std::shared_ptr<const void> keep_alive) {
+  if (n == 0) return true;
+  // Transfers queued on another stream finish first; on the same stream the
+  // FIFO orders them.
+  if (auto [other, seq] = PendingTransfer(address); other != nullptr && other != &stream) {
+    RBLN_RETURN_IF_ERROR(AwaitTransfer(address));
+  }
+  absl::MutexLock lock(&mu_);
+  RBLN_ASSIGN_OR_RETURN(Storage * s, Find(address, n));
+  if (!s->block || !s->flat) return false;  // Not one flat region (SPEC L1-L3).
+  if (s->state == DataState::kHostLatest && !(address == s->base && n == s->nbytes)) {
+    // The rest of the storage's bytes are in the shadow: the device gets
+    // them first, as for any device write of part of a storage.
+    RBLN_RETURN_IF_ERROR(Upload(*s));
+  }
+  s->state = DataState::kDeviceLatest;
+  s->pending_stream = &stream;
+  s->pending_seq = dma_->HostToDeviceAsync(stream, s->block->address + (address - s->base),
+                                           src, n, std::move(keep_alive));
+  return true;
+}
+
+absl::StatusOr<bool> StorageManager::ReadToHostAsync(
+    void* dst, uintptr_t address, uint64_t n, DeviceStream& stream,
+    std::shared_ptr<const void> keep_alive) {
+  if (n == 0) return true;
+  if (auto [other, seq] = PendingTransfer(address); other != nullptr && other != &stream) {
+    RBLN_RETURN_IF_ERROR(AwaitTransfer(address));
+  }
+  absl::MutexLock lock(&mu_);
+  RBLN_ASSIGN_OR_RETURN(Storage * s, Find(address, n));
+  if (!s->block || (s->state != DataState::kDeviceLatest && s->state != DataState::kInSync)) {
+    return false;  // The latest bytes are on the host side.
+  }
+  s->pending_stream = &stream;
+  s->pending_seq = dma_->DeviceToHostAsync(stream, dst, s->block->address + (address - s->base),
+                                           n, std::move(keep_alive));
+  return true;
+}
+
+absl::Status StorageManager::RecordStream(uintptr_t address, DeviceStream& stream) {
+  absl::MutexLock lock(&mu_);
+  RBLN_ASSIGN_OR_RETURN(Storage * s, Find(address, 1));
+  for (DeviceStream* recorded : s->recorded_streams) {
+    if (recorded == &stream) return absl::OkStatus();
+  }
+  s->recorded_streams.push_back(&stream);
+  return absl::OkStatus();
 }
 
 bool StorageManager::Contains(uintptr_t address) const {

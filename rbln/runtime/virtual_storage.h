@@ -16,6 +16,15 @@
 //   in-sync      | shadow, no DMA       | shadow, -> host-lat.| no DMA               | -> device-latest
 //
 // Transfers always move the whole storage, so a state describes all of it.
+//
+// Asynchronous transfers (SPEC L1-L5): WriteFromHostAsync/ReadToHostAsync
+// queue a DMA between a host buffer and a storage's physical block on a
+// device stream. The storage remembers the pending transfer; every later
+// access to it (host read/write, device use, copies, Bind, Release) first
+// waits for that transfer, so the storage is never read, written, or its
+// block freed while the DMA engine still works on it. RecordStream defers
+// the return of a released storage's block to the caching allocator until
+// the streams it was used on have passed the point of release.
 #ifndef RBLN_RUNTIME_VIRTUAL_STORAGE_H_
 #define RBLN_RUNTIME_VIRTUAL_STORAGE_H_
 
@@ -25,6 +34,7 @@
 #include <optional>
 #include <string>
 #include <vector>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -33,6 +43,7 @@
 #include "absl/synchronization/mutex.h"
 #include "rbln/core/counters.h"
 #include "rbln/runtime/chiplet_heap.h"
+#include "rbln/runtime/device_stream.h"
 #include "rbln/runtime/dma_engine.h"
 #include "rbln/runtime/physical_memory.h"
 
@@ -50,6 +61,10 @@ struct StorageInfo {
   DataState state = DataState::kEmpty;
   bool has_device_memory = false;
   bool bound = false;        // Flat region acquired by Bind() (SPEC D6).
+  // Still one flat region: bound, and not re-laid out by a device use since
+  // (SPEC L1, L3); only such storages take asynchronous uploads.
+  bool flat = false;
+  bool transfer_pending = false;  // An asynchronous transfer is queued.
   int chiplet = -1;          // When has_device_memory.
   uint64_t device_bytes = 0;  // Rounded size of the physical block.
   std::string offload_path;   // File holding the host shadow, if offloaded.
@@ -92,6 +107,33 @@ class StorageManager {
                                    uintptr_t src, absl::Span<const int64_t> src_strides,
                                    absl::Span<const int64_t> sizes, uint64_t elem_size);
 
+  // Asynchronous host->device write of [address, address + n) from `src`
+  // on `stream` (SPEC L1): starts, and returns true, only when the storage
+  // is still one flat region (Bind() and no device use since); returns
+  // false, doing nothing, otherwise (the caller copies synchronously).
+  // `keep_alive` is held until the transfer finished (e.g. the host
+  // buffer's owner). `src` must stay untouched until then (SPEC L5).
+  absl::StatusOr<bool> WriteFromHostAsync(uintptr_t address, const void* src,
+                                          uint64_t n, DeviceStream& stream,
+                                          std::shared_ptr<const void> keep_alive);
+  // Asynchronous device->host read into `dst`: starts, and returns true,
+  // only when the device holds the storage's latest bytes; false otherwise.
+  absl::StatusOr<bool> ReadToHostAsync(void* dst, uintptr_t address, uint64_t n,
+                                       DeviceStream& stream,
+                                       std::shared_ptr<const void> keep_alive);
+  // Waits for the pending asynchronous transfer on the storage holding
+  // `address`, if any; returns that stream's kept error.
+  absl::Status AwaitTransfer(uintptr_t address);
+
+  // Tensor.record_stream: the storage's block may be in use by `stream`'s
+  // queued work, so when the storage is released its block goes back to the
+  // allocator only after `stream` passed the point of release.
+  absl::Status RecordStream(uintptr_t address, DeviceStream& stream);
+  // Returns the blocks of released storages whose recorded streams have
+  // passed; with `wait`, first waits for those streams. Returns how many
+  // are still deferred.
+  int64_t FreeDeferredBlocks(bool wait);
+
   // Acquires the storage's physical memory now, as one flat region (SPEC D6).
   absl::Status Bind(uintptr_t base);
 
@@ -127,10 +169,20 @@ class StorageManager {
     int npu = 0;
     DataState state = DataState::kEmpty;
     bool bound = false;
+    bool flat = false;  // See StorageInfo::flat.
+    // The last asynchronous transfer queued on the storage.
+    DeviceStream* pending_stream = nullptr;
+    uint64_t pending_seq = 0;
+    std::vector<DeviceStream*> recorded_streams;  // Tensor.record_stream.
     std::string offload_dir;
     std::unique_ptr<HostShadow> shadow;  // Allocated on first need.
     std::optional<DeviceAllocation> block;
     void* backing = nullptr;  // Host view of `block`.
+  };
+  // A released block waiting for streams to pass points (record_stream).
+  struct DeferredFree {
+    DeviceAllocation block;
+    std::vector<std::pair<DeviceStream*, uint64_t>> points;
   };
   struct VirtualRange {
     void* base = nullptr;
@@ -142,6 +194,11 @@ class StorageManager {
   absl::StatusOr<Storage*> Find(uintptr_t address, uint64_t n) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AcquireDevice(Storage& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees the deferred blocks whose points have passed (all, with `wait`).
+  void FreeDeferredLocked(bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The pending transfer of the storage holding `address` (null if none).
+  std::pair<DeviceStream*, uint64_t> PendingTransfer(uintptr_t address) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<char*> Shadow(Storage& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Upload(Storage& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Download(Storage& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -152,6 +209,7 @@ class StorageManager {
   std::vector<VirtualRange> ranges_;  // Per NPU; fixed after construction.
   mutable absl::Mutex mu_;
   std::map<uintptr_t, std::unique_ptr<Storage>> storages_ ABSL_GUARDED_BY(mu_);
+  std::vector<DeferredFree> deferred_ ABSL_GUARDED_BY(mu_);
   Counter* const uploads_;    // Whole-storage H2D caused by a device use.
   Counter* const downloads_;  // Whole-storage D2H caused by a host read.
   Counter* const pushes_;     // Host writes into device-latest storages.
