@@ -39,9 +39,10 @@ class DmaEngine {
   // they run when the stream's worker reaches them and take the stream at
   // least nbytes / host link rate, as the host link of the simulated card
   // would (synchronous copies are not paced: they model the time the host
-  // spends anyway). `keep_alive` is released when the task finished. Returns
+  // spends anyway). Counted as runtime/dma_{h2d,d2h}_async_*, not with the
+  // synchronous DMA. `keep_alive` is released when the task finished. Returns
   // the task's sequence number on `stream`; errors surface at the stream's
-  // next Wait/Synchronize. Counted as runtime/dma_{h2d,d2h}_async_*.
+  // next Wait/Synchronize.
   uint64_t HostToDeviceAsync(DeviceStream& stream, uintptr_t dst, const void* src,
                              uint64_t nbytes, std::shared_ptr<const void> keep_alive);
   uint64_t DeviceToHostAsync(DeviceStream& stream, void* dst, uintptr_t src,

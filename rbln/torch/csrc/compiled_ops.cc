@@ -40,6 +40,7 @@
 #include "rbln/torch/csrc/dispatch_config.h"
 #include "rbln/torch/csrc/explain_signals.h"
 #include "rbln/torch/csrc/fallback_policy.h"
+#include "rbln/torch/csrc/streams.h"
 #include "rbln/torch/csrc/tensor_transfer.h"
 #include "rbln/torch/csrc/warm_cache.h"
 
@@ -437,6 +438,9 @@ void Run(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   at::Tensor result = at::detail::empty_generic(entry.out_sizes, GetDeviceAllocator(),
                                                 kRblnKeys, entry.out_dtype, std::nullopt);
   buffers.push_back(Buffer(result));
+  // Kernels run on this thread: earlier work queued on the current stream
+  // finishes first (SPEC M2).
+  CompleteCurrentStreamWork(device.index());
   ThrowIfErrorOn(device, RuntimeOrThrow().executor().Run(*entry.program, buffers));
   Counters().compiled_runs->Increment();
 

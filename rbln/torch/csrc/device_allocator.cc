@@ -39,7 +39,18 @@ class RblnDeviceAllocator final : public c10::DeviceAllocator {
   void emptyCache(c10::MempoolId_t /*mempool_id*/) override {
     if (RuntimeCommitted()) RuntimeOrThrow().EmptyCache();
   }
-  void recordStream(const c10::DataPtr&, c10::Stream) override {}
+  // Tensor.record_stream: the block is released to the caching allocator
+  // only after `stream` passed the point where the storage was freed.
+  void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override {
+    if (ptr.get() == nullptr) return;
+    TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1,
+                "rbln: record_stream needs an rbln stream, got ", stream);
+    CheckDeviceIndex(stream.device_index());
+    runtime::Runtime& rt = RuntimeOrThrow();
+    ThrowIfError(rt.storage().RecordStream(
+        reinterpret_cast<uintptr_t>(ptr.get()),
+        rt.Stream(PhysicalNpu(stream.device_index()), stream.id())));
+  }
 
   DeviceStats getDeviceStats(c10::DeviceIndex device) override {
     DeviceStats out;

@@ -1,10 +1,12 @@
-// The c10 device guard for rbln (PrivateUse1). Streams and events are
-// synchronous for now: every runtime call completes before it returns, so
-// the default stream is always idle and every event is complete.
+// The c10 device guard for rbln (PrivateUse1): devices, streams (see
+// streams.h) and events (runtime::DeviceEvent behind the void* handle).
 #include <c10/core/DeviceCapability.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include "rbln/runtime/device_event.h"
+#include "rbln/torch/csrc/device_allocator.h"
 #include "rbln/torch/csrc/device_state.h"
+#include "rbln/torch/csrc/streams.h"
 
 namespace rbln::torch_backend {
 namespace {
@@ -43,24 +45,26 @@ struct RblnGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   // A stream belongs to a concrete device: bare "rbln" (torch.Stream(device=
   // "rbln")) means the current one, as for CUDA.
-  static c10::Device Concrete(c10::Device d) {
-    return d.has_index() ? d : c10::Device(static_type, CurrentDevice());
+  static c10::DeviceIndex Concrete(c10::Device d) {
+    const c10::DeviceIndex index = d.has_index() ? d.index() : CurrentDevice();
+    CheckDeviceIndex(index);
+    return index;
   }
   c10::Stream getStream(c10::Device d) const override {
-    return c10::Stream(c10::Stream::DEFAULT, Concrete(d));
+    return CurrentStream(Concrete(d));
   }
   c10::Stream getDefaultStream(c10::Device d) const override {
-    return c10::Stream(c10::Stream::DEFAULT, Concrete(d));
+    return DefaultStream(Concrete(d));
   }
   c10::Stream getNewStream(c10::Device d, int /*priority*/) const override {
-    return c10::Stream(c10::Stream::DEFAULT, Concrete(d));
+    return NewStream(Concrete(d));
   }
   c10::Stream getStreamFromGlobalPool(c10::Device d,
                                       bool /*high_priority*/) const override {
-    return c10::Stream(c10::Stream::DEFAULT, Concrete(d));
+    return PoolStream(Concrete(d));
   }
   c10::Stream exchangeStream(c10::Stream s) const override {
-    return c10::Stream(c10::Stream::DEFAULT, s.device());
+    return ExchangeStream(s);
   }
   c10::DeviceIndex deviceCount() const noexcept override {
     return DeviceCountNoThrow();
@@ -69,19 +73,63 @@ struct RblnGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return c10::DeviceCapability();
   }
 
-  // Events: work is synchronous, so recording marks a completed point.
-  void record(void** event, const c10::Stream&, const c10::DeviceIndex,
-              const c10::EventFlag) const override {
-    if (*event == nullptr) *event = reinterpret_cast<void*>(1);
+  // Events: the handle is a runtime::DeviceEvent, made at the first record.
+  // Every event keeps timestamps (taking one is cheap), so EventFlag only
+  // matters to torch's own enable_timing check.
+  static runtime::DeviceEvent* AsEvent(void* event) {
+    return static_cast<runtime::DeviceEvent*>(event);
   }
-  void block(void*, const c10::Stream&) const override {}
-  bool queryEvent(void*) const override { return true; }
-  void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
-  bool queryStream(const c10::Stream&) const override { return true; }
-  void synchronizeStream(const c10::Stream&) const override {}
-  void synchronizeEvent(void*) const override {}
-  void synchronizeDevice(const c10::DeviceIndex) const override {
-    RuntimeOrThrow();  // synchronize() is a real use: it commits (SPEC A6).
+  void record(void** event, const c10::Stream& stream,
+              const c10::DeviceIndex device_index,
+              const c10::EventFlag /*flag*/) const override {
+    TORCH_CHECK(device_index == -1 || device_index == stream.device_index(),
+                "rbln: event of device ", static_cast<int>(device_index),
+                " cannot be recorded on stream ", stream, " of another device");
+    runtime::DeviceStream& target = RuntimeStream(stream);
+    if (*event == nullptr) *event = new runtime::DeviceEvent();
+    AsEvent(*event)->Record(target);
+  }
+  void block(void* event, const c10::Stream& stream) const override {
+    if (event == nullptr) return;  // Never recorded: nothing to wait for.
+    AsEvent(event)->Block(RuntimeStream(stream));
+  }
+  bool queryEvent(void* event) const override {
+    return event == nullptr || AsEvent(event)->Query();
+  }
+  void synchronizeEvent(void* event) const override {
+    if (event == nullptr) return;
+    ThrowIfError(AsEvent(event)->Synchronize());
+  }
+  double elapsedTime(void* start, void* end,
+                     const c10::DeviceIndex /*device_index*/) const override {
+    TORCH_CHECK(start != nullptr && end != nullptr,
+                "rbln: elapsed_time needs both events recorded; call record() "
+                "on each first");
+    absl::StatusOr<double> ms = runtime::DeviceEvent::ElapsedMs(*AsEvent(start),
+                                                                *AsEvent(end));
+    if (!ms.ok()) ThrowStatus(ms.status());
+    return *ms;
+  }
+  void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
+    // A marker task holds its own reference to what it writes, so deleting
+    // an event with queued markers is safe.
+    delete AsEvent(event);
+  }
+  bool queryStream(const c10::Stream& stream) const override {
+    if (!RuntimeCommitted()) return true;  // Nothing was ever queued.
+    return RuntimeStream(stream).Idle();
+  }
+  void synchronizeStream(const c10::Stream& stream) const override {
+    if (!RuntimeCommitted()) return;
+    ThrowIfErrorOn(stream.device(), RuntimeStream(stream).Synchronize());
+  }
+  void synchronizeDevice(const c10::DeviceIndex device_index) const override {
+    // synchronize() is a real use: it commits (SPEC A6).
+    SynchronizeDeviceStreams(device_index < 0 ? CurrentDevice() : device_index);
+  }
+  void recordDataPtrOnStream(const c10::DataPtr& data_ptr,
+                             const c10::Stream& stream) const override {
+    GetDeviceAllocator()->recordStream(data_ptr, stream);
   }
 };
 

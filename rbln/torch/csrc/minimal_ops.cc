@@ -92,8 +92,8 @@ const at::Tensor& Resize(const at::Tensor& self, c10::SymIntArrayRef size,
 }
 
 at::Tensor CopyFrom(const at::Tensor& self, const at::Tensor& dst,
-                    bool /*non_blocking: copies are synchronous for now*/) {
-  CopyWithDevice(self, dst);
+                    bool non_blocking) {
+  CopyWithDevice(self, dst, non_blocking);
   return dst;
 }
 

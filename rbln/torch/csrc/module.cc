@@ -17,6 +17,8 @@
 #include "rbln/core/counters.h"
 #include "rbln/core/device_profile.h"
 #include "rbln/torch/csrc/device_state.h"
+#include "rbln/torch/csrc/streams.h"
+#include "rbln/runtime/device_event.h"
 #include "rbln/torch/csrc/explain_bindings.h"
 #include "rbln/torch/csrc/fallback_policy.h"
 #include "rbln/torch/csrc/graph_program.h"
@@ -104,9 +106,34 @@ PYBIND11_MODULE(_C, m) {
           CheckDeviceIndex(static_cast<c10::DeviceIndex>(index));
         }));
   m.def("_synchronize", Translated(+[](int index) {
+          // Waits for every stream of the device: pending asynchronous
+          // transfers, fences, event markers (SPEC M3). Commits the runtime.
+          SynchronizeDeviceStreams(static_cast<c10::DeviceIndex>(index));
+        }));
+  // Streams (SPEC M1): this thread's current stream id on a device, and
+  // making one current; torch_rbln.streams wraps them as torch.Stream.
+  m.def("_current_stream_id", Translated(+[](int index) {
           CheckDeviceIndex(static_cast<c10::DeviceIndex>(index));
-          // Work is synchronous: committing the runtime is all there is.
-          RuntimeOrThrow();
+          return static_cast<int64_t>(
+              CurrentStream(static_cast<c10::DeviceIndex>(index)).id());
+        }));
+  m.def("_set_stream", Translated(+[](int64_t id, int index) {
+          ExchangeStream(c10::Stream(c10::Stream::UNSAFE,
+                                     c10::Device(c10::DeviceType::PrivateUse1,
+                                                 static_cast<c10::DeviceIndex>(index)),
+                                     id));
+        }));
+  // Event.elapsed_time between two torch.rbln.Events, by their event_id
+  // (the runtime::DeviceEvent the guard made; 0 if never recorded).
+  m.def("_event_elapsed_ms", Translated(+[](uintptr_t start, uintptr_t end) {
+          TORCH_CHECK(start != 0 && end != 0,
+                      "rbln: elapsed_time needs both events recorded; call "
+                      "record() on each first");
+          absl::StatusOr<double> ms = runtime::DeviceEvent::ElapsedMs(
+              *reinterpret_cast<const runtime::DeviceEvent*>(start),
+              *reinterpret_cast<const runtime::DeviceEvent*>(end));
+          if (!ms.ok()) ThrowStatus(ms.status());
+          return *ms;
         }));
   m.def("_is_committed", &RuntimeCommitted);
   // The fallback log's source location comes from this Python callable

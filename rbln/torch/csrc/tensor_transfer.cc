@@ -5,6 +5,8 @@
 #include "rbln/core/counters.h"
 #include "rbln/torch/csrc/device_state.h"
 #include "rbln/torch/csrc/explain_signals.h"
+#include "rbln/torch/csrc/pinned_host_allocator.h"
+#include "rbln/torch/csrc/streams.h"
 
 namespace rbln::torch_backend {
 namespace {
@@ -34,6 +36,39 @@ Counter* HostBounceCounter() {
 // Bytes from element 0 of the view to its last element.
 int64_t SpanBytes(const at::Tensor& t) { return SpanElements(t) * t.itemsize(); }
 
+// Queues `src` -> `dst` as an asynchronous DMA when SPEC L1 allows it;
+// returns false (having done nothing) when it does not.
+bool TryCopyAsync(const at::Tensor& src, const at::Tensor& dst) {
+  const bool src_dev = !src.is_cpu(), dst_dev = !dst.is_cpu();
+  if (src_dev == dst_dev) return false;  // Device copies run inline.
+  if (src.scalar_type() != dst.scalar_type() || src.sizes() != dst.sizes() ||
+      !src.is_contiguous() || !dst.is_contiguous()) {
+    return false;
+  }
+  const at::Tensor& host = src_dev ? dst : src;
+  const at::Tensor& device = src_dev ? src : dst;
+  if (!IsPinnedHostPtr(host.data_ptr())) return false;
+  runtime::DeviceStream& stream =
+      RuntimeStream(CurrentStream(device.device().index()));
+  // The transfer owns a reference to the host storage until it finished.
+  auto keep_alive = std::make_shared<c10::Storage>(host.storage());
+  runtime::StorageManager& storage = RuntimeOrThrow().storage();
+  const absl::StatusOr<bool> started =
+      src_dev ? storage.ReadToHostAsync(dst.data_ptr(), Address(src), dst.nbytes(),
+                                        stream, std::move(keep_alive))
+              : storage.WriteFromHostAsync(Address(dst), src.data_ptr(), dst.nbytes(),
+                                           stream, std::move(keep_alive));
+  if (!started.ok()) ThrowIfErrorOn(device.device(), started.status());
+  return *started;
+}
+
+// SPEC L4: a synchronous host copy first completes the device's pending
+// asynchronous transfers (they may use the same host buffers).
+void CompletePendingTransfers(const at::Tensor& device_tensor) {
+  const c10::DeviceIndex device = device_tensor.device().index();
+  if (RuntimeOrThrow().NpuBusy(PhysicalNpu(device))) SynchronizeDeviceStreams(device);
+}
+
 }  // namespace
 
 at::Tensor DownloadSpan(const at::Tensor& device_tensor) {
@@ -53,10 +88,13 @@ void UploadSpan(const at::Tensor& host_span, const at::Tensor& device_tensor) {
       Address(device_tensor), host_span.data_ptr(), n * device_tensor.itemsize()));
 }
 
-void CopyWithDevice(const at::Tensor& src, const at::Tensor& dst) {
+void CopyWithDevice(const at::Tensor& src, const at::Tensor& dst,
+                    bool non_blocking) {
   if (dst.numel() == 0) return;
   runtime::StorageManager& storage = RuntimeOrThrow().storage();
   const bool src_dev = !src.is_cpu(), dst_dev = !dst.is_cpu();
+  if (non_blocking && TryCopyAsync(src, dst)) return;
+  if (src_dev != dst_dev) CompletePendingTransfers(src_dev ? src : dst);
   if (src_dev && !dst_dev) {  // D2H
     if (SameLayout(src, dst)) {
       ThrowIfError(storage.ReadToHost(dst.data_ptr(), Address(src), dst.nbytes()));
@@ -101,6 +139,14 @@ void CopyWithDevice(const at::Tensor& src, const at::Tensor& dst) {
   }
   // Converting copies (and overlapping ones) bounce through the host
   // (SPEC K3's host_bounce).
+  TORCH_WARN_ONCE(
+      "rbln: copying a ", src.scalar_type(), " tensor of shape ", src.sizes(),
+      " into a ", dst.scalar_type(), " tensor of shape ", dst.sizes(),
+      " on the device went through host memory (device->host->device), because "
+      "it converts the dtype or the two views overlap. This is slow; to avoid "
+      "it, convert dtypes on the CPU before uploading (or after downloading) "
+      "and copy between non-overlapping tensors (e.g. from src.contiguous()). "
+      "Shown once per process; explain() counts every such copy as host_bounce.");
   HostBounceCounter()->Increment();
   FireHostBounce(SpanBytes(src));
   at::Tensor host_dst = DownloadSpan(dst);

@@ -17,7 +17,19 @@ void UploadSpan(const at::Tensor& host_span, const at::Tensor& device_tensor);
 
 // Copies `src` into `dst` where at least one is an rbln tensor; handles
 // dtype conversion, broadcasting and strides.
-void CopyWithDevice(const at::Tensor& src, const at::Tensor& dst);
+//
+// With `non_blocking`, a host<->device copy is queued as an asynchronous
+// DMA on the device's current stream exactly when SPEC L1 holds: same
+// sizes and dtype, both contiguous, the host tensor's memory comes from the
+// RBLN pinned allocator, and for host->device the destination storage is
+// still one flat device region (bind_device_memory() and no op use since,
+// SPEC L2, L3). Both buffers must stay alive and untouched until the
+// stream passed the copy (SPEC L5; the host storage is kept alive by the
+// transfer itself, the device storage waits for it before it is freed).
+// Every other copy is synchronous and first completes the device's pending
+// asynchronous transfers (SPEC L4).
+void CopyWithDevice(const at::Tensor& src, const at::Tensor& dst,
+                    bool non_blocking = false);
 
 }  // namespace rbln::torch_backend
 

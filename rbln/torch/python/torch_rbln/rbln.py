@@ -5,6 +5,15 @@ import torch
 from . import _C
 from .explain import explain  # noqa: F401
 from .host_memory import huge_host_empty, offload  # noqa: F401
+from .streams import (  # noqa: F401  (re-exported as torch.rbln.*)
+    Event,
+    Stream,
+    StreamContext,
+    current_stream,
+    default_stream,
+    set_stream,
+    stream,
+)
 from .memory import (  # noqa: F401  (re-exported as torch.rbln.*)
     empty_cache,
     max_memory_allocated,
@@ -20,6 +29,13 @@ from .memory import (  # noqa: F401  (re-exported as torch.rbln.*)
 )
 
 __all__ = [
+    "Event",
+    "Stream",
+    "StreamContext",
+    "current_stream",
+    "default_stream",
+    "set_stream",
+    "stream",
     "bind_device_memory",
     "compiled_programs",
     "counters",
@@ -217,7 +233,9 @@ class device:
 
 
 def synchronize(dev=None) -> None:
-    """Waits for all work on the device. A real use: commits the mapping."""
+    """Waits for all streams of the device (current by default): pending
+    asynchronous transfers, fences and event markers (SPEC M3). A real use:
+    commits the mapping. Raises the error of a failed asynchronous task."""
     _C._synchronize(_index(dev))
 
 
