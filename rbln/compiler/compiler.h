@@ -19,7 +19,7 @@
 //                             device profile's chiplets, 4 on rebel100, 1 on
 //                             atom; SPEC A2 needs no setting)
 //   RBLN_COMPILER_PARTITION_MIN_WORK  loop iterations below which a program
-//                             runs on one worker (default 16384)
+//                             runs on one worker (default 1048576)
 // Counters:
 //   compiler/compiles      graphs really compiled (codegen ran)
 //   compiler/cache_hits    Compile() calls answered from memory

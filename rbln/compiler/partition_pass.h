@@ -45,10 +45,11 @@ inline constexpr char kScratchBytesAttr[] = "rbln.scratch_bytes";
 inline constexpr char kScratchBuffersAttr[] = "rbln.scratch_buffers";
 inline constexpr char kChipletBarrierSymbol[] = "rbln_chiplet_barrier";
 
-// Below this many loop iterations a program runs on one worker: at ~1 ns per
-// element-wise iteration it is ~16 us of work, against a team wake-up of
-// ~10-30 us on a loaded 2-core host (measured, docs/benchmarks.md).
-inline constexpr int64_t kDefaultPartitionMinWork = int64_t{1} << 14;
+// Below this many loop iterations (~1 ms of element-wise work) a program
+// runs on one worker: waking the team cost ~50 us per call on the shared
+// 2-core host (partition_bench, docs/benchmarks.md), so smaller kernels,
+// including every eager op up to 1M elements, would only get slower.
+inline constexpr int64_t kDefaultPartitionMinWork = int64_t{1} << 20;
 
 struct PartitionOptions {
   int partitions = 1;  // 1: no partitioning (ATOM, or switched off)

@@ -6,6 +6,7 @@
 // matmuls are checked on both paths of the BLAS switch.
 #include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -319,10 +320,48 @@ TEST(PartitionTest, SmallProgramsStayWhole) {
   auto p = defaults.Compile(AddGraph(small.type()));
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ((*p)->partition_layout().partitions, 1);
-  HostTensor big = Random(ir::FLOAT32, {256, 256}, 42);
+  HostTensor big = Random(ir::FLOAT32, {1024, 1024}, 42);
   p = defaults.Compile(AddGraph(big.type()));
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ((*p)->partition_layout().partitions, 4);
+}
+
+TEST(PartitionTest, DiskCacheKeepsTheLayout) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/partition_disk_cache");
+  std::filesystem::remove_all(dir);
+  const PartitionOptions four = {.partitions = 4, .min_work = 0};
+  // softmax then mm: barriers and scratch buffers.
+  HostTensor x = Random(ir::FLOAT32, {6, 5}, 46), w = Random(ir::FLOAT32, {5, 5}, 47);
+  ir::Graph g = OneOpGraph("softmax", {x.type()}, {x.type()}, {{"dim", IntA(-1)}});
+  g.mutable_nodes(0)->mutable_outputs(0)->set_name("s");
+  g.clear_outputs();
+  AddInput(g, "w", w.type());
+  AddNode(g, "mm", {"s", "w"}, "out", x.type());
+  g.add_outputs("out");
+  std::vector<std::vector<uint8_t>> want;
+  {
+    Compiler writer(CompilerOptions{.cache_dir = dir, .partition = four});
+    auto p = writer.Compile(g);
+    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_EQ((*p)->partition_layout().partitions, 4);
+    EXPECT_FALSE((*p)->partition_layout().scratch.empty());
+    want = RunRaw(**p, {x, w});
+  }
+  Compiler reader(CompilerOptions{.cache_dir = dir, .partition = four});
+  auto p = reader.Compile(g);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(reader.stats().disk_hits, 1);
+  EXPECT_EQ(reader.stats().compiles, 0);
+  EXPECT_EQ((*p)->partition_layout().partitions, 4);
+  EXPECT_TRUE(RunRaw(**p, {x, w}) == want);
+  // Another partition count is another entry.
+  Compiler whole(CompilerOptions{.cache_dir = dir, .partition = {.partitions = 1}});
+  auto q = whole.Compile(g);
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(whole.stats().disk_hits, 0);
+  EXPECT_EQ((*q)->partition_layout().partitions, 1);
+  EXPECT_TRUE(RunRaw(**q, {x, w}) == want);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(PartitionTest, CacheKeyIncludesPartitions) {
