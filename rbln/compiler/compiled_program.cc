@@ -1,6 +1,8 @@
 #include "rbln/compiler/compiled_program.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <optional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -21,6 +23,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "rbln/compiler/blas_loader.h"
 #include "rbln/compiler/blas_rewrite_pass.h"
+#include "rbln/compiler/chiplet_team.h"
 #include "rbln/compiler/frontend.h"
 #include "rbln/compiler/ir/graph_util.h"
 #include "rbln/compiler/kernel_errors.h"
@@ -78,6 +81,9 @@ llvm::orc::SymbolMap RuntimeSymbols(llvm::orc::MangleAndInterner interner) {
   llvm::orc::SymbolMap symbols;
   symbols[interner(kReportIndexErrorSymbol)] = llvm::JITEvaluatedSymbol(
       llvm::pointerToJITTargetAddress(&rbln_report_index_error),
+      llvm::JITSymbolFlags::Exported);
+  symbols[interner(kChipletBarrierSymbol)] = llvm::JITEvaluatedSymbol(
+      llvm::pointerToJITTargetAddress(&rbln_chiplet_barrier),
       llvm::JITSymbolFlags::Exported);
   return symbols;
 }
@@ -145,12 +151,14 @@ absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::Create(
         LlvmErrorToString(entry.takeError())));
   }
   if (!object_path.empty()) (*engine)->dumpToObjectFile(object_path);
-  return std::unique_ptr<CompiledProgram>(new CompiledProgram(
-      std::move(*engine), nullptr, *entry, graph, uses_blas));
+  return std::unique_ptr<CompiledProgram>(
+      new CompiledProgram(std::move(*engine), nullptr, *entry, graph, uses_blas,
+                          ReadPartitionLayout(llvm_module)));
 }
 
 absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::LoadObject(
-    const std::string& object, const ir::Graph& graph, bool uses_blas) {
+    const std::string& object, const ir::Graph& graph, bool uses_blas,
+    PartitionLayout layout) {
   InitializeMlirOnce();  // The native target.
   if (uses_blas && !LoadOpenBlas()) {
     return absl::FailedPreconditionError(absl::StrFormat(
@@ -185,16 +193,17 @@ absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::LoadObject(
   if (!entry) return LlvmError("looking up the entry point", entry.takeError());
   auto* fn = reinterpret_cast<void (*)(void**)>(entry->getValue());
   return std::unique_ptr<CompiledProgram>(new CompiledProgram(
-      nullptr, std::move(*jit), fn, graph, uses_blas));
+      nullptr, std::move(*jit), fn, graph, uses_blas, layout));
 }
 
 CompiledProgram::CompiledProgram(std::unique_ptr<mlir::ExecutionEngine> engine,
                                  std::unique_ptr<llvm::orc::LLJIT> jit,
                                  void (*entry)(void**), ir::Graph graph,
-                                 bool uses_blas)
+                                 bool uses_blas, PartitionLayout layout)
     : engine_(std::move(engine)),
       jit_(std::move(jit)),
       uses_blas_(uses_blas),
+      layout_(layout),
       entry_(entry),
       graph_(std::move(graph)),
       arg_types_(ArgTypes(graph_)) {}
@@ -273,10 +282,82 @@ absl::Status CompiledProgram::Execute(
     descriptor_ptrs[i] = desc.data();
     packed[i] = &descriptor_ptrs[i];
   }
+  if (layout_.partitions > 1) return ExecutePartitioned(packed);
   ClearKernelError();
   entry_(packed.data());
   if (std::optional<IndexError> e = TakeKernelError()) return IndexErrorStatus(*e);
   return absl::OkStatus();
+}
+
+absl::Status CompiledProgram::ExecutePartitioned(
+    const std::vector<void*>& packed) const {
+  // One arena per call holds the internal buffers the workers share; each is
+  // a contiguous memref argument {allocated, aligned, offset, sizes,
+  // strides}.
+  struct FreeDeleter {
+    void operator()(void* p) const { std::free(p); }
+  };
+  const int64_t bytes = layout_.scratch_bytes;
+  std::unique_ptr<void, FreeDeleter> arena(
+      bytes > 0 ? std::aligned_alloc(64, (bytes + 63) / 64 * 64) : nullptr);
+  if (bytes > 0 && arena == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "program %s: cannot allocate %d bytes of scratch memory", graph_.name(),
+        bytes));
+  }
+  const size_t num_scratch = layout_.scratch.size();
+  std::vector<std::vector<int64_t>> scratch_desc(num_scratch);
+  std::vector<void*> scratch_desc_ptr(num_scratch);
+  for (size_t i = 0; i < num_scratch; ++i) {
+    const ScratchBuffer& buffer = layout_.scratch[i];
+    const int rank = static_cast<int>(buffer.shape.size());
+    std::vector<int64_t>& desc = scratch_desc[i];
+    desc.resize(3 + 2 * rank);
+    const int64_t address =
+        reinterpret_cast<int64_t>(static_cast<char*>(arena.get()) + buffer.offset);
+    desc[0] = desc[1] = address;
+    desc[2] = 0;
+    int64_t stride = 1;
+    for (int d = rank - 1; d >= 0; --d) {
+      desc[3 + d] = buffer.shape[d];
+      desc[3 + rank + d] = stride;
+      stride *= buffer.shape[d];
+    }
+    scratch_desc_ptr[i] = desc.data();
+  }
+  // Per worker: the shared descriptors, then its slice index.
+  const int workers = layout_.partitions;
+  std::vector<int64_t> slice(workers);
+  std::vector<std::vector<void*>> worker_packed(workers, packed);
+  std::vector<std::optional<IndexError>> errors(workers);
+  for (int w = 0; w < workers; ++w) {
+    slice[w] = w;
+    for (size_t i = 0; i < num_scratch; ++i) {
+      worker_packed[w].push_back(&scratch_desc_ptr[i]);
+    }
+    worker_packed[w].push_back(&slice[w]);
+  }
+  std::vector<absl::Duration> busy;
+  ChipletTeam::Shared(workers).Run(
+      [&](int w) {
+        ClearKernelError();
+        entry_(worker_packed[w].data());
+        errors[w] = TakeKernelError();
+      },
+      &busy);
+  {
+    absl::MutexLock lock(&times_mu_);
+    last_slice_times_ = std::move(busy);
+  }
+  for (const std::optional<IndexError>& e : errors) {
+    if (e.has_value()) return IndexErrorStatus(*e);
+  }
+  return absl::OkStatus();
+}
+
+std::vector<absl::Duration> CompiledProgram::LastSliceTimes() const {
+  absl::MutexLock lock(&times_mu_);
+  return last_slice_times_;
 }
 
 }  // namespace rbln::compiler

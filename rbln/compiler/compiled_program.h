@@ -9,8 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "rbln/compiler/ir/graph.pb.h"
+#include "rbln/compiler/partition_pass.h"
 #include "rbln/runtime/executable.h"
 
 namespace llvm::orc {
@@ -35,9 +39,11 @@ class CompiledProgram : public runtime::Executable {
       mlir::ModuleOp llvm_module, const ir::Graph& graph,
       const std::string& object_path = "");
   // Links object code written by Create() into a JIT of its own: no MLIR,
-  // no codegen. `uses_blas`: the object calls cblas_sgemm.
+  // no codegen. `uses_blas`: the object calls cblas_sgemm; `layout`: how
+  // Create() found the kernel partitioned.
   static absl::StatusOr<std::unique_ptr<CompiledProgram>> LoadObject(
-      const std::string& object, const ir::Graph& graph, bool uses_blas);
+      const std::string& object, const ir::Graph& graph, bool uses_blas,
+      PartitionLayout layout);
   ~CompiledProgram() override;
 
   int num_inputs() const override { return graph_.inputs_size(); }
@@ -49,11 +55,19 @@ class CompiledProgram : public runtime::Executable {
   // A gather index out of range fails with OutOfRange naming the op, the
   // index and the valid range (the kernel checks indices as it reads them,
   // clamps them so it never reads out of bounds, and reports the first bad
-  // one; see kernel_errors.h).
+  // one; see kernel_errors.h). A partitioned program runs its slices on the
+  // chiplet workers (see chiplet_team.h) with a scratch arena of this call.
   absl::Status Execute(absl::Span<const runtime::BufferView> args) const override;
 
   const ir::Graph& graph() const { return graph_; }
   bool uses_blas() const { return uses_blas_; }
+  // Chiplet workers that run each call (1: the calling thread alone), and
+  // the bytes of the scratch arena they share.
+  const PartitionLayout& partition_layout() const { return layout_; }
+  // Per worker, the time spent in its slice in the latest call (empty before
+  // the first partitioned call): the profiler's W0..W3.
+  std::vector<absl::Duration> LastSliceTimes() const
+      ABSL_LOCKS_EXCLUDED(times_mu_);
   // Types of the kernel arguments: inputs, then outputs.
   const std::vector<ir::TensorType>& arg_types() const { return arg_types_; }
 
@@ -62,16 +76,21 @@ class CompiledProgram : public runtime::Executable {
 
   CompiledProgram(std::unique_ptr<mlir::ExecutionEngine> engine,
                   std::unique_ptr<llvm::orc::LLJIT> jit, void (*entry)(void**),
-                  ir::Graph graph, bool uses_blas);
+                  ir::Graph graph, bool uses_blas, PartitionLayout layout);
+  absl::Status ExecutePartitioned(const std::vector<void*>& packed) const;
 
   // One of the two owns the code: the engine after codegen, the JIT after
   // loading an object.
   std::unique_ptr<mlir::ExecutionEngine> engine_;
   std::unique_ptr<llvm::orc::LLJIT> jit_;
   bool uses_blas_;
+  PartitionLayout layout_;
   void (*entry_)(void**);
   ir::Graph graph_;
   std::vector<ir::TensorType> arg_types_;
+  mutable absl::Mutex times_mu_;
+  mutable std::vector<absl::Duration> last_slice_times_
+      ABSL_GUARDED_BY(times_mu_);
 };
 
 }  // namespace rbln::compiler

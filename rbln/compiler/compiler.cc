@@ -11,6 +11,7 @@
 #include "rbln/compiler/ir/graph_util.h"
 #include "rbln/compiler/mlir_setup.h"
 #include "rbln/compiler/pipelines.h"
+#include "rbln/core/device_profile.h"
 #include "rbln/core/env.h"
 #include "rbln/core/status_macros.h"
 
@@ -22,14 +23,24 @@ absl::StatusOr<CompilerOptions> CompilerOptions::FromEnv() {
       env::GetInt("RBLN_COMPILER_CACHE_SIZE", options.cache_capacity, 1,
                   int64_t{1} << 40));
   options.cache_dir = env::GetRaw("RBLN_COMPILER_CACHE_DIR").value_or("");
+  RBLN_ASSIGN_OR_RETURN(DeviceProfile profile, DeviceProfile::FromEnvironment());
+  RBLN_ASSIGN_OR_RETURN(
+      int64_t partitions,
+      env::GetInt("RBLN_COMPILER_PARTITIONS", profile.chiplets_per_npu, 1, 64));
+  options.partition.partitions = static_cast<int>(partitions);
+  RBLN_ASSIGN_OR_RETURN(
+      options.partition.min_work,
+      env::GetInt("RBLN_COMPILER_PARTITION_MIN_WORK",
+                  options.partition.min_work, 0, int64_t{1} << 50));
   return options;
 }
 
-std::string Compiler::TargetDescription() {
+std::string Compiler::TargetDescription(const PartitionOptions& partition) {
   absl::StatusOr<bool> blas = BlasRewriteEnabled();
-  return absl::StrFormat("%s;cpu=%s;blas=%d", llvm::sys::getProcessTriple(),
-                         llvm::sys::getHostCPUName().str(),
-                         blas.ok() && *blas ? 1 : 0);
+  return absl::StrFormat(
+      "%s;cpu=%s;blas=%d;partitions=%d;partition_min_work=%d",
+      llvm::sys::getProcessTriple(), llvm::sys::getHostCPUName().str(),
+      blas.ok() && *blas ? 1 : 0, partition.partitions, partition.min_work);
 }
 
 Compiler::Compiler() : Compiler(CompilerOptions::FromEnv()) {}
@@ -46,7 +57,7 @@ Compiler::Compiler(absl::StatusOr<CompilerOptions> options)
               : absl::InvalidArgumentError(absl::StrFormat(
                     "compiler cache capacity must be >= 1, got %d",
                     options_.cache_capacity))),
-      target_(TargetDescription()),
+      target_(TargetDescription(options_.partition)),
       disk_(options_.cache_dir.empty()
                 ? nullptr
                 : std::make_unique<DiskCache>(options_.cache_dir, target_)),
@@ -158,14 +169,16 @@ absl::StatusOr<std::shared_ptr<const CompiledProgram>> Compiler::Codegen(
                           ImportGraph(graph, context.get()));
     const std::string dump_name =
         absl::StrFormat("%s_%016x", graph.name(), ir::Fingerprint(graph));
-    RBLN_RETURN_IF_ERROR(RunStages(*module, FullPipeline(), dump_name));
+    RBLN_RETURN_IF_ERROR(RunStages(*module, FullPipeline(options_.partition), dump_name));
     const std::string object_path =
         disk_ != nullptr ? disk_->TempObjectPath(key) : std::string();
     RBLN_ASSIGN_OR_RETURN(std::unique_ptr<CompiledProgram> p,
                           CompiledProgram::Create(*module, graph, object_path));
     if (disk_ != nullptr) {
       // A failed write only costs the next process a compile.
-      if (disk_->Store(graph, key, object_path, p->uses_blas()).ok()) {
+      if (disk_->Store(graph, key, object_path, p->uses_blas(),
+                       p->partition_layout())
+              .ok()) {
         absl::MutexLock lock(&mu_);
         ++stats_.disk_writes;
       }

@@ -15,6 +15,11 @@
 // Environment (read when the compiler is constructed from the environment):
 //   RBLN_COMPILER_CACHE_SIZE  programs kept in memory (default 512, >= 1)
 //   RBLN_COMPILER_CACHE_DIR   directory of the on-disk cache (unset: none)
+//   RBLN_COMPILER_PARTITIONS  chiplet workers per program (default: the
+//                             device profile's chiplets, 4 on rebel100, 1 on
+//                             atom; SPEC A2 needs no setting)
+//   RBLN_COMPILER_PARTITION_MIN_WORK  loop iterations below which a program
+//                             runs on one worker (default 1048576)
 // Counters:
 //   compiler/compiles      graphs really compiled (codegen ran)
 //   compiler/cache_hits    Compile() calls answered from memory
@@ -39,6 +44,7 @@
 #include "absl/time/time.h"
 #include "rbln/compiler/compiled_program.h"
 #include "rbln/compiler/ir/graph.pb.h"
+#include "rbln/compiler/partition_pass.h"
 #include "rbln/core/counters.h"
 
 namespace mlir {
@@ -52,6 +58,8 @@ class DiskCache;
 struct CompilerOptions {
   int64_t cache_capacity = 512;
   std::string cache_dir;  // empty: no disk cache
+  // Chiplet partitioning (SPEC A2); part of the cache key.
+  PartitionOptions partition;
 
   // From RBLN_COMPILER_CACHE_SIZE / RBLN_COMPILER_CACHE_DIR; a bad value is an
   // InvalidArgument naming the variable and the expected form.
@@ -95,8 +103,9 @@ class Compiler {
   const CompilerOptions& options() const { return options_; }
 
   // What the cache keys on besides the graph: target triple, CPU, and the
-  // code generation switches (BLAS on or off).
-  static std::string TargetDescription();
+  // code generation switches (BLAS on or off, chiplet partitions and their
+  // size threshold).
+  static std::string TargetDescription(const PartitionOptions& partition);
 
  private:
   explicit Compiler(absl::StatusOr<CompilerOptions> options);

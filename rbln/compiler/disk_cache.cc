@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -127,8 +128,17 @@ DiskCache::LoadResult DiskCache::Load(const ir::Graph& graph,
     ReportOnce(key, "unusable (it calls cblas_sgemm, but OpenBLAS does not load)");
     return result;
   }
+  PartitionLayout layout;
+  layout.partitions = std::max(1, manifest.partitions());
+  layout.scratch_bytes = manifest.scratch_bytes();
+  for (const CacheManifest::ScratchBuffer& buffer : manifest.scratch()) {
+    layout.scratch.push_back(ScratchBuffer{
+        buffer.offset(),
+        std::vector<int64_t>(buffer.shape().begin(), buffer.shape().end())});
+  }
   absl::StatusOr<std::unique_ptr<CompiledProgram>> program =
-      CompiledProgram::LoadObject(*object, graph, manifest.uses_blas());
+      CompiledProgram::LoadObject(*object, graph, manifest.uses_blas(),
+                                  std::move(layout));
   if (!program.ok()) {
     ReportOnce(key, absl::StrFormat("corrupt (loading failed: %s)",
                                     program.status().message()));
@@ -141,7 +151,8 @@ DiskCache::LoadResult DiskCache::Load(const ir::Graph& graph,
 
 absl::Status DiskCache::Store(const ir::Graph& graph, uint64_t key,
                               const std::string& object_path,
-                              bool uses_blas) const {
+                              bool uses_blas,
+                              const PartitionLayout& layout) const {
   absl::StatusOr<std::string> object = ReadFile(object_path);
   if (!object.ok()) {
     return absl::InternalError("the JIT wrote no object file at " + object_path);
@@ -155,6 +166,13 @@ absl::Status DiskCache::Store(const ir::Graph& graph, uint64_t key,
   manifest.set_object_size(static_cast<int64_t>(object->size()));
   manifest.set_object_hash(ir::StableHash(*object));
   manifest.set_uses_blas(uses_blas);
+  manifest.set_partitions(layout.partitions);
+  manifest.set_scratch_bytes(layout.scratch_bytes);
+  for (const ScratchBuffer& buffer : layout.scratch) {
+    CacheManifest::ScratchBuffer* entry = manifest.add_scratch();
+    entry->set_offset(buffer.offset);
+    for (int64_t d : buffer.shape) entry->add_shape(d);
+  }
   if (std::rename(object_path.c_str(), PathOf(key, ".o").c_str()) != 0) {
     std::remove(object_path.c_str());
     return absl::InternalError("cannot move the object into " + dir_);

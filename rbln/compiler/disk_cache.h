@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "rbln/compiler/compiled_program.h"
+#include "rbln/compiler/partition_pass.h"
 #include "rbln/compiler/ir/graph.pb.h"
 
 namespace rbln::compiler {
@@ -42,7 +43,8 @@ class DiskCache {
   // Moves the object at `object_path` into the cache and writes the
   // manifest.
   absl::Status Store(const ir::Graph& graph, uint64_t key,
-                     const std::string& object_path, bool uses_blas) const;
+                     const std::string& object_path, bool uses_blas,
+                     const PartitionLayout& layout) const;
 
   const std::string& dir() const { return dir_; }
 

@@ -107,12 +107,20 @@ const std::vector<Stage>& LoweringStages() {
   return *stages;
 }
 
-std::vector<Stage> FullPipeline() {
+std::vector<Stage> FullPipeline(PartitionOptions partition) {
   std::vector<Stage> all;
   for (const auto* part : {&FusionStages(), &BufferizationStages()}) {
     all.insert(all.end(), part->begin(), part->end());
   }
   if (std::optional<Stage> blas = BlasStage()) all.push_back(*std::move(blas));
+  // After the BLAS rewrite: a cblas_sgemm call stays whole on chiplet 0
+  // (OpenBLAS picks different kernels for a row slice than for the whole
+  // matrix, so sliced GEMMs differ in the last bit; OpenBLAS threads itself).
+  // Without BLAS, a matmul's loops are split by rows like any linalg op.
+  if (partition.partitions > 1) {
+    all.push_back(Stage{"partition", "", nullptr,
+                        [partition] { return CreatePartitionPass(partition); }});
+  }
   all.insert(all.end(), LoweringStages().begin(), LoweringStages().end());
   return all;
 }
@@ -133,7 +141,9 @@ absl::Status RunStages(mlir::ModuleOp module, absl::Span<const Stage> stages,
   int index = 0;
   for (const Stage& stage : stages) {
     mlir::PassManager pm(context, mlir::ModuleOp::getOperationName());
-    if (stage.func_pass) {
+    if (stage.module_pass) {
+      pm.addPass(stage.module_pass());
+    } else if (stage.func_pass) {
       pm.addNestedPass<mlir::func::FuncOp>(stage.func_pass());
     } else {
       std::string errors;

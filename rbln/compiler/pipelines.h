@@ -18,6 +18,7 @@
 #include "absl/types/span.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
+#include "rbln/compiler/partition_pass.h"
 
 namespace rbln::compiler {
 
@@ -25,8 +26,10 @@ struct Stage {
   std::string name;
   // Either a textual pipeline (anchored on builtin.module) ...
   std::string pipeline;
-  // ... or our own pass, nested on func.func.
+  // ... or our own pass, nested on func.func ...
   std::function<std::unique_ptr<mlir::Pass>()> func_pass;
+  // ... or our own pass on the module.
+  std::function<std::unique_ptr<mlir::Pass>()> module_pass = nullptr;
 };
 
 // Element-wise fusion (SPEC P1, P3): no reassociation, no fast-math.
@@ -35,9 +38,10 @@ const std::vector<Stage>& FusionStages();
 const std::vector<Stage>& BufferizationStages();
 // Loops and the LLVM dialect (SPEC P5).
 const std::vector<Stage>& LoweringStages();
-// Fusion, bufferization, the BLAS rewrite when OpenBLAS is available and
+// Fusion, bufferization, chiplet partitioning when `partition.partitions` > 1
+// (SPEC A2), the BLAS rewrite when OpenBLAS is available and
 // RBLN_COMPILER_BLAS is not 0, then lowering.
-std::vector<Stage> FullPipeline();
+std::vector<Stage> FullPipeline(PartitionOptions partition = {});
 
 // Runs `stages` on `module`. Errors carry MLIR's diagnostics and the name of
 // the failing stage. `dump_name` names the dump files.

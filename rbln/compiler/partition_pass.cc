@@ -1,0 +1,443 @@
+#include "rbln/compiler/partition_pass.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SmallPtrSet.h"
+#include "llvm/ADT/SmallVector.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Linalg/Utils/Utils.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Utils/StructuredOpsUtils.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mlir/Interfaces/ViewLikeInterface.h"
+#include "mlir/Pass/Pass.h"
+#include "rbln/compiler/frontend.h"
+
+namespace rbln::compiler {
+namespace {
+
+using ::mlir::OpBuilder;
+using ::mlir::Operation;
+using ::mlir::Value;
+
+// Scratch buffers start on cache-line boundaries.
+constexpr int64_t kScratchAlignment = 64;
+
+// A buffer a top-level op reads or writes, up to aliasing: the memref.alloc
+// (or memref.get_global) it is a view of, the kernel argument, or kUnknown
+// (conflicts with everything). Distinct arguments do not overlap (SPEC P4:
+// the caller copies overlapping inputs) except that an output may be an
+// input's own buffer (in-place ops); for barriers all arguments count as one
+// buffer (kArguments).
+using Root = const void*;
+Root const kArguments = reinterpret_cast<const void*>(1);
+Root const kUnknown = reinterpret_cast<const void*>(2);
+
+Root RootOf(Value v) {
+  while (true) {
+    if (v.isa<mlir::BlockArgument>()) return v.getAsOpaquePointer();
+    Operation* def = v.getDefiningOp();
+    if (llvm::isa<mlir::memref::AllocOp, mlir::memref::AllocaOp,
+                  mlir::memref::GetGlobalOp>(def)) {
+      return def;
+    }
+    auto view = llvm::dyn_cast<mlir::ViewLikeOpInterface>(def);
+    if (!view) return kUnknown;
+    v = view.getViewSource();
+  }
+}
+
+// The buffer class a barrier decision keys on.
+Root BarrierRoot(Value v) {
+  const Root root = RootOf(v);
+  Value base = v;
+  while (!base.isa<mlir::BlockArgument>()) {
+    auto view = llvm::dyn_cast_or_null<mlir::ViewLikeOpInterface>(base.getDefiningOp());
+    if (!view) return root;
+    base = view.getViewSource();
+  }
+  return kArguments;
+}
+
+struct Access {
+  llvm::SmallPtrSet<const void*, 4> reads;
+  llvm::SmallPtrSet<const void*, 4> writes;
+
+  static bool Overlap(const llvm::SmallPtrSet<const void*, 4>& a,
+                      const llvm::SmallPtrSet<const void*, 4>& b) {
+    if (a.empty() || b.empty()) return false;
+    if (a.contains(kUnknown) || b.contains(kUnknown)) return true;
+    return llvm::any_of(a, [&](const void* r) { return b.contains(r); });
+  }
+  // True if `later` must wait for this access to finish on every worker.
+  bool ConflictsWith(const Access& later) const {
+    return Overlap(writes, later.reads) || Overlap(writes, later.writes) ||
+           Overlap(reads, later.writes);
+  }
+  void Merge(const Access& other) {
+    reads.insert(other.reads.begin(), other.reads.end());
+    writes.insert(other.writes.begin(), other.writes.end());
+  }
+  void Clear() {
+    reads.clear();
+    writes.clear();
+  }
+};
+
+// The buffers `op` and the ops nested in it touch outside `top`.
+void CollectAccess(Operation* op, Operation* top, Access& access) {
+  if (auto iface = llvm::dyn_cast<mlir::MemoryEffectOpInterface>(op)) {
+    llvm::SmallVector<mlir::MemoryEffects::EffectInstance> effects;
+    iface.getEffects(effects);
+    for (const auto& effect : effects) {
+      const bool read = llvm::isa<mlir::MemoryEffects::Read>(effect.getEffect());
+      const bool write =
+          llvm::isa<mlir::MemoryEffects::Write>(effect.getEffect());
+      if (!read && !write) continue;  // Allocate / Free of op-local buffers.
+      Value value = effect.getValue();
+      Root root = kUnknown;
+      if (value) {
+        // Buffers defined inside `top` are private to one worker's slice.
+        if (Operation* def = value.getDefiningOp();
+            def != nullptr && top != op && top->isAncestor(def)) {
+          continue;
+        }
+        if (auto arg = value.dyn_cast<mlir::BlockArgument>();
+            arg && top != op && top->isAncestor(arg.getOwner()->getParentOp())) {
+          continue;
+        }
+        root = BarrierRoot(value);
+      }
+      (read ? access.reads : access.writes).insert(root);
+    }
+  } else if (!op->hasTrait<mlir::OpTrait::HasRecursiveMemoryEffects>()) {
+    access.reads.insert(kUnknown);
+    access.writes.insert(kUnknown);
+  }
+  for (mlir::Region& region : op->getRegions()) {
+    for (Operation& nested : region.getOps()) CollectAccess(&nested, top, access);
+  }
+}
+
+enum class Placement { kReplicated, kSplit, kChiplet0, kScratch, kDropped };
+
+struct TopLevelOp {
+  Operation* op;
+  Placement placement;
+  int split_dim = -1;
+  int64_t extent = 0;  // of split_dim
+  Access access;
+};
+
+// The loop dimension a linalg op can be split along, or nothing.
+std::optional<int> SplitDim(mlir::linalg::LinalgOp op) {
+  if (!op.hasBufferSemantics()) return std::nullopt;
+  llvm::SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+  llvm::SmallVector<mlir::utils::IteratorType> iterators =
+      op.getIteratorTypesArray();
+  // An input that is also an output, read with another pattern, may be read
+  // by one slice where another writes it.
+  for (mlir::OpOperand* input : op.getDpsInputOperands()) {
+    if (!input->get().getType().isa<mlir::MemRefType>()) continue;
+    const Root root = RootOf(input->get());
+    for (mlir::OpOperand* init : op.getDpsInitOperands()) {
+      const Root out = RootOf(init->get());
+      const bool may_alias = root == kUnknown || out == kUnknown || root == out;
+      if (may_alias && (input->get() != init->get() ||
+                        op.getMatchingIndexingMap(input) !=
+                            op.getMatchingIndexingMap(init))) {
+        return std::nullopt;
+      }
+    }
+  }
+  for (int d = 0; d < static_cast<int>(ranges.size()); ++d) {
+    if (iterators[d] != mlir::utils::IteratorType::parallel) continue;
+    if (mlir::ShapedType::isDynamic(ranges[d]) || ranges[d] < 2) continue;
+    // Every output must be indexed by d directly, so slices write disjoint
+    // elements.
+    const bool disjoint = llvm::all_of(
+        op.getDpsInitOperands(), [&](mlir::OpOperand* init) {
+          return llvm::any_of(
+              op.getMatchingIndexingMap(init).getResults(),
+              [&](mlir::AffineExpr e) {
+                auto dim = e.dyn_cast<mlir::AffineDimExpr>();
+                return dim && static_cast<int>(dim.getPosition()) == d;
+              });
+        });
+    if (disjoint) return d;
+  }
+  return std::nullopt;
+}
+
+int64_t Iterations(mlir::linalg::LinalgOp op) {
+  int64_t n = 1;
+  for (int64_t r : op.getStaticLoopRanges()) {
+    if (mlir::ShapedType::isDynamic(r)) return int64_t{1} << 40;
+    n *= r;
+  }
+  return n;
+}
+
+// Bytes of one element in a scratch buffer, or nothing if memref.view cannot
+// produce that element type.
+std::optional<int64_t> ElementBytes(mlir::Type type) {
+  if (!type.isIntOrFloat()) return std::nullopt;
+  const unsigned bits = type.getIntOrFloatBitWidth();
+  if (bits % 8 != 0) return std::nullopt;  // i1: LLVM's layout differs
+  return bits / 8;
+}
+
+class PartitionPass
+    : public mlir::PassWrapper<PartitionPass,
+                               mlir::OperationPass<mlir::ModuleOp>> {
+ public:
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(PartitionPass)
+  explicit PartitionPass(PartitionOptions options) : options_(options) {}
+
+  llvm::StringRef getArgument() const final { return "rbln-partition"; }
+  llvm::StringRef getDescription() const final {
+    return "Split the kernel over the chiplets (SPEC A2)";
+  }
+
+  void runOnOperation() override {
+    mlir::ModuleOp module = getOperation();
+    OpBuilder b(module.getContext());
+    module->setAttr(kPartitionsAttr, b.getI64IntegerAttr(1));
+    module->setAttr(kScratchBytesAttr, b.getI64IntegerAttr(0));
+    auto func = module.lookupSymbol<mlir::func::FuncOp>(kKernelName);
+    if (options_.partitions <= 1 || !func || func.isExternal() ||
+        !func.getBody().hasOneBlock()) {
+      return;
+    }
+    std::optional<std::vector<TopLevelOp>> plan = Plan(func);
+    if (!plan) return;
+    Rewrite(module, func, *plan);
+  }
+
+ private:
+  // Decides each top-level op's placement; nothing if the program stays
+  // whole (too small, nothing to split, or something the pass cannot share).
+  std::optional<std::vector<TopLevelOp>> Plan(mlir::func::FuncOp func) {
+    std::vector<TopLevelOp> plan;
+    int64_t work = 0;
+    bool any_split = false;
+    llvm::SmallPtrSet<Operation*, 8> scratch;
+    for (Operation& op : func.getBody().front().without_terminator()) {
+      TopLevelOp top{&op, Placement::kReplicated};
+      if (auto alloc = llvm::dyn_cast<mlir::memref::AllocOp>(op)) {
+        mlir::MemRefType type = alloc.getType();
+        if (!type.hasStaticShape() || !type.getLayout().isIdentity() ||
+            !ElementBytes(type.getElementType()) || type.getMemorySpace()) {
+          return std::nullopt;
+        }
+        top.placement = Placement::kScratch;
+        scratch.insert(&op);
+      } else if (auto dealloc = llvm::dyn_cast<mlir::memref::DeallocOp>(op)) {
+        if (!scratch.contains(dealloc.getMemref().getDefiningOp())) {
+          return std::nullopt;
+        }
+        top.placement = Placement::kDropped;
+      } else if (llvm::isa<mlir::memref::AllocaOp>(op)) {
+        return std::nullopt;  // Per-worker stack memory cannot be shared.
+      } else if (mlir::isMemoryEffectFree(&op)) {
+        top.placement = Placement::kReplicated;
+      } else {
+        CollectAccess(&op, &op, top.access);
+        auto linalg_op = llvm::dyn_cast<mlir::linalg::LinalgOp>(op);
+        std::optional<int> dim =
+            linalg_op ? SplitDim(linalg_op) : std::nullopt;
+        if (linalg_op) work += Iterations(linalg_op);
+        if (auto copy = llvm::dyn_cast<mlir::memref::CopyOp>(op)) {
+          work += copy.getSource().getType().cast<mlir::MemRefType>().getNumElements();
+        }
+        if (dim) {
+          top.placement = Placement::kSplit;
+          top.split_dim = *dim;
+          top.extent = linalg_op.getStaticLoopRanges()[*dim];
+          any_split = true;
+        } else {
+          // Worker 0 alone; the op moves into an scf.if, which cannot
+          // forward results.
+          if (op.getNumResults() != 0) return std::nullopt;
+          top.placement = Placement::kChiplet0;
+        }
+      }
+      plan.push_back(std::move(top));
+    }
+    if (!any_split || work < options_.min_work) return std::nullopt;
+    return plan;
+  }
+
+  void Rewrite(mlir::ModuleOp module, mlir::func::FuncOp func,
+               std::vector<TopLevelOp>& plan) {
+    mlir::MLIRContext* context = module.getContext();
+    OpBuilder b(context);
+    const mlir::Location loc = func.getLoc();
+
+    // The barrier, called by every worker.
+    b.setInsertionPointToEnd(module.getBody());
+    auto barrier_decl = b.create<mlir::func::FuncOp>(
+        loc, kChipletBarrierSymbol, b.getFunctionType({}, {}));
+    barrier_decl.setPrivate();
+
+    // Scratch buffers: one argument each, laid out in one arena by the
+    // caller. (Not memref.view of one i8 arena: MLIR 16's
+    // expand-strided-metadata folds extract_aligned_pointer_as_index through
+    // a memref.view and drops its byte shift, which breaks the BLAS rewrite's
+    // pointers.)
+    int64_t scratch_bytes = 0;
+    llvm::SmallVector<mlir::Attribute> scratch_attrs;
+    for (const TopLevelOp& top : plan) {
+      if (top.placement != Placement::kScratch) continue;
+      auto type = llvm::cast<mlir::memref::AllocOp>(top.op).getType();
+      llvm::SmallVector<int64_t> entry = {scratch_bytes};
+      entry.append(type.getShape().begin(), type.getShape().end());
+      scratch_attrs.push_back(b.getDenseI64ArrayAttr(entry));
+      const int64_t bytes =
+          type.getNumElements() * *ElementBytes(type.getElementType());
+      scratch_bytes += (bytes + kScratchAlignment - 1) / kScratchAlignment *
+                       kScratchAlignment;
+      func.insertArgument(func.getNumArguments(), type, {}, loc);
+      top.op->getResult(0).replaceAllUsesWith(
+          func.getArgument(func.getNumArguments() - 1));
+    }
+    func.insertArgument(func.getNumArguments(), b.getIndexType(), {}, loc);
+    Value slice = func.getArgument(func.getNumArguments() - 1);
+
+    mlir::Block& body = func.getBody().front();
+    b.setInsertionPointToStart(&body);
+    Value zero = b.create<mlir::arith::ConstantIndexOp>(loc, 0);
+    Value is_chiplet0 = b.create<mlir::arith::CmpIOp>(
+        loc, mlir::arith::CmpIPredicate::eq, slice, zero);
+
+    Access since_barrier;
+    for (TopLevelOp& top : plan) {
+      Operation* op = top.op;
+      switch (top.placement) {
+        case Placement::kReplicated:
+          break;
+        case Placement::kDropped:
+          op->erase();
+          break;
+        case Placement::kScratch:
+          op->erase();
+          break;
+        case Placement::kSplit:
+        case Placement::kChiplet0: {
+          b.setInsertionPoint(op);
+          if (since_barrier.ConflictsWith(top.access)) {
+            b.create<mlir::func::CallOp>(loc, barrier_decl, mlir::ValueRange{});
+            since_barrier.Clear();
+          }
+          since_barrier.Merge(top.access);
+          if (top.placement == Placement::kSplit) {
+            Split(b, llvm::cast<mlir::linalg::LinalgOp>(op), top, slice);
+          } else {
+            auto only = b.create<mlir::scf::IfOp>(op->getLoc(), is_chiplet0,
+                                                  /*withElseRegion=*/false);
+            op->moveBefore(only.thenBlock()->getTerminator());
+          }
+          break;
+        }
+      }
+    }
+    module->setAttr(kPartitionsAttr,
+                    b.getI64IntegerAttr(options_.partitions));
+    module->setAttr(kScratchBytesAttr, b.getI64IntegerAttr(scratch_bytes));
+    module->setAttr(kScratchBuffersAttr, b.getArrayAttr(scratch_attrs));
+  }
+
+  // Replaces `op` by its slice for worker `slice`:
+  //   if slice < full { op[slice*T, T) } else if slice == full { op[full*T, rest) }
+  void Split(OpBuilder& b, mlir::linalg::LinalgOp op, const TopLevelOp& top,
+             Value slice) {
+    const mlir::Location loc = op.getLoc();
+    const int64_t n = top.extent;
+    const int64_t tile = (n + options_.partitions - 1) / options_.partitions;
+    const int64_t full = n / tile;      // slices of extent `tile`
+    const int64_t rest = n - full * tile;  // extent of the one partial slice
+    Value full_v = b.create<mlir::arith::ConstantIndexOp>(loc, full);
+    Value is_full = b.create<mlir::arith::CmpIOp>(
+        loc, mlir::arith::CmpIPredicate::ult, slice, full_v);
+    auto branch = b.create<mlir::scf::IfOp>(loc, is_full,
+                                            /*withElseRegion=*/rest > 0);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPoint(branch.thenBlock()->getTerminator());
+      Value tile_v = b.create<mlir::arith::ConstantIndexOp>(loc, tile);
+      Value offset = b.create<mlir::arith::MulIOp>(loc, slice, tile_v);
+      CloneSlice(b, op, top.split_dim, offset, tile);
+    }
+    if (rest > 0) {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPoint(branch.elseBlock()->getTerminator());
+      Value is_last = b.create<mlir::arith::CmpIOp>(
+          loc, mlir::arith::CmpIPredicate::eq, slice, full_v);
+      auto last = b.create<mlir::scf::IfOp>(loc, is_last,
+                                            /*withElseRegion=*/false);
+      b.setInsertionPoint(last.thenBlock()->getTerminator());
+      Value offset = b.create<mlir::arith::ConstantIndexOp>(loc, full * tile);
+      CloneSlice(b, op, top.split_dim, offset, rest);
+    }
+    op->erase();
+  }
+
+  // `op` restricted to [offset, offset + size) of loop `dim`, at b's
+  // insertion point.
+  static void CloneSlice(OpBuilder& b, mlir::linalg::LinalgOp op, int dim,
+                         Value offset, int64_t size) {
+    const mlir::Location loc = op.getLoc();
+    llvm::SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+    llvm::SmallVector<mlir::OpFoldResult> tile_sizes, bounds, offsets;
+    for (int d = 0; d < static_cast<int>(ranges.size()); ++d) {
+      tile_sizes.push_back(b.getIndexAttr(d == dim ? size : 0));
+      bounds.push_back(b.getIndexAttr(ranges[d]));
+      offsets.push_back(d == dim ? mlir::OpFoldResult(offset)
+                                 : mlir::OpFoldResult(b.getIndexAttr(0)));
+    }
+    llvm::SmallVector<Value> operands(op->getOperands());
+    llvm::SmallVector<Value> sliced = mlir::linalg::makeTiledShapes(
+        b, loc, op, operands, {mlir::OpFoldResult(offset)}, tile_sizes, bounds,
+        /*omitPartialTileCheck=*/true);
+    Operation* clone = mlir::clone(b, op, mlir::TypeRange{}, sliced);
+    mlir::linalg::offsetIndices(b, llvm::cast<mlir::linalg::LinalgOp>(clone),
+                                offsets);
+  }
+
+  PartitionOptions options_;
+};
+
+}  // namespace
+
+std::unique_ptr<mlir::Pass> CreatePartitionPass(PartitionOptions options) {
+  return std::make_unique<PartitionPass>(options);
+}
+
+PartitionLayout ReadPartitionLayout(mlir::ModuleOp module) {
+  PartitionLayout layout;
+  if (auto p = module->getAttrOfType<mlir::IntegerAttr>(kPartitionsAttr)) {
+    layout.partitions = static_cast<int>(p.getInt());
+  }
+  if (auto s = module->getAttrOfType<mlir::IntegerAttr>(kScratchBytesAttr)) {
+    layout.scratch_bytes = s.getInt();
+  }
+  if (auto buffers = module->getAttrOfType<mlir::ArrayAttr>(kScratchBuffersAttr)) {
+    for (mlir::Attribute a : buffers) {
+      llvm::ArrayRef<int64_t> entry = a.cast<mlir::DenseI64ArrayAttr>().asArrayRef();
+      layout.scratch.push_back(
+          ScratchBuffer{entry[0], std::vector<int64_t>(entry.begin() + 1, entry.end())});
+    }
+  }
+  return layout;
+}
+
+}  // namespace rbln::compiler

@@ -1,0 +1,81 @@
+// Chiplet partitioning (SPEC A2): on Rebel100 every program runs on the card's
+// 4 chiplets at once.
+//
+// The pass runs on buffers (after bufferization and the BLAS rewrite) and
+// turns `@kernel` into an SPMD function that every chiplet worker calls with
+// its own slice index, its last argument. Each top-level op becomes one of:
+//  - split: a linalg op with a parallel loop dimension d (the outermost one
+//    that every output indexes directly and whose extent is >= 2) runs on
+//    rows [i*T, min(N, (i+1)*T)) of d, T = ceil(N/k), as a clone of the op on
+//    subviews. Static sizes: full slices have extent T, the one partial slice
+//    its own extent (two static variants, so the vectorizer still sees
+//    static shapes). Every element is computed by the
+//    same code as unpartitioned, so results are bit-identical.
+//  - chiplet 0: anything else with side effects (a reduction-only loop nest,
+//    memref.copy, an op whose input overlaps its output with another access
+//    pattern, calls such as the BLAS rewrite's cblas_sgemm) runs on worker 0
+//    only.
+//  - replicated: pure and view ops (constants, subviews, reshapes) run on
+//    every worker.
+// Internal buffers (top-level memref.alloc) must be shared by the team, so
+// they become kernel arguments (after the outputs, before the slice index)
+// that the caller carves out of one arena per call; their deallocs are
+// dropped. Between two top-level ops that touch the same buffer
+// (read after write, write after read or write; all kernel arguments are
+// treated as one buffer) every worker calls rbln_chiplet_barrier().
+//
+// Programs whose total work (iterations of their top-level linalg ops) is
+// below `min_work` are left unpartitioned: waking the team costs more than
+// the kernel (see docs/benchmarks.md). The module records the outcome in
+// kPartitionsAttr (1: unchanged signature) and kScratchBytesAttr.
+#ifndef RBLN_COMPILER_PARTITION_PASS_H_
+#define RBLN_COMPILER_PARTITION_PASS_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/Pass.h"
+
+namespace rbln::compiler {
+
+inline constexpr char kPartitionsAttr[] = "rbln.partitions";
+inline constexpr char kScratchBytesAttr[] = "rbln.scratch_bytes";
+inline constexpr char kScratchBuffersAttr[] = "rbln.scratch_buffers";
+inline constexpr char kChipletBarrierSymbol[] = "rbln_chiplet_barrier";
+
+// Below this many loop iterations (~1 ms of element-wise work) a program
+// runs on one worker: waking the team cost ~50 us per call on the shared
+// 2-core host (partition_bench, docs/benchmarks.md), so smaller kernels,
+// including every eager op up to 1M elements, would only get slower.
+inline constexpr int64_t kDefaultPartitionMinWork = int64_t{1} << 20;
+
+struct PartitionOptions {
+  int partitions = 1;  // 1: no partitioning (ATOM, or switched off)
+  int64_t min_work = kDefaultPartitionMinWork;
+};
+
+// An internal buffer shared by the workers: contiguous, at `offset` bytes
+// into the arena.
+struct ScratchBuffer {
+  int64_t offset = 0;
+  std::vector<int64_t> shape;
+};
+
+// How a compiled module expects to be called.
+struct PartitionLayout {
+  int partitions = 1;
+  int64_t scratch_bytes = 0;  // arena size
+  std::vector<ScratchBuffer> scratch;  // one kernel argument each
+};
+
+// A module pass (it declares the barrier function).
+std::unique_ptr<mlir::Pass> CreatePartitionPass(PartitionOptions options);
+
+// What the pass recorded on `module` (partitions 1 if it did not run).
+PartitionLayout ReadPartitionLayout(mlir::ModuleOp module);
+
+}  // namespace rbln::compiler
+
+#endif  // RBLN_COMPILER_PARTITION_PASS_H_

@@ -1,0 +1,457 @@
+// Chiplet partitioning (SPEC A2): every op family, compiled for 4 chiplet
+// workers, gives bit-identical outputs to the unpartitioned program; the
+// size threshold, the barrier placement and the team itself.
+//
+// partition_no_blas_test runs the same file with RBLN_COMPILER_BLAS=0, so
+// matmuls are checked on both paths of the BLAS switch.
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "llvm/Support/raw_ostream.h"
+#include "mlir/IR/MLIRContext.h"
+#include "rbln/compiler/chiplet_team.h"
+#include "rbln/compiler/compiler.h"
+#include "rbln/compiler/frontend.h"
+#include "rbln/compiler/mlir_setup.h"
+#include "rbln/compiler/ops/op_test_util.h"
+#include "rbln/compiler/partition_pass.h"
+#include "rbln/compiler/pipelines.h"
+
+namespace rbln::compiler::testing {
+namespace {
+
+// spec: A2
+
+Compiler& Whole() {
+  static auto* c = new Compiler(CompilerOptions{.partition = {.partitions = 1}});
+  return *c;
+}
+// min_work 0: even small shapes are split, so edge cases are exercised.
+Compiler& Split() {
+  static auto* c = new Compiler(
+      CompilerOptions{.partition = {.partitions = 4, .min_work = 0}});
+  return *c;
+}
+
+// Raw output bytes of `program` on `inputs` (outputs start as 0xAB bytes, so
+// an element no worker wrote shows up).
+std::vector<std::vector<uint8_t>> RunRaw(const CompiledProgram& program,
+                                         const std::vector<HostTensor>& inputs) {
+  const std::vector<ir::TensorType>& types = program.arg_types();
+  std::vector<std::vector<uint8_t>> buffers;
+  std::vector<Shape> shapes;
+  for (const HostTensor& t : inputs) {
+    buffers.push_back(Encode(t));
+    shapes.push_back(t.shape);
+  }
+  for (size_t i = inputs.size(); i < types.size(); ++i) {
+    Shape shape(types[i].shape().begin(), types[i].shape().end());
+    buffers.emplace_back(
+        std::max<size_t>(1, NumElements(shape) * ElementSize(types[i].dtype())),
+        0xAB);
+    shapes.push_back(shape);
+  }
+  std::vector<runtime::BufferView> args;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    args.push_back({buffers[i].data(), RuntimeDType(types[i].dtype()),
+                    shapes[i], ContiguousStrides(shapes[i])});
+  }
+  absl::Status s = program.Execute(args);
+  EXPECT_TRUE(s.ok()) << program.DebugName() << ": " << s;
+  return {buffers.begin() + inputs.size(), buffers.end()};
+}
+
+// Compiles `g` whole and split; expects identical bytes. `split` says
+// whether the program must really have been partitioned (nothing: either;
+// empty tensors may fold away).
+void ExpectSameSplit(const ir::Graph& g, const std::vector<HostTensor>& inputs,
+                     std::optional<bool> split, const std::string& what) {
+  SCOPED_TRACE(what);
+  auto whole = Whole().Compile(g);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  auto parts = Split().Compile(g);
+  ASSERT_TRUE(parts.ok()) << parts.status();
+  EXPECT_EQ((*whole)->partition_layout().partitions, 1);
+  if (split.has_value()) {
+    EXPECT_EQ((*parts)->partition_layout().partitions, *split ? 4 : 1);
+  }
+  EXPECT_EQ((*whole)->uses_blas(), (*parts)->uses_blas());
+  const auto want = RunRaw(**whole, inputs);
+  // Twice: the team and the arena are reused.
+  for (int run = 0; run < 2; ++run) {
+    const auto got = RunRaw(**parts, inputs);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (got[i] == want[i]) continue;
+      const ir::TensorType& type = (*whole)->arg_types()[inputs.size() + i];
+      const int64_t n = NumElements(Shape(type.shape().begin(), type.shape().end()));
+      const std::vector<double> g = Decode(type.dtype(), got[i], n),
+                                w = Decode(type.dtype(), want[i], n);
+      int64_t first = 0, count = 0;
+      for (int64_t e = n - 1; e >= 0; --e) {
+        if (std::memcmp(&got[i][e * ElementSize(type.dtype())],
+                        &want[i][e * ElementSize(type.dtype())],
+                        ElementSize(type.dtype())) != 0) {
+          first = e;
+          ++count;
+        }
+      }
+      ADD_FAILURE() << "output " << i << " differs (run " << run << ") in "
+                    << count << " of " << n << " elements; first [" << first
+                    << "]: split " << g[first] << ", whole " << w[first];
+    }
+  }
+  if ((*parts)->partition_layout().partitions == 4) {
+    EXPECT_EQ((*parts)->LastSliceTimes().size(), 4u);
+  }
+}
+
+std::string Name(const std::string& op, ir::DType dtype, const Shape& shape) {
+  return absl::StrCat(op, " ", DTypeText(dtype), ShapeText(shape));
+}
+
+// Extents of the split dimension: < 4, not divisible by 4, divisible, 0.
+const std::vector<int64_t> kRows = {1, 2, 3, 5, 8, 13, 0};
+
+// Split unless the tensors are empty.
+std::optional<bool> UnlessEmpty(int64_t n) {
+  return n == 0 ? std::nullopt : std::optional<bool>(true);
+}
+
+TEST(PartitionTest, ElementWise) {
+  for (ir::DType dtype : {ir::FLOAT32, ir::FLOAT16, ir::BFLOAT16, ir::INT64}) {
+    for (int64_t n : kRows) {
+      const Shape shape = {n, 7};
+      HostTensor a = Random(dtype, shape, 1), b = Random(dtype, shape, 2);
+      ir::Graph g = AddChainGraph(a.type());
+      ExpectSameSplit(g, {a, b, Random(dtype, shape, 3)}, UnlessEmpty(n),
+                      Name("add_chain", dtype, shape));
+    }
+  }
+  // Broadcasting along the split dimension and a 1-d tensor.
+  HostTensor row = Random(ir::FLOAT32, {1, 9}, 4), m = Random(ir::FLOAT32, {6, 9}, 5);
+  ExpectSameSplit(OneOpGraph("mul", {m.type(), row.type()}, {m.type()}),
+                  {m, row}, true, "broadcast mul");
+  HostTensor v = Random(ir::FLOAT16, {1001}, 6);
+  ExpectSameSplit(OneOpGraph("gelu", {v.type()}, {v.type()},
+                             {{"approximate", StrA("tanh")}}),
+                  {v}, true, "gelu 1001");
+}
+
+TEST(PartitionTest, Reductions) {
+  for (int64_t n : kRows) {
+    HostTensor x = Random(ir::FLOAT16, {n, 6}, 7);
+    // Over the last dim: split along the rows.
+    ExpectSameSplit(OneOpGraph("sum", {x.type()}, {Type(ir::FLOAT16, {n})},
+                               {{"dim", IntA(1)}}),
+                    {x}, n == 0 ? std::nullopt : std::optional<bool>(n >= 2),
+                    Name("sum(dim=1)", ir::FLOAT16, x.shape));
+    // Over the first dim: the columns (6) are split, each worker reducing
+    // whole columns.
+    ExpectSameSplit(OneOpGraph("sum", {x.type()}, {Type(ir::FLOAT16, {6})},
+                               {{"dim", IntA(0)}}),
+                    {x}, UnlessEmpty(n), Name("sum(dim=0)", ir::FLOAT16, x.shape));
+    ExpectSameSplit(OneOpGraph("amax", {x.type()}, {Type(ir::FLOAT16, {n})},
+                               {{"dim", IntA(-1)}}),
+                    {x}, n == 0 ? std::nullopt : std::optional<bool>(n >= 2),
+                    Name("amax", ir::FLOAT16, x.shape));
+  }
+  // A full reduction to a scalar has no parallel dimension: worker 0.
+  HostTensor x = Random(ir::FLOAT32, {33, 5}, 8);
+  ExpectSameSplit(OneOpGraph("sum", {x.type()}, {Type(ir::FLOAT32, {})}), {x},
+                  false, "sum all");
+}
+
+TEST(PartitionTest, SoftmaxAndNorms) {
+  for (int64_t n : kRows) {
+    for (ir::DType dtype : {ir::FLOAT32, ir::FLOAT16}) {
+      HostTensor x = Random(dtype, {n, 11}, 9);
+      ExpectSameSplit(OneOpGraph("softmax", {x.type()}, {x.type()},
+                                 {{"dim", IntA(-1)}}),
+                      {x}, UnlessEmpty(n), Name("softmax", dtype, x.shape));
+      HostTensor w = Random(dtype, {11}, 10), b = Random(dtype, {11}, 11);
+      ExpectSameSplit(
+          OneOpGraph("layer_norm", {x.type(), w.type(), b.type()}, {x.type()},
+                     {{"normalized_ndim", IntA(1)}, {"eps", FloatA(1e-5)}}),
+          {x, w, b}, UnlessEmpty(n), Name("layer_norm", dtype, x.shape));
+    }
+  }
+}
+
+TEST(PartitionTest, Matmul) {
+  for (int64_t m : {1, 3, 5, 8, 30, 0}) {
+    for (ir::DType dtype : {ir::FLOAT32, ir::FLOAT16}) {
+      HostTensor a = Random(dtype, {m, 17}, 12), b = Random(dtype, {17, 9}, 13);
+      ExpectSameSplit(OneOpGraph("mm", {a.type(), b.type()},
+                                 {Type(dtype, {m, 9})}),
+                      {a, b}, UnlessEmpty(m), Name("mm", dtype, a.shape));
+      HostTensor x = Random(dtype, {3, m, 6}, 14), y = Random(dtype, {3, 6, 5}, 15);
+      ExpectSameSplit(OneOpGraph("bmm", {x.type(), y.type()},
+                                 {Type(dtype, {3, m, 5})}),
+                      {x, y}, UnlessEmpty(m), Name("bmm", dtype, x.shape));
+    }
+  }
+  HostTensor a = Random(ir::FLOAT32, {64, 48}, 16), b = Random(ir::FLOAT32, {48, 40}, 17);
+  ExpectSameSplit(OneOpGraph("mm", {a.type(), b.type()}, {Type(ir::FLOAT32, {64, 40})}),
+                  {a, b}, true, "mm 64x48x40");
+}
+
+TEST(PartitionTest, DataMovement) {
+  for (int64_t n : kRows) {
+    HostTensor w = Random(ir::FLOAT16, {10, 4}, 18);
+    HostTensor ids = Random(ir::INT64, {n}, 19, 0, 10);
+    ExpectSameSplit(OneOpGraph("embedding", {w.type(), ids.type()},
+                               {Type(ir::FLOAT16, {n, 4})}),
+                    {w, ids}, UnlessEmpty(n), Name("embedding", ir::FLOAT16, ids.shape));
+    HostTensor a = Random(ir::FLOAT32, {n, 3}, 20), c = Random(ir::FLOAT32, {2, 3}, 21);
+    ExpectSameSplit(OneOpGraph("cat", {a.type(), c.type()},
+                               {Type(ir::FLOAT32, {n + 2, 3})}, {{"dim", IntA(0)}}),
+                    {a, c}, true, Name("cat", ir::FLOAT32, a.shape));
+  }
+  for (int dim : {0, 1}) {
+    HostTensor x = Random(ir::FLOAT32, {6, 5}, 22);
+    HostTensor index = Tensor(ir::INT64, {2}, {3, 1});
+    HostTensor src = Random(ir::FLOAT32, dim == 0 ? Shape{2, 5} : Shape{6, 2}, 23);
+    ExpectSameSplit(OneOpGraph("index_copy", {x.type(), index.type(), src.type()},
+                               {x.type()}, {{"dim", IntA(dim)}}),
+                    {x, index, src}, true, absl::StrCat("index_copy dim=", dim));
+  }
+}
+
+TEST(PartitionTest, Attention) {
+  for (bool causal : {false, true}) {
+    for (int64_t seq : {1, 3, 8, 13}) {
+      HostTensor q = Random(ir::FLOAT32, {2, 2, seq, 8}, 24),
+                 k = Random(ir::FLOAT32, {2, 2, seq, 8}, 25),
+                 v = Random(ir::FLOAT32, {2, 2, seq, 8}, 26);
+      ExpectSameSplit(OneOpGraph("scaled_dot_product_attention",
+                                 {q.type(), k.type(), v.type()}, {q.type()},
+                                 {{"is_causal", BoolA(causal)}}),
+                      {q, k, v}, true,
+                      absl::StrCat("sdpa seq=", seq, causal ? " causal" : ""));
+    }
+  }
+}
+
+// The pre-norm decoder block of the compile benchmark, small.
+ir::Graph TransformerBlock(int64_t seq, int64_t dim, int64_t heads) {
+  ir::Graph g;
+  g.set_name("transformer_block");
+  const int64_t hd = dim / heads;
+  auto input = [&](const std::string& name, Shape shape) {
+    AddInput(g, name, Type(ir::FLOAT32, shape));
+    return name;
+  };
+  auto node = [&](const std::string& op, std::vector<std::string> inputs,
+                  Shape shape, Attrs attrs = {}) {
+    ir::Node* n = g.add_nodes();
+    n->set_op(op);
+    for (const std::string& in : inputs) n->add_inputs(in);
+    ir::Value* v = n->add_outputs();
+    v->set_name(absl::StrCat("t", g.nodes_size()));
+    *v->mutable_type() = Type(ir::FLOAT32, shape);
+    for (auto& [k, a] : attrs) (*n->mutable_attrs())[k] = a;
+    return v->name();
+  };
+  std::string x = input("x", {1, seq, dim}), ln_w = input("ln_w", {dim});
+  std::string wq = input("wq", {dim, dim}), wk = input("wk", {dim, dim}),
+              wv = input("wv", {dim, dim}), wo = input("wo", {dim, dim});
+  std::string rms_w = input("rms_w", {dim});
+  std::string w1 = input("w1", {4 * dim, dim}), w2 = input("w2", {dim, 4 * dim});
+  std::string h = node("layer_norm", {x, ln_w}, {1, seq, dim},
+                       {{"normalized_shape", StrA(std::to_string(dim))}});
+  auto heads_of = [&](const std::string& w) {
+    std::string p = node("linear", {h, w}, {1, seq, dim});
+    std::string v = node("view", {p}, {1, seq, heads, hd});
+    return node("permute", {v}, {1, heads, seq, hd}, {{"dims", StrA("0,2,1,3")}});
+  };
+  std::string q = heads_of(wq), k = heads_of(wk), v = heads_of(wv);
+  std::string att = node("scaled_dot_product_attention", {q, k, v},
+                         {1, heads, seq, hd}, {{"is_causal", BoolA(true)}});
+  std::string back = node("permute", {att}, {1, seq, heads, hd}, {{"dims", StrA("0,2,1,3")}});
+  std::string merged = node("reshape", {back}, {1, seq, dim});
+  std::string o = node("linear", {merged, wo}, {1, seq, dim});
+  std::string r1 = node("add", {x, o}, {1, seq, dim});
+  std::string n2 = node("rms_norm", {r1, rms_w}, {1, seq, dim});
+  std::string up = node("linear", {n2, w1}, {1, seq, 4 * dim});
+  std::string act = node("gelu", {up}, {1, seq, 4 * dim}, {{"approximate", StrA("tanh")}});
+  std::string down = node("linear", {act, w2}, {1, seq, dim});
+  g.add_outputs(node("add", {r1, down}, {1, seq, dim}));
+  return g;
+}
+
+TEST(PartitionTest, TransformerBlock) {
+  for (int64_t seq : {5, 16}) {
+    ir::Graph g = TransformerBlock(seq, 32, 4);
+    std::vector<HostTensor> inputs;
+    uint32_t seed = 30;
+    for (const ir::Value& in : g.inputs()) {
+      Shape shape(in.type().shape().begin(), in.type().shape().end());
+      inputs.push_back(Random(ir::FLOAT32, shape, seed++, -0.5, 0.5));
+    }
+    ExpectSameSplit(g, inputs, true, absl::StrCat("transformer block seq=", seq));
+  }
+}
+
+TEST(PartitionTest, GatherOutOfRangeStillRaises) {
+  HostTensor w = Random(ir::FLOAT32, {10, 4}, 40);
+  HostTensor ids = Tensor(ir::INT64, {8}, {0, 1, 2, 3, 4, 5, 12, 7});
+  auto program = Split().Compile(OneOpGraph("embedding", {w.type(), ids.type()},
+                                            {Type(ir::FLOAT32, {8, 4})}));
+  ASSERT_TRUE(program.ok()) << program.status();
+  ASSERT_EQ((*program)->partition_layout().partitions, 4);
+  auto out = RunProgram(**program, {w, ids});
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(out.status().message().find("index 12"), std::string::npos)
+      << out.status();
+}
+
+TEST(PartitionTest, SmallProgramsStayWhole) {
+  Compiler defaults(CompilerOptions{.partition = {.partitions = 4}});
+  HostTensor small = Random(ir::FLOAT32, {8, 8}, 41);
+  auto p = defaults.Compile(AddGraph(small.type()));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ((*p)->partition_layout().partitions, 1);
+  HostTensor big = Random(ir::FLOAT32, {1024, 1024}, 42);
+  p = defaults.Compile(AddGraph(big.type()));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ((*p)->partition_layout().partitions, 4);
+}
+
+TEST(PartitionTest, DiskCacheKeepsTheLayout) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/partition_disk_cache");
+  std::filesystem::remove_all(dir);
+  const PartitionOptions four = {.partitions = 4, .min_work = 0};
+  // softmax then mm: barriers and scratch buffers.
+  HostTensor x = Random(ir::FLOAT32, {6, 5}, 46), w = Random(ir::FLOAT32, {5, 5}, 47);
+  ir::Graph g = OneOpGraph("softmax", {x.type()}, {x.type()}, {{"dim", IntA(-1)}});
+  g.mutable_nodes(0)->mutable_outputs(0)->set_name("s");
+  g.clear_outputs();
+  AddInput(g, "w", w.type());
+  AddNode(g, "mm", {"s", "w"}, "out", x.type());
+  g.add_outputs("out");
+  std::vector<std::vector<uint8_t>> want;
+  {
+    Compiler writer(CompilerOptions{.cache_dir = dir, .partition = four});
+    auto p = writer.Compile(g);
+    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_EQ((*p)->partition_layout().partitions, 4);
+    EXPECT_FALSE((*p)->partition_layout().scratch.empty());
+    want = RunRaw(**p, {x, w});
+  }
+  Compiler reader(CompilerOptions{.cache_dir = dir, .partition = four});
+  auto p = reader.Compile(g);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(reader.stats().disk_hits, 1);
+  EXPECT_EQ(reader.stats().compiles, 0);
+  EXPECT_EQ((*p)->partition_layout().partitions, 4);
+  EXPECT_TRUE(RunRaw(**p, {x, w}) == want);
+  // Another partition count is another entry.
+  Compiler whole(CompilerOptions{.cache_dir = dir, .partition = {.partitions = 1}});
+  auto q = whole.Compile(g);
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(whole.stats().disk_hits, 0);
+  EXPECT_EQ((*q)->partition_layout().partitions, 1);
+  EXPECT_TRUE(RunRaw(**q, {x, w}) == want);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(PartitionTest, CacheKeyIncludesPartitions) {
+  EXPECT_NE(Compiler::TargetDescription({.partitions = 1}),
+            Compiler::TargetDescription({.partitions = 4}));
+  EXPECT_NE(Compiler::TargetDescription({.partitions = 4, .min_work = 0}),
+            Compiler::TargetDescription({.partitions = 4}));
+}
+
+// The module after the partition stage, as text.
+std::string PartitionedText(const ir::Graph& g) {
+  auto context = CreateCompilerContext();
+  auto module = ImportGraph(g, context.get());
+  EXPECT_TRUE(module.ok()) << module.status();
+  std::vector<Stage> stages = FusionStages();
+  stages.insert(stages.end(), BufferizationStages().begin(),
+                BufferizationStages().end());
+  stages.push_back(Stage{"partition", "", nullptr, [] {
+                           return CreatePartitionPass({.partitions = 4, .min_work = 0});
+                         }});
+  absl::Status s = RunStages(**module, stages, g.name());
+  EXPECT_TRUE(s.ok()) << s;
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  (*module)->print(os);
+  return os.str();
+}
+
+int Count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos;
+       at = text.find(what, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+TEST(PartitionTest, BarriersOnlyBetweenDependentOps) {
+  // One fused element-wise op: no barrier.
+  HostTensor a = Random(ir::FLOAT32, {8, 8}, 43);
+  std::string text = PartitionedText(AddChainGraph(a.type()));
+  EXPECT_EQ(Count(text, "call @rbln_chiplet_barrier"), 0) << text;
+  EXPECT_NE(text.find("rbln.partitions = 4"), std::string::npos) << text;
+  // softmax then mm: the matmul reads rows other workers wrote.
+  ir::Graph g;
+  g.set_name("softmax_mm");
+  AddInput(g, "x", Type(ir::FLOAT32, {8, 8}));
+  AddInput(g, "w", Type(ir::FLOAT32, {8, 8}));
+  ir::Node* n = g.add_nodes();
+  n->set_op("softmax");
+  n->add_inputs("x");
+  (*n->mutable_attrs())["dim"] = IntA(-1);
+  *n->add_outputs() = ir::Value();
+  n->mutable_outputs(0)->set_name("s");
+  *n->mutable_outputs(0)->mutable_type() = Type(ir::FLOAT32, {8, 8});
+  AddNode(g, "mm", {"s", "w"}, "out", Type(ir::FLOAT32, {8, 8}));
+  g.add_outputs("out");
+  text = PartitionedText(g);
+  EXPECT_GE(Count(text, "call @rbln_chiplet_barrier"), 1) << text;
+  EXPECT_EQ(Count(text, "memref.alloc"), 0) << "scratch buffers live in the arena\n"
+                                            << text;
+  HostTensor x = Random(ir::FLOAT32, {8, 8}, 44), w = Random(ir::FLOAT32, {8, 8}, 45);
+  ExpectSameSplit(g, {x, w}, true, "softmax then mm");
+}
+
+TEST(ChipletTeamTest, BarrierSeparatesPhases) {
+  ChipletTeam team(4);
+  for (int round = 0; round < 200; ++round) {
+    std::vector<std::atomic<int>> slots(4);
+    std::vector<int> seen(4, 0);
+    std::vector<absl::Duration> busy;
+    team.Run(
+        [&](int w) {
+          slots[w].store(round + w, std::memory_order_relaxed);
+          rbln_chiplet_barrier();
+          int sum = 0;
+          for (auto& s : slots) sum += s.load(std::memory_order_relaxed);
+          seen[w] = sum;
+          rbln_chiplet_barrier();
+          slots[w].store(-1, std::memory_order_relaxed);
+        },
+        &busy);
+    for (int w = 0; w < 4; ++w) {
+      ASSERT_EQ(seen[w], 4 * round + 6) << "round " << round << " worker " << w;
+    }
+    ASSERT_EQ(busy.size(), 4u);
+  }
+  // Outside a job the barrier does nothing.
+  rbln_chiplet_barrier();
+}
+
+}  // namespace
+}  // namespace rbln::compiler::testing
