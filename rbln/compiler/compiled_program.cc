@@ -232,6 +232,16 @@ absl::Status CompiledProgram::IndexErrorStatus(const IndexError& e) const {
 
 absl::Status CompiledProgram::Execute(
     absl::Span<const runtime::BufferView> args) const {
+  return Run(args, nullptr);
+}
+
+absl::Status CompiledProgram::ExecuteProfiled(absl::Span<const runtime::BufferView> args,
+                                              runtime::ComputeSliceSink* slices) const {
+  return Run(args, slices);
+}
+
+absl::Status CompiledProgram::Run(absl::Span<const runtime::BufferView> args,
+                                  runtime::ComputeSliceSink* slices) const {
   if (args.size() != arg_types_.size()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "program %s takes %d buffers, got %d", graph_.name(), arg_types_.size(),
@@ -282,7 +292,7 @@ absl::Status CompiledProgram::Execute(
     descriptor_ptrs[i] = desc.data();
     packed[i] = &descriptor_ptrs[i];
   }
-  if (layout_.partitions > 1) return ExecutePartitioned(packed);
+  if (layout_.partitions > 1) return ExecutePartitioned(packed, slices);
   ClearKernelError();
   entry_(packed.data());
   if (std::optional<IndexError> e = TakeKernelError()) return IndexErrorStatus(*e);
@@ -290,7 +300,7 @@ absl::Status CompiledProgram::Execute(
 }
 
 absl::Status CompiledProgram::ExecutePartitioned(
-    const std::vector<void*>& packed) const {
+    const std::vector<void*>& packed, runtime::ComputeSliceSink* slices) const {
   // One arena per call holds the internal buffers the workers share; each is
   // a contiguous memref argument {allocated, aligned, offset, sizes,
   // strides}.
@@ -340,9 +350,11 @@ absl::Status CompiledProgram::ExecutePartitioned(
   std::vector<absl::Duration> busy;
   ChipletTeam::Shared(workers).Run(
       [&](int w) {
+        const int64_t start = slices != nullptr ? runtime::MonotonicNowNs() : 0;
         ClearKernelError();
         entry_(worker_packed[w].data());
         errors[w] = TakeKernelError();
+        if (slices != nullptr) slices->Report(w, start, runtime::MonotonicNowNs());
       },
       &busy);
   {

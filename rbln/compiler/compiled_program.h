@@ -58,6 +58,10 @@ class CompiledProgram : public runtime::Executable {
   // one; see kernel_errors.h). A partitioned program runs its slices on the
   // chiplet workers (see chiplet_team.h) with a scratch arena of this call.
   absl::Status Execute(absl::Span<const runtime::BufferView> args) const override;
+  // Execute() that reports one compute slice per chiplet worker of a
+  // partitioned program (SPEC O2); an unpartitioned one reports none.
+  absl::Status ExecuteProfiled(absl::Span<const runtime::BufferView> args,
+                               runtime::ComputeSliceSink* slices) const override;
 
   const ir::Graph& graph() const { return graph_; }
   bool uses_blas() const { return uses_blas_; }
@@ -77,7 +81,10 @@ class CompiledProgram : public runtime::Executable {
   CompiledProgram(std::unique_ptr<mlir::ExecutionEngine> engine,
                   std::unique_ptr<llvm::orc::LLJIT> jit, void (*entry)(void**),
                   ir::Graph graph, bool uses_blas, PartitionLayout layout);
-  absl::Status ExecutePartitioned(const std::vector<void*>& packed) const;
+  absl::Status Run(absl::Span<const runtime::BufferView> args,
+                   runtime::ComputeSliceSink* slices) const;
+  absl::Status ExecutePartitioned(const std::vector<void*>& packed,
+                                  runtime::ComputeSliceSink* slices) const;
 
   // One of the two owns the code: the engine after codegen, the JIT after
   // loading an object.

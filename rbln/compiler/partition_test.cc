@@ -43,7 +43,8 @@ Compiler& Split() {
 // Raw output bytes of `program` on `inputs` (outputs start as 0xAB bytes, so
 // an element no worker wrote shows up).
 std::vector<std::vector<uint8_t>> RunRaw(const CompiledProgram& program,
-                                         const std::vector<HostTensor>& inputs) {
+                                         const std::vector<HostTensor>& inputs,
+                                         runtime::ComputeSliceSink* slices = nullptr) {
   const std::vector<ir::TensorType>& types = program.arg_types();
   std::vector<std::vector<uint8_t>> buffers;
   std::vector<Shape> shapes;
@@ -63,7 +64,8 @@ std::vector<std::vector<uint8_t>> RunRaw(const CompiledProgram& program,
     args.push_back({buffers[i].data(), RuntimeDType(types[i].dtype()),
                     shapes[i], ContiguousStrides(shapes[i])});
   }
-  absl::Status s = program.Execute(args);
+  absl::Status s = slices != nullptr ? program.ExecuteProfiled(args, slices)
+                                     : program.Execute(args);
   EXPECT_TRUE(s.ok()) << program.DebugName() << ": " << s;
   return {buffers.begin() + inputs.size(), buffers.end()};
 }
@@ -324,6 +326,28 @@ TEST(PartitionTest, SmallProgramsStayWhole) {
   p = defaults.Compile(AddGraph(big.type()));
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ((*p)->partition_layout().partitions, 4);
+}
+
+// spec: O2 -- a profiled run of a split program reports one compute slice
+// per chiplet worker (the profiler names them i1_<call>_W<w>_...); a whole
+// program reports none (the executor then records one W0 stage).
+TEST(PartitionTest, ProfiledRunReportsOneSlicePerWorker) {
+  HostTensor a = Random(ir::FLOAT32, {64, 8}, 43), b = Random(ir::FLOAT32, {64, 8}, 44);
+  auto parts = Split().Compile(AddGraph(a.type()));
+  ASSERT_TRUE(parts.ok()) << parts.status();
+  ASSERT_EQ((*parts)->partition_layout().partitions, 4);
+  runtime::ComputeSliceSink sink;
+  RunRaw(**parts, {a, b}, &sink);
+  std::vector<runtime::ComputeSlice> slices = sink.Take();
+  ASSERT_EQ(slices.size(), 4u);
+  for (int w = 0; w < 4; ++w) {
+    EXPECT_EQ(slices[w].worker, w);
+    EXPECT_LE(slices[w].start_ns, slices[w].end_ns);
+  }
+  auto whole = Whole().Compile(AddGraph(a.type()));
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  RunRaw(**whole, {a, b}, &sink);
+  EXPECT_TRUE(sink.Take().empty());
 }
 
 TEST(PartitionTest, DiskCacheKeepsTheLayout) {

@@ -7,6 +7,8 @@
 #ifndef RBLN_RUNTIME_COMPUTE_SLICES_H_
 #define RBLN_RUNTIME_COMPUTE_SLICES_H_
 
+#include <time.h>
+
 #include <cstdint>
 #include <vector>
 
@@ -14,6 +16,13 @@
 #include "absl/synchronization/mutex.h"
 
 namespace rbln::runtime {
+
+// The clock of slices and profiler stages: CLOCK_MONOTONIC in nanoseconds.
+inline int64_t MonotonicNowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
 
 struct ComputeSlice {
   int worker = 0;

@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "rbln/core/env.h"
+#include "rbln/runtime/compute_slices.h"
 
 namespace rbln::runtime {
 namespace {
@@ -80,11 +81,7 @@ ProfileRecorder::ProfileRecorder(uint64_t max_executions)
   profile_.set_clock_offset_ns(absl::GetCurrentTimeNanos() - NowNs());
 }
 
-int64_t ProfileRecorder::NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
-}
+int64_t ProfileRecorder::NowNs() { return MonotonicNowNs(); }
 
 void ProfileRecorder::Record(profile::Execution execution) {
   absl::MutexLock lock(&mu_);
