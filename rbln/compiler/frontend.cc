@@ -1,5 +1,6 @@
 #include "rbln/compiler/frontend.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,18 @@ const OpConverterTable& Converters() {
 }
 
 }  // namespace
+
+bool IsOpImplemented(absl::string_view op) {
+  return Converters().contains(op);
+}
+
+std::vector<std::string> ImplementedOps() {
+  std::vector<std::string> ops;
+  ops.reserve(Converters().size());
+  for (const auto& [name, converter] : Converters()) ops.push_back(name);
+  std::sort(ops.begin(), ops.end());
+  return ops;
+}
 
 bool IsFloat(ir::DType t) {
   return t == ir::FLOAT16 || t == ir::BFLOAT16 || t == ir::FLOAT32;

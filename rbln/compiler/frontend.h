@@ -10,7 +10,11 @@
 #ifndef RBLN_COMPILER_FRONTEND_H_
 #define RBLN_COMPILER_FRONTEND_H_
 
+#include <string>
+#include <vector>
+
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/OwningOpRef.h"
@@ -24,6 +28,14 @@ inline constexpr char kKernelName[] = "kernel";
 // when the graph has ops the frontend cannot convert (SPEC J6).
 absl::StatusOr<mlir::OwningOpRef<mlir::ModuleOp>> ImportGraph(
     const ir::Graph& graph, mlir::MLIRContext* context);
+
+// True if the frontend converts IR op `op` (e.g. "add", "softmax"). Callers
+// that cut graphs (torch.compile's host ops, SPEC J6) use it to decide which
+// ops must run outside the device program before compiling.
+bool IsOpImplemented(absl::string_view op);
+
+// Every op name the frontend converts, sorted.
+std::vector<std::string> ImplementedOps();
 
 }  // namespace rbln::compiler
 

@@ -1,6 +1,10 @@
 // spec: J6
 #include "rbln/compiler/frontend.h"
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -53,6 +57,19 @@ TEST(FrontendTest, UnsupportedOpsAreAllListed) {
   EXPECT_EQ(module.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_EQ(module.status().message(),
             "The following operators are not implemented: ['sin', 'cosh']");
+}
+
+TEST(FrontendTest, ImplementedOpsAgreeWithImport) {
+  // Host-op classification (torch.compile, SPEC J6) asks before compiling.
+  EXPECT_TRUE(IsOpImplemented("add"));
+  EXPECT_TRUE(IsOpImplemented("softmax"));
+  EXPECT_FALSE(IsOpImplemented("sin"));
+  EXPECT_FALSE(IsOpImplemented("nonzero"));
+  const std::vector<std::string> ops = ImplementedOps();
+  EXPECT_TRUE(std::is_sorted(ops.begin(), ops.end()));
+  EXPECT_THAT(ops, ::testing::Contains("matmul"));
+  EXPECT_THAT(ops, ::testing::Not(::testing::Contains("sin")));
+  for (const std::string& op : ops) EXPECT_TRUE(IsOpImplemented(op)) << op;
 }
 
 TEST(FrontendTest, BroadcastMismatchIsAnError) {

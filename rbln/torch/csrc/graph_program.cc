@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "rbln/compiler/compiled_program.h"
 #include "rbln/compiler/compiler.h"
+#include "rbln/compiler/frontend.h"
 #include "rbln/compiler/ir/graph.pb.h"
 #include "rbln/compiler/ir/graph_util.h"
 #include "rbln/core/counters.h"
@@ -336,6 +337,9 @@ void RegisterGraphProgramBindings(py::module_& m) {
       .def_property_readonly("fingerprint", &GraphProgram::Fingerprint)
       .def_property_readonly("input_specs", &GraphProgram::InputSpecs)
       .def_property_readonly("output_specs", &GraphProgram::OutputSpecs);
+  // IR op names the compiler's frontend converts: the Dynamo backend makes
+  // the others host ops when options={"host_ops": "unimplemented"} (SPEC J6).
+  m.def("_graph_implemented_ops", [] { return compiler::ImplementedOps(); });
   m.def("_graph_compile", &CompileGraph, py::arg("name"), py::arg("inputs"),
         py::arg("nodes"), py::arg("outputs"), py::arg("cache_dir") = std::string());
   // torch._dynamo.reset(): programs cached by the compilers in memory go too

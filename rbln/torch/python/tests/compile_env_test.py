@@ -1,5 +1,6 @@
 """torch.compile(backend="rbln") in fresh processes: entry-point autoload
-and TORCH_RBLN_DISABLE_FALLBACK (read at process start)."""
+and TORCH_RBLN_DISABLE_FALLBACK (read at process start), progress logs and
+the backend's process-wide Dynamo settings."""
 # spec: J1, J2, J4, J5, J6, G4, I6
 
 import sys
@@ -113,6 +114,62 @@ def test_cache_dir_reuses_programs_across_processes(tmp_path):
 
     torch.testing.assert_close(
         torch.load(tmp_path / "second.pt"), torch.load(tmp_path / "first.pt"), rtol=0, atol=0)
+
+
+PROGRESS = (
+    "import torch\n"
+    "def f(x):\n"
+    "    y = torch.relu(x + torch.ones(64, 64, dtype=x.dtype, device=x.device).tril())\n"
+    "    return y, torch.nonzero(y)[:, 0] + 1\n"
+    "with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):\n"
+    "    c = torch.compile(f, backend='rbln', dynamic=False)\n"
+    "    y, idx = c(torch.randn(64, 64, dtype=torch.float16, device='rbln'))\n"
+    "print(idx.shape[0] == int((y.cpu() != 0).sum()))\n"
+)
+
+
+def test_info_log_has_one_line_per_stage_with_elapsed_time():
+    # spec: J5 -- long compiles report progress: FX->IR, compile per
+    # segment, constants upload, each with its time.
+    r = rbln_test_util.run_python(PROGRESS, {"TORCH_RBLN_LOG_LEVEL": "INFO"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True"]
+    lines = [l for l in r.stderr.splitlines() if l.startswith("[TORCH-RBLN][INFO] graph ")]
+    text = "\n".join(lines)
+    import re
+
+    assert re.search(r"rbln_graph_1_inference: 2 device segment\(s\), host ops: nonzero "
+                     r"\(data-dependent output shape\)", text), text
+    assert re.search(r"rbln_graph_1_inference_seg0: FX->IR [0-9.]+ ms \(\d+ ops\)", text), text
+    assert re.search(r"rbln_graph_1_inference_seg0: compile [0-9.]+ ms", text), text
+    # Segment 1 reads nonzero's result: converted and compiled at the first run.
+    assert re.search(r"rbln_graph_1_inference_seg1: FX->IR [0-9.]+ ms .*shapes", text), text
+    assert re.search(r"rbln_graph_1_inference_seg1: compile [0-9.]+ ms", text), text
+    assert re.search(r"rbln_graph_1_inference_seg0: constants upload [0-9.]+ ms "
+                     r"\(1 tensors, 8192 bytes\)", text), text
+    quiet = rbln_test_util.run_python(PROGRESS, {"TORCH_RBLN_LOG_LEVEL": None})
+    assert quiet.returncode == 0 and "[TORCH-RBLN][INFO]" not in quiet.stderr
+
+
+SETTINGS = (
+    "import torch\n"
+    "torch._dynamo.config.automatic_dynamic_shapes = True\n"
+    "f = torch.compile(lambda a: a * 2.5, backend='rbln', dynamic=False)\n"
+    "f(torch.ones(4, 4, device='rbln'))\n"
+    "print(torch._dynamo.config.specialize_float, torch._dynamo.config.automatic_dynamic_shapes)\n"
+)
+
+
+def test_process_wide_dynamo_settings_respect_the_user_and_the_opt_out():
+    # spec: G4, J2 -- the backend sets specialize_float / automatic_dynamic_shapes
+    # when it loads, except values the user chose; TORCH_RBLN_DYNAMO_PROCESS_CONFIG=0
+    # leaves both alone.
+    r = rbln_test_util.run_python(SETTINGS)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", "True"]
+    off = rbln_test_util.run_python(SETTINGS, {"TORCH_RBLN_DYNAMO_PROCESS_CONFIG": "0"})
+    assert off.returncode == 0, off.stderr
+    assert off.stdout.split() == ["False", "True"]
 
 
 if __name__ == "__main__":

@@ -10,6 +10,12 @@ buffer (P9), so blocks with equal shapes share one program. Shapes are static
 the call's arguments (I2), unless TORCH_RBLN_DISABLE_FALLBACK contains
 `compile_error` (I6, J4).
 
+Ops that cannot be part of a static-shape program (data-dependent shapes,
+float64; with options={"host_ops": "unimplemented"} also ops the compiler
+does not convert) become host ops (J6): the graph is cut into device
+segments with ATen host ops between them, one artifact (`SegmentedGraph`,
+see host_ops.py) with one inspect().
+
 options={"cache_dir": path} (J5) is the compiler's on-disk program cache for
 that compile: each distinct directory gets a compiler of its own (the disk
 cache is fixed when a compiler is built; other settings come from the
@@ -34,13 +40,14 @@ from torch._functorch.aot_autograd import make_boxed_func
 
 from .. import _C
 from . import fx_to_ir as _fx_to_ir
+from . import host_ops as _host_ops
 from .constant_folding import fold_constants
 
 DYNAMIC_SHAPE_MESSAGE = "Dynamic shape not supported for rbln backend"
 
 # Options handed to the compiler (SPEC J5).
 _MODES = ("default", "compile_only")
-_KNOWN_OPTIONS = ("num_devices", "cache_dir", "mode", "npu")
+_KNOWN_OPTIONS = ("num_devices", "cache_dir", "mode", "npu", "host_ops")
 
 # Decompositions into ops the compiler has: aliases of permute/copy and
 # composite ops with simple core-ATen forms. Everything else reaches the IR
@@ -67,6 +74,8 @@ _compiled_graphs = []
 # (graph name, exception) of every compile failure since the last reset.
 _compile_failures = []
 _graph_counter = 0
+# IR ops the compiler's frontend converts (asked once).
+_implemented_ops = None
 
 
 def _log_info(message: str) -> None:
@@ -96,6 +105,7 @@ class _Options:
                 "(the RSD group size)"
             )
         self.npu = options.get("npu")
+        self.host_ops = _host_ops.parse_mode(options.get("host_ops"))
         self.cache_dir = self._check_cache_dir(options.get("cache_dir"))
         self._check_npu()
 
@@ -218,10 +228,15 @@ class CompiledGraph:
         self._constants = {}  # (constant key, device) -> device tensor
         self._folded = fold_constants(gm)
         self._last_outputs = []
+        self._last_inputs = []
         self.compile_seconds = 0.0
+        # Compile each new input shape even if the graph reads sizes: set for
+        # segments after data-dependent host ops (host_ops.SegmentedGraph).
+        self.respecialize = False
 
     # -- compiling ----------------------------------------------------------
     def compile_static(self):
+        start = time.perf_counter()
         try:
             ir = _fx_to_ir.fx_to_ir(self.gm, self.name, folded=self._folded)
         except _fx_to_ir.DynamicShapeError:
@@ -229,6 +244,8 @@ class CompiledGraph:
             self._reads_sizes = _reads_sizes(self.gm)
             _log_info(f"graph {self.name} has symbolic shapes; compiling per concrete shape")
             return
+        _log_info(f"graph {self.name}: FX->IR {(time.perf_counter() - start) * 1e3:.1f} ms "
+                  f"({len(ir.nodes)} ops)")
         self._programs[None] = self._compile_ir(ir)
 
     def _compile_ir(self, ir):
@@ -273,10 +290,11 @@ class CompiledGraph:
         entry = self._programs.get(key)
         if entry is not None:
             return entry
-        if self._programs and self._reads_sizes:
+        if self._programs and self._reads_sizes and not self.respecialize:
             # One shape is compiled; a second one would need sizes computed at
             # run time, which static programs cannot do (SPEC J2).
             raise CompileFailure(RuntimeError(DYNAMIC_SHAPE_MESSAGE))
+        start = time.perf_counter()
         try:
             values = _meta_values(self.gm, args)
             ir = _fx_to_ir.fx_to_ir(self.gm, self.name, value_of=lambda n: values[n],
@@ -285,15 +303,21 @@ class CompiledGraph:
             raise
         except Exception as e:  # noqa: BLE001 -- any failure is a compile error
             raise CompileFailure(RuntimeError(f"{DYNAMIC_SHAPE_MESSAGE} ({e})")) from None
+        _log_info(f"graph {self.name}: FX->IR {(time.perf_counter() - start) * 1e3:.1f} ms "
+                  f"({len(ir.nodes)} ops, shapes {[k[0] for k in key if isinstance(k, tuple)]})")
         entry = self._compile_ir(ir)
         self._programs[key] = entry
         return entry
 
     # -- running ------------------------------------------------------------
+    @staticmethod
+    def _constant_key(kind, src, device):
+        return (kind, src if kind == "const" else id(src), device)
+
     def _constant(self, kind, src, device):
         """A constant input on `device`, uploaded once (SPEC P9: constants are
         program inputs, not code)."""
-        key = (kind, src if kind == "const" else id(src), device)
+        key = self._constant_key(kind, src, device)
         t = self._constants.get(key)
         if t is None:
             obj = src
@@ -307,19 +331,27 @@ class CompiledGraph:
 
     def __call__(self, args):
         # Boxed calling convention (aot_autograd passes one list).
+        return self.run(args)
+
+    def run(self, args, device=None):
+        """Runs on `device` (default: the device of the first rbln argument;
+        a call with CPU arguments only runs on the current device and returns
+        CPU tensors)."""
         args = list(args)
         ir, program = self._programs[None] if not self._dynamic else self._specialize(args)
         inputs = []
-        device = None
-        for a in args:
-            if isinstance(a, torch.Tensor) and a.device.type == "rbln":
-                device = a.device
-                break
-        on_host = device is None
-        if on_host:
-            device = torch.device("rbln", _C._current_device())
+        on_host = False
+        if device is None:
+            for a in args:
+                if isinstance(a, torch.Tensor) and a.device.type == "rbln":
+                    device = a.device
+                    break
+            on_host = device is None
+            if on_host:
+                device = torch.device("rbln", _C._current_device())
         self.options.check_num_devices(device)
         originals = []  # What the graph was given, for returned inputs.
+        uploaded = None  # (seconds, tensors, bytes) of constants uploaded now
         for kind, src in ir.input_sources:
             if kind == "arg":
                 t = args[src]
@@ -327,10 +359,21 @@ class CompiledGraph:
                 if t.device != device:
                     t = t.to(device)  # CPU call arguments are uploaded each call.
             else:
+                t0 = time.perf_counter()
+                new = self._constant_key(kind, src, device) not in self._constants
                 t = self._constant(kind, src, device)
+                if new:
+                    sec, count, nbytes = uploaded or (0.0, 0, 0)
+                    uploaded = (sec + time.perf_counter() - t0, count + 1,
+                                nbytes + t.numel() * t.element_size())
                 originals.append(t)
             inputs.append(t)
         args.clear()
+        if uploaded:
+            _log_info(f"graph {self.name}: constants upload {uploaded[0] * 1e3:.1f} ms "
+                      f"({uploaded[1]} tensors, {uploaded[2]} bytes)")
+        self._last_inputs = [weakref.ref(t) for (kind, _), t in zip(ir.input_sources, inputs)
+                             if kind == "arg" and t.device.type == "rbln"]
         if program is None:
             outs = []
         elif self.options.mode == "compile_only":
@@ -359,6 +402,7 @@ class CompiledGraph:
         call uploads them again."""
         self._constants.clear()
         self._last_outputs = []
+        self._last_inputs = []
 
     # -- inspection -----------------------------------------------------------
     def inspect(self) -> dict:
@@ -375,38 +419,77 @@ class CompiledGraph:
                 "input_specs": program.input_specs,
                 "output_specs": program.output_specs,
                 "ops": counts,
-                # Every op is compiled into the program: our compiler either
-                # converts an op or fails the compile (then the whole graph
-                # runs on the CPU), so no op runs on the host inside a program.
+                # A graph without host ops is one program; graphs with host
+                # ops are SegmentedGraphs (host_ops.py).
                 "host_ops": [],
             })
-        per_chiplet = {}
-        tensors = list(self._constants.values()) + [r() for r in self._last_outputs]
-        seen = set()
-        for t in tensors:
-            if t is None or t.numel() == 0:
-                continue
-            base = t.untyped_storage().data_ptr()
-            if base in seen:
-                continue
-            seen.add(base)
-            info = _C._storage_info(base)
-            if info["has_device_memory"]:
-                k = f"npu.{info['npu']}.chiplet.{info['chiplet']}"
-                per_chiplet[k] = per_chiplet.get(k, 0) + info["device_bytes"]
+        buffers = device_buffers_per_chiplet({
+            "inputs": [r() for r in self._last_inputs],
+            "outputs": [r() for r in self._last_outputs],
+            "constants": list(self._constants.values()),
+        })
         return {
             "graph": self.name,
             "mode": self.options.mode,
             "dynamic": self._dynamic,
+            "ops": {op: sum(p["ops"].get(op, 0) for p in programs)
+                    for op in sorted({op for p in programs for op in p["ops"]})},
             "programs": programs,
             "host_ops": [],
-            "device_bytes_per_chiplet": per_chiplet,
+            "device_bytes_per_chiplet": {k: v["total"] for k, v in buffers.items()},
+            "device_buffers_per_chiplet": buffers,
             "compile_seconds": self.compile_seconds,
         }
 
     def __repr__(self):
         ops = sum(len(ir.nodes) for ir, _ in self._programs.values())
         return f"<rbln CompiledGraph {self.name}: {len(self._programs)} program(s), {ops} ops>"
+
+
+_BUFFER_KINDS = ("inputs", "outputs", "constants")
+
+
+def _chiplet_keys():
+    """"npu.N.chiplet.C" of every chiplet of the current logical device's
+    NPUs (the profile's chiplet count), so inspect() lists empty ones too."""
+    profile = _C._device_profile()
+    group = _C._device_map()["devices"][_C._current_device()]
+    return [f"npu.{npu}.chiplet.{c}" for npu in group for c in range(profile["chiplets_per_npu"])]
+
+
+def device_buffers_per_chiplet(tensors_by_kind: dict) -> dict:
+    """{chiplet: {"inputs", "outputs", "constants", "total"}} device bytes of
+    the given tensors' storages (each storage counted once, under its first
+    kind); storages without device memory yet (lazy) count nothing."""
+    out = {k: dict.fromkeys(_BUFFER_KINDS + ("total",), 0) for k in _chiplet_keys()}
+    seen = set()
+    for kind in _BUFFER_KINDS:
+        for t in tensors_by_kind.get(kind, ()):
+            if t is None or t.device.type != "rbln" or t.numel() == 0:
+                continue
+            base = t.untyped_storage().data_ptr()
+            if base in seen:
+                continue
+            seen.add(base)
+            info = _C._storage_info(base)
+            if not info["has_device_memory"]:
+                continue
+            key = f"npu.{info['npu']}.chiplet.{info['chiplet']}"
+            entry = out.setdefault(key, dict.fromkeys(_BUFFER_KINDS + ("total",), 0))
+            entry[kind] += info["device_bytes"]
+            entry["total"] += info["device_bytes"]
+    return out
+
+
+def merge_chiplet_bytes(reports) -> dict:
+    """Sums device_buffers_per_chiplet dicts (the segments of one artifact)."""
+    out = {k: dict.fromkeys(_BUFFER_KINDS + ("total",), 0) for k in _chiplet_keys()}
+    for report in reports:
+        for key, entry in report.items():
+            target = out.setdefault(key, dict.fromkeys(_BUFFER_KINDS + ("total",), 0))
+            for k, v in entry.items():
+                target[k] += v
+    return out
 
 
 def _decompositions():
@@ -551,6 +634,26 @@ class _CompiledFunction:
             if isinstance(outs, (list, tuple)) else outs
 
 
+def _graph_for(aten_gm, name, opts):
+    """A CompiledGraph (one program), or a SegmentedGraph when the graph has
+    host ops (SPEC J6, host_ops.py)."""
+    with _lock:
+        global _implemented_ops
+        if _implemented_ops is None:
+            _implemented_ops = frozenset(_C._graph_implemented_ops())
+    kinds = _host_ops.classify(aten_gm, fold_constants(aten_gm), opts.host_ops, _implemented_ops)
+    if not _host_ops.has_host_ops(kinds):
+        return CompiledGraph(aten_gm, name, opts)
+    if opts.host_ops == "none":
+        raise CompileFailure(_host_ops.disabled_host_ops_error(kinds))
+    graph = _host_ops.SegmentedGraph(
+        aten_gm, name, opts, kinds, lambda gm, seg_name: CompiledGraph(gm, seg_name, opts))
+    host = [f"{s.nodes[0].name} ({s.reason})" for s in graph.steps if s.kind == _host_ops.HOST]
+    segments = sum(1 for s in graph.steps if s.kind == _host_ops.DEVICE)
+    _log_info(f"graph {name}: {segments} device segment(s), host ops: {', '.join(host)}")
+    return graph
+
+
 def rbln_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=None):
     """The `rbln` Dynamo backend (registered through the torch_dynamo_backends
     entry point, SPEC J1)."""
@@ -563,7 +666,7 @@ def rbln_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=No
 
     def compile_aten(aten_gm, aten_inputs, kind):
         t0 = time.perf_counter()
-        graph = CompiledGraph(aten_gm, f"{name}_{kind}", opts)
+        graph = _graph_for(aten_gm, f"{name}_{kind}", opts)
         graph.compile_static()
         with _lock:
             _compiled_graphs.append(graph)
@@ -644,7 +747,41 @@ class _RecompileLimitHint(logging.Filter):
 
 logging.getLogger("torch._dynamo.convert_frame").addFilter(_RecompileLimitHint())
 
-# A changed Python float is a new program, like a changed shape (SPEC G4).
-torch._dynamo.config.specialize_float = True
-# Static shapes (SPEC J2): a new shape recompiles instead of turning dynamic.
-torch._dynamo.config.automatic_dynamic_shapes = False
+# Dynamo settings the backend needs while Dynamo traces for it:
+#   specialize_float: a changed Python float is a new program, like a changed
+#     shape (SPEC G4);
+#   automatic_dynamic_shapes: a new shape recompiles a static program instead
+#     of turning the graph dynamic (SPEC J2).
+# Both are read while Dynamo traces, before any backend is called. PyTorch
+# 2.13 scopes such settings to a backend only for torch._dynamo.optimize()
+# (its backend_ctx_ctor attribute); torch.compile() wraps the backend and
+# drops that attribute. So when the backend loads (the first
+# torch.compile(backend="rbln"), through the entry point) they are set for
+# the process, except settings the user already chose (the user's value
+# wins) or when TORCH_RBLN_DYNAMO_PROCESS_CONFIG=0 (e.g. a process that also
+# runs inductor and wants its defaults; then patch them around rbln compiles:
+# `with torch._dynamo.config.patch(**torch_rbln._dynamo.DYNAMO_SETTINGS)`).
+DYNAMO_SETTINGS = {"specialize_float": True, "automatic_dynamic_shapes": False}
+rbln_backend.backend_ctx_ctor = lambda: torch._dynamo.config.patch(**DYNAMO_SETTINGS)
+
+
+def _apply_process_dynamo_settings():
+    if os.environ.get("TORCH_RBLN_DYNAMO_PROCESS_CONFIG", "1").strip().lower() in (
+            "0", "false", "off", "no"):
+        _log_info("TORCH_RBLN_DYNAMO_PROCESS_CONFIG=0: Dynamo settings left as they are "
+                  f"(the rbln backend expects {DYNAMO_SETTINGS})")
+        return
+    applied = {}
+    for name, value in DYNAMO_SETTINGS.items():
+        if torch._dynamo.config._is_default(name):
+            setattr(torch._dynamo.config, name, value)
+            applied[name] = value
+        elif getattr(torch._dynamo.config, name) != value:
+            _log_info(f"torch._dynamo.config.{name}={getattr(torch._dynamo.config, name)!r} "
+                      f"set by the user is kept (the rbln backend expects {value!r})")
+    if applied:
+        _log_info(f"rbln backend: process-wide Dynamo settings {applied} "
+                  "(TORCH_RBLN_DYNAMO_PROCESS_CONFIG=0 leaves them alone)")
+
+
+_apply_process_dynamo_settings()

@@ -26,13 +26,13 @@ _IR_OP_ALIASES = {"_softmax": "softmax", "_log_softmax": "log_softmax"}
 
 # Ops that only alias their input: in a functional graph the value is the
 # input itself (the frontend copies graph outputs that are inputs).
-_IDENTITY_OPS = {"alias", "detach", "view_of", "lift_fresh_copy"}
+IDENTITY_OPS = frozenset({"alias", "detach", "view_of", "lift_fresh_copy"})
 
 # Binary ops take a scalar second operand as "other" (compiled_ops.cc does
 # the same for eager calls).
 _SCALAR_OPERAND_ALIASES = {"exponent": "other"}
 
-_DTYPE_NAMES = {
+DTYPE_NAMES = {
     torch.float16: "float16",
     torch.bfloat16: "bfloat16",
     torch.float32: "float32",
@@ -90,11 +90,11 @@ def ir_op_name(target) -> str:
 
 
 def dtype_name(dtype) -> str:
-    name = _DTYPE_NAMES.get(dtype)
+    name = DTYPE_NAMES.get(dtype)
     if name is None:
         raise GraphConversionError(
             f"dtype {dtype} has no rbln device representation "
-            f"(supported: {', '.join(_DTYPE_NAMES.values())})"
+            f"(supported: {', '.join(DTYPE_NAMES.values())})"
         )
     return name
 
@@ -234,7 +234,7 @@ class _Converter:
             raise GraphConversionError(f"{node.name}: call of {target} is not an ATen op")
         schema = target._schema
         op = ir_op_name(target)
-        if op in _IDENTITY_OPS and isinstance(self.env.get(node.args[0]), str):
+        if op in IDENTITY_OPS and isinstance(self.env.get(node.args[0]), str):
             self.env[node] = self.env[node.args[0]]
             return
         inputs, attrs = [], {}
