@@ -29,9 +29,9 @@ Stat& Stat::operator+=(const Stat& other) {
 }
 
 AllocatorStats& AllocatorStats::operator+=(const AllocatorStats& other) {
-  std::array<Stat*, 9> mine = AllStats();
+  auto mine = AllStats();
   AllocatorStats copy = other;  // AllStats() hands out mutable pointers.
-  std::array<Stat*, 9> theirs = copy.AllStats();
+  auto theirs = copy.AllStats();
   for (size_t i = 0; i < mine.size(); ++i) *mine[i] += *theirs[i];
   num_alloc_retries += other.num_alloc_retries;
   num_ooms += other.num_ooms;
@@ -49,6 +49,7 @@ struct ChipletCachingAllocator::Block {
   bool small;
   uint64_t requested = 0;
   bool allocated = false;
+  bool program_owned = false;  // Counted in program*, not allocated/active.
   Block* prev = nullptr;
   Block* next = nullptr;
 
@@ -207,7 +208,8 @@ absl::StatusOr<uint64_t> ChipletCachingAllocator::Allocate(uint64_t nbytes) {
         "(reserved but unallocated)",
         nbytes, size, unit, heap_->free_bytes(), heap_->largest_free_block(),
         heap_->capacity(), stats_.reserved_bytes.current,
-        stats_.reserved_bytes.current - stats_.allocated_bytes.current));
+        stats_.reserved_bytes.current - stats_.allocated_bytes.current -
+            stats_.program_bytes.current));
   }
   return UseBlock(block, size, nbytes);
 }
@@ -242,8 +244,15 @@ absl::Status ChipletCachingAllocator::Free(uint64_t offset) {
   live_.erase(it);
   const uint64_t size = block->size;
   const uint64_t requested = block->requested;
-  stats_.allocation.Decrease(1);
-  stats_.allocated_bytes.Decrease(Signed(size));
+  const bool program_owned = block->program_owned;
+  block->program_owned = false;
+  if (program_owned) {
+    stats_.program.Decrease(1);
+    stats_.program_bytes.Decrease(Signed(size));
+  } else {
+    stats_.allocation.Decrease(1);
+    stats_.allocated_bytes.Decrease(Signed(size));
+  }
 
   block->allocated = false;
   block->requested = 0;
@@ -267,9 +276,45 @@ absl::Status ChipletCachingAllocator::Free(uint64_t offset) {
   if (net_bytes > 0) stats_.inactive_split_bytes.Increase(net_bytes);
   if (net_bytes < 0) stats_.inactive_split_bytes.Decrease(-net_bytes);
 
-  stats_.active.Decrease(1);
-  stats_.active_bytes.Decrease(Signed(size));
-  stats_.requested_bytes.Decrease(Signed(requested));
+  if (!program_owned) {
+    stats_.active.Decrease(1);
+    stats_.active_bytes.Decrease(Signed(size));
+    stats_.requested_bytes.Decrease(Signed(requested));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ChipletCachingAllocator::SetProgramOwned(uint64_t offset, bool owned) {
+  absl::MutexLock lock(&mu_);
+  auto it = live_.find(offset);
+  if (it == live_.end()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "offset %d is not a live block of the caching allocator; only live "
+        "blocks can be marked program-owned",
+        offset));
+  }
+  Block* block = it->second;
+  if (block->program_owned == owned) return absl::OkStatus();
+  block->program_owned = owned;
+  const int64_t size = Signed(block->size);
+  const int64_t requested = Signed(block->requested);
+  if (owned) {
+    stats_.allocation.Decrease(1);
+    stats_.allocated_bytes.Decrease(size);
+    stats_.active.Decrease(1);
+    stats_.active_bytes.Decrease(size);
+    stats_.requested_bytes.Decrease(requested);
+    stats_.program.Increase(1);
+    stats_.program_bytes.Increase(size);
+  } else {
+    stats_.program.Decrease(1);
+    stats_.program_bytes.Decrease(size);
+    stats_.allocation.Increase(1);
+    stats_.allocated_bytes.Increase(size);
+    stats_.active.Increase(1);
+    stats_.active_bytes.Increase(size);
+    stats_.requested_bytes.Increase(requested);
+  }
   return absl::OkStatus();
 }
 
@@ -342,7 +387,8 @@ std::vector<SegmentInfo> ChipletCachingAllocator::Snapshot() const {
     SegmentInfo segment{head->offset, 0, head->small, {}};
     for (const Block* block = head; block != nullptr; block = block->next) {
       segment.blocks.push_back(
-          {block->offset, block->size, block->requested, block->allocated});
+          {block->offset, block->size, block->requested, block->allocated,
+           block->program_owned});
       segment.size += block->size;
     }
     segments.push_back(std::move(segment));
@@ -353,7 +399,8 @@ std::vector<SegmentInfo> ChipletCachingAllocator::Snapshot() const {
 uint64_t ChipletCachingAllocator::cached_bytes() const {
   absl::MutexLock lock(&mu_);
   return static_cast<uint64_t>(stats_.reserved_bytes.current -
-                               stats_.allocated_bytes.current);
+                               stats_.allocated_bytes.current -
+                               stats_.program_bytes.current);
 }
 
 }  // namespace rbln::runtime

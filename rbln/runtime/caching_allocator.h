@@ -33,6 +33,13 @@
 // of all segments; inactive_split counts free blocks in segments that also
 // hold other blocks, i.e. free memory that EmptyCache() cannot return.
 //
+// Program-owned blocks (SPEC E2): buffers a cached compiled program keeps
+// (torch.compile constants) are marked with SetProgramOwned(). While marked,
+// a block counts in program/program_bytes and in reserved_bytes, not in
+// allocation/allocated/active/requested: users see it as reserved memory of
+// the cache, as CUDA shows memory held by graph pools. Freeing a marked
+// block releases it from program_bytes.
+//
 // Thread-safe: one mutex guards everything; it is held while calling the heap.
 #ifndef RBLN_RUNTIME_CACHING_ALLOCATOR_H_
 #define RBLN_RUNTIME_CACHING_ALLOCATOR_H_
@@ -80,6 +87,8 @@ struct AllocatorStats {
   Stat active_bytes;
   Stat inactive_split_bytes;
   Stat requested_bytes;
+  Stat program;        // Live blocks owned by cached programs (not in allocation).
+  Stat program_bytes;  // Their bytes (in reserved_bytes, not allocated_bytes).
   int64_t num_alloc_retries = 0;  // Heap exhaustions that flushed the cache.
   int64_t num_ooms = 0;           // Allocations that failed after that.
   int64_t num_device_alloc = 0;   // Segments taken from the heap.
@@ -90,10 +99,11 @@ struct AllocatorStats {
   AllocatorStats& operator+=(const AllocatorStats& other);
 
   // Every Stat field, in declaration order, for field-wise updates.
-  std::array<Stat*, 9> AllStats() {
+  std::array<Stat*, 11> AllStats() {
     return {&allocation,     &segment,         &active,
             &inactive_split, &allocated_bytes, &reserved_bytes,
-            &active_bytes,   &inactive_split_bytes, &requested_bytes};
+            &active_bytes,   &inactive_split_bytes, &requested_bytes,
+            &program,        &program_bytes};
   }
 };
 
@@ -102,6 +112,7 @@ struct BlockInfo {
   uint64_t size;       // Rounded.
   uint64_t requested;  // 0 for a free block.
   bool allocated;
+  bool program_owned = false;
 };
 
 struct SegmentInfo {
@@ -136,6 +147,11 @@ class ChipletCachingAllocator {
   absl::StatusOr<uint64_t> Allocate(uint64_t nbytes) ABSL_LOCKS_EXCLUDED(mu_);
   // InvalidArgument if `offset` is not a live block (unknown or double free).
   absl::Status Free(uint64_t offset) ABSL_LOCKS_EXCLUDED(mu_);
+  // Moves the live block at `offset` between the user's statistics
+  // (allocated, active, requested) and the program-owned ones (program,
+  // program_bytes); see the top comment. Marking twice is a no-op.
+  // InvalidArgument if `offset` is not a live block.
+  absl::Status SetProgramOwned(uint64_t offset, bool owned) ABSL_LOCKS_EXCLUDED(mu_);
   // Rounded size of the live block at `offset`, or 0.
   uint64_t BlockSize(uint64_t offset) const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -149,7 +165,7 @@ class ChipletCachingAllocator {
 
   // Segments sorted by offset, each with its blocks sorted by offset.
   std::vector<SegmentInfo> Snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
-  // Reserved but not allocated bytes.
+  // Reserved bytes in no live block (neither allocated nor program-owned).
   uint64_t cached_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:

@@ -1,4 +1,4 @@
-// spec: E1, E4, E5, E7
+// spec: E1, E2, E4, E5, E7
 #include "rbln/runtime/caching_allocator.h"
 
 #include <cstdint>
@@ -404,6 +404,55 @@ TEST(ChipletCachingAllocatorTest, SnapshotListsSegmentsAndBlocksInOrder) {
   EXPECT_EQ(snapshot[1].blocks[1].size, 2 * kUnit);
   EXPECT_EQ(snapshot[1].blocks[1].requested, 5000u);
   EXPECT_TRUE(snapshot[1].blocks[1].allocated);
+}
+
+TEST(ChipletCachingAllocatorTest, ProgramOwnedBlocksCountAsReservedOnly) {
+  // SPEC E2: a cached program's buffer is reserved, not allocated/active.
+  ChipletHeap heap(64 * kMiB, kUnit);
+  ChipletCachingAllocator allocator(&heap);
+  const uint64_t user = AllocOrDie(allocator, kUnit);
+  const uint64_t program = AllocOrDie(allocator, 3 * kUnit - 5);
+  ASSERT_TRUE(allocator.SetProgramOwned(program, true).ok());
+  ASSERT_TRUE(allocator.SetProgramOwned(program, true).ok());  // No-op.
+  AllocatorStats stats = allocator.stats();
+  EXPECT_EQ(stats.allocated_bytes.current, kUnit);
+  EXPECT_EQ(stats.active_bytes.current, kUnit);
+  EXPECT_EQ(stats.requested_bytes.current, kUnit);
+  EXPECT_EQ(stats.allocation.current, 1);
+  EXPECT_EQ(stats.active.current, 1);
+  EXPECT_EQ(stats.program.current, 1);
+  EXPECT_EQ(stats.program_bytes.current, 3 * kUnit);
+  EXPECT_EQ(stats.reserved_bytes.current, 2 * kMiB);
+  EXPECT_EQ(allocator.cached_bytes(), 2 * kMiB - 4 * kUnit);
+  std::vector<SegmentInfo> snapshot = allocator.Snapshot();
+  ASSERT_EQ(snapshot.size(), 1u);
+  EXPECT_FALSE(snapshot[0].blocks[0].program_owned);
+  EXPECT_TRUE(snapshot[0].blocks[1].program_owned);
+
+  // Unmarking gives it back to the user's statistics.
+  ASSERT_TRUE(allocator.SetProgramOwned(program, false).ok());
+  stats = allocator.stats();
+  EXPECT_EQ(stats.allocated_bytes.current, 4 * kUnit);
+  EXPECT_EQ(stats.requested_bytes.current, 4 * kUnit - 5);
+  EXPECT_EQ(stats.program_bytes.current, 0);
+
+  // Freeing a marked block releases it from the program statistics only.
+  ASSERT_TRUE(allocator.SetProgramOwned(program, true).ok());
+  ASSERT_TRUE(allocator.Free(program).ok());
+  stats = allocator.stats();
+  EXPECT_EQ(stats.program.current, 0);
+  EXPECT_EQ(stats.program_bytes.current, 0);
+  EXPECT_EQ(stats.allocated_bytes.current, kUnit);
+  EXPECT_EQ(stats.active.current, 1);
+  EXPECT_EQ(stats.requested_bytes.current, kUnit);
+  EXPECT_EQ(allocator.cached_bytes(), 2 * kMiB - kUnit);
+  // The freed block is reusable like any other.
+  EXPECT_EQ(AllocOrDie(allocator, 3 * kUnit), program);
+  ASSERT_TRUE(allocator.Free(user).ok());
+
+  absl::Status unknown = allocator.SetProgramOwned(12345 * kUnit, true);
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(unknown.message(), HasSubstr("not a live block"));
 }
 
 TEST(ChipletCachingAllocatorTest, DestructionReturnsEverySegment) {

@@ -29,6 +29,12 @@ class PhysicalMemory {
   virtual absl::Status FreePhysical(const DeviceAllocation& block) = 0;
   // The host-accessible view of a block, for the DMA engine and executor.
   virtual absl::StatusOr<void*> HostView(const DeviceAllocation& block) = 0;
+  // Counts `block` as memory of a cached compiled program (reserved, not
+  // allocated) or back as the user's (SPEC E2). Implementations without
+  // statistics need not track it.
+  virtual absl::Status SetProgramOwned(const DeviceAllocation& /*block*/, bool /*owned*/) {
+    return absl::OkStatus();
+  }
 };
 
 }  // namespace rbln::runtime

@@ -139,7 +139,10 @@ absl::StatusOr<DeviceAllocation> Runtime::AllocatePhysical(int npu,
   int64_t least = -1;
   for (int c = 0; wanted == kAnyChiplet && c < static_cast<int>(n.caches.size());
        ++c) {
-    const int64_t allocated = n.caches[c]->stats().allocated_bytes.current;
+    const AllocatorStats stats = n.caches[c]->stats();
+    // Program-owned blocks (E2) occupy the chiplet as much as the user's.
+    const int64_t allocated =
+        stats.allocated_bytes.current + stats.program_bytes.current;
     if (least < 0 || allocated < least) {
       chiplet = c;
       least = allocated;
@@ -177,6 +180,17 @@ absl::Status Runtime::FreePhysical(const DeviceAllocation& block) {
   const Npu& n = npus_[memory->npu_index()];
   RBLN_RETURN_IF_ERROR(
       n.caches[chiplet]->Free(block.address - memory->chiplet_base(chiplet)));
+  UpdateTotals(memory->npu_index(), chiplet);
+  return absl::OkStatus();
+}
+
+absl::Status Runtime::SetProgramOwned(const DeviceAllocation& block, bool owned) {
+  RBLN_ASSIGN_OR_RETURN(const DeviceMemory* memory,
+                        address_space_.Owner(block.address, 1));
+  const int chiplet = memory->ChipletOf(block.address);
+  const Npu& n = npus_[memory->npu_index()];
+  RBLN_RETURN_IF_ERROR(n.caches[chiplet]->SetProgramOwned(
+      block.address - memory->chiplet_base(chiplet), owned));
   UpdateTotals(memory->npu_index(), chiplet);
   return absl::OkStatus();
 }
@@ -219,7 +233,8 @@ void Runtime::UpdateTotals(int npu, int chiplet) {
   AllocatorStats sum;
   for (const AllocatorStats& s : last) sum += s;
   AllocatorStats& total = totals_[npu];
-  std::array<Stat*, 9> from = sum.AllStats(), to = total.AllStats();
+  auto from = sum.AllStats();
+  auto to = total.AllStats();
   for (size_t i = 0; i < from.size(); ++i) {
     to[i]->current = from[i]->current;
     to[i]->allocated = from[i]->allocated;

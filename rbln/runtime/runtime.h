@@ -67,6 +67,7 @@ class Runtime : public PhysicalMemory {
                                                     int chiplet) override;
   absl::Status FreePhysical(const DeviceAllocation& block) override;
   absl::StatusOr<void*> HostView(const DeviceAllocation& block) override;
+  absl::Status SetProgramOwned(const DeviceAllocation& block, bool owned) override;
 
   // Device memory reserved from / still free in a chiplet's heap.
   uint64_t UsedBytes(int npu, int chiplet) const;

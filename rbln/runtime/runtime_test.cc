@@ -1,4 +1,4 @@
-// spec: A9, E7
+// spec: A9, E2, E7
 #include "rbln/runtime/runtime.h"
 
 #include "gmock/gmock.h"
@@ -93,6 +93,35 @@ TEST(RuntimeTest, NpuTotalsHaveExactPeaks) {
   ASSERT_TRUE((*rt)->FreePhysical(*b).ok());
   EXPECT_EQ((*rt)->NpuStats(0).allocated_bytes.peak, 12288);
   EXPECT_EQ((*rt)->NpuStats(0).allocated_bytes.current, 4096);
+}
+
+TEST(RuntimeTest, ProgramOwnedStoragesAreReservedNotAllocated) {
+  // spec: E2 -- marked before it has device memory (a lazy constant): the
+  // block it acquires later is program-owned; releasing the storage frees it.
+  auto rt = Runtime::Create(SmallCard());
+  StorageManager& storage = (*rt)->storage();
+  uintptr_t constant = *storage.Create(0, 5000);
+  uintptr_t user = *storage.Create(0, 100);
+  ASSERT_TRUE(storage.SetProgramOwned(constant, true).ok());
+  ASSERT_TRUE(storage.Bind(constant).ok());
+  ASSERT_TRUE(storage.Bind(user).ok());
+  EXPECT_TRUE(storage.Info(constant)->program_owned);
+  EXPECT_FALSE(storage.Info(user)->program_owned);
+  AllocatorStats total = (*rt)->NpuStats(0);
+  EXPECT_EQ(total.allocated_bytes.current, 4096);
+  EXPECT_EQ(total.active_bytes.current, 4096);
+  EXPECT_EQ(total.program_bytes.current, 8192);
+  EXPECT_GE(total.reserved_bytes.current, 12288);
+  // Placement counts program-owned bytes as load: the user block went to
+  // another chiplet than the constant.
+  EXPECT_NE(storage.Info(user)->chiplet, storage.Info(constant)->chiplet);
+  ASSERT_TRUE(storage.SetProgramOwned(constant, false).ok());
+  EXPECT_EQ((*rt)->NpuStats(0).allocated_bytes.current, 12288);
+  ASSERT_TRUE(storage.SetProgramOwned(constant, true).ok());
+  ASSERT_TRUE(storage.Release(constant).ok());
+  total = (*rt)->NpuStats(0);
+  EXPECT_EQ(total.program_bytes.current, 0);
+  EXPECT_EQ(total.allocated_bytes.current, 4096);
 }
 
 TEST(RuntimeTest, NpuIndexOutOfRange) {

@@ -265,6 +265,7 @@ absl::Status StorageManager::AcquireDevice(Storage& s) {
   }
   s.block = block;
   s.backing = *view;
+  if (s.program_owned) RBLN_RETURN_IF_ERROR(physical_->SetProgramOwned(block, true));
   return absl::OkStatus();
 }
 
@@ -463,6 +464,9 @@ absl::Status StorageManager::AlignLayout(uintptr_t target_base,
   }
   target->block = block;
   target->backing = *view;
+  if (target->program_owned) {
+    RBLN_RETURN_IF_ERROR(physical_->SetProgramOwned(block, true));
+  }
   return absl::OkStatus();
 }
 
@@ -484,6 +488,7 @@ absl::StatusOr<StorageInfo> StorageManager::Info(uintptr_t address) const {
     info.device_bytes = s->block->size;
   }
   if (s->shadow) info.offload_path = s->shadow->path;
+  info.program_owned = s->program_owned;
   return info;
 }
 
@@ -557,6 +562,15 @@ absl::Status StorageManager::RecordStream(uintptr_t address, DeviceStream& strea
     if (recorded == &stream) return absl::OkStatus();
   }
   s->recorded_streams.push_back(&stream);
+  return absl::OkStatus();
+}
+
+absl::Status StorageManager::SetProgramOwned(uintptr_t base, bool owned) {
+  absl::MutexLock lock(&mu_);
+  RBLN_ASSIGN_OR_RETURN(Storage * s, Find(base, 1));
+  if (s->program_owned == owned) return absl::OkStatus();
+  if (s->block) RBLN_RETURN_IF_ERROR(physical_->SetProgramOwned(*s->block, owned));
+  s->program_owned = owned;
   return absl::OkStatus();
 }
 

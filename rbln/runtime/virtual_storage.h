@@ -68,6 +68,7 @@ struct StorageInfo {
   int chiplet = -1;          // When has_device_memory.
   uint64_t device_bytes = 0;  // Rounded size of the physical block.
   std::string offload_path;   // File holding the host shadow, if offloaded.
+  bool program_owned = false;  // SetProgramOwned().
 };
 
 class StorageManager {
@@ -149,6 +150,11 @@ class StorageManager {
   static std::string SetThreadOffloadDir(std::string dir);
 
   absl::StatusOr<StorageInfo> Info(uintptr_t address) const;
+
+  // Marks the storage's device memory, now and whenever it acquires a new
+  // block, as owned by a cached compiled program: counted as reserved, not
+  // allocated (SPEC E2; PhysicalMemory::SetProgramOwned).
+  absl::Status SetProgramOwned(uintptr_t base, bool owned);
   // Does `address` fall inside a live storage?
   bool Contains(uintptr_t address) const;
   int64_t num_storages() const;
@@ -178,6 +184,7 @@ class StorageManager {
     std::unique_ptr<HostShadow> shadow;  // Allocated on first need.
     std::optional<DeviceAllocation> block;
     void* backing = nullptr;  // Host view of `block`.
+    bool program_owned = false;  // Applied to every block it gets (SPEC E2).
   };
   // A released block waiting for streams to pass points (record_stream).
   struct DeferredFree {

@@ -340,6 +340,13 @@ void RegisterGraphProgramBindings(py::module_& m) {
   // IR op names the compiler's frontend converts: the Dynamo backend makes
   // the others host ops when options={"host_ops": "unimplemented"} (SPEC J6).
   m.def("_graph_implemented_ops", [] { return compiler::ImplementedOps(); });
+  // Marks a storage (by base address) as a buffer of a cached program:
+  // counted as reserved, not allocated/active, until unmarked or freed
+  // (SPEC E2); applies to device memory it acquires later too.
+  m.def("_graph_set_program_owned", [](uintptr_t base, bool owned) {
+    const absl::Status status = RuntimeOrThrow().storage().SetProgramOwned(base, owned);
+    if (!status.ok()) throw std::runtime_error(std::string(status.message()));
+  });
   m.def("_graph_compile", &CompileGraph, py::arg("name"), py::arg("inputs"),
         py::arg("nodes"), py::arg("outputs"), py::arg("cache_dir") = std::string());
   // torch._dynamo.reset(): programs cached by the compilers in memory go too

@@ -59,6 +59,9 @@ py::dict StatsDict(const runtime::AllocatorStats& s) {
       {"active_bytes", &s.active_bytes},
       {"inactive_split_bytes", &s.inactive_split_bytes},
       {"requested_bytes", &s.requested_bytes},
+      // Buffers of cached compiled programs: reserved, not allocated (E2).
+      {"program", &s.program},
+      {"program_bytes", &s.program_bytes},
   };
   for (const auto& [name, stat] : stats) {
     const std::string prefix = std::string(name) + ".all.";
@@ -205,6 +208,7 @@ PYBIND11_MODULE(_C, m) {
           d["bound"] = info->bound;
           d["chiplet"] = info->chiplet;
           d["device_bytes"] = info->device_bytes;
+          d["program_owned"] = info->program_owned;
           d["offload_path"] = info->offload_path;
           return d;
         }));

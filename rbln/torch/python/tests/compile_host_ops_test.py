@@ -130,6 +130,29 @@ def test_unimplemented_ops_become_host_ops_when_asked():
     assert host["host_op_reason"] == "not implemented by the rbln compiler: sin"
 
 
+def test_compile_only_builds_segments_around_static_host_ops():
+    # spec: J5, J6 -- mode="compile_only" runs host ops on meta tensors to
+    # size the next segment; a data-dependent one cannot be sized: clear error.
+    def g(x):
+        return torch.sin(x * 2) + 1
+
+    x = torch.randn(64, 64, dtype=torch.float16, device=DEV)
+    f = torch.compile(g, backend="rbln", dynamic=False,
+                      options={"host_ops": "unimplemented", "mode": "compile_only"})
+    c0 = counters()
+    out = f(x)
+    c1 = counters()
+    assert out.device.type == "meta" and out.shape == (64, 64)
+    assert delta(c0, c1, "graph/compiles") == 2 and delta(c0, c1, "graph/runs") == 0
+    assert delta(c0, c1, "graph/host_ops") == 0
+    torch._dynamo.reset()
+    h = torch.compile(nonzero_in_the_middle, backend="rbln", dynamic=False,
+                      options={"mode": "compile_only"})
+    with pytest.raises(RuntimeError, match="mode='compile_only' cannot build the segments "
+                                           "after host op nonzero"):
+        h(torch.randn(32, 16, dtype=torch.float16, device=DEV))
+
+
 def test_unimplemented_ops_fail_the_compile_by_default():
     # spec: J6 -- without host_ops="unimplemented" the frontend's
     # NotImplementedError makes the whole graph run on the CPU.

@@ -242,23 +242,39 @@ def test_options_compile_only_and_errors():
 
 
 def test_dynamo_reset_clears_programs_and_frees_constant_buffers():
-    # spec: J5, E2 -- constants live on the device while cached; reset frees them.
+    # spec: J5, E2, E4 -- a cached program's constants are device memory the
+    # cache holds: reserved (program_bytes), not allocated/active; reset frees them.
     def with_constant(a):
         return a + torch.ones(512, 512, dtype=a.dtype, device=a.device).tril()
 
     x = torch.randn(512, 512, dtype=torch.float16, device=DEV)
+    torch.rbln.bind_device_memory(x)
+    const_bytes = 512 * 512 * 2
+    s0 = torch.rbln.memory_stats(DEV)
     f = torch.compile(with_constant, backend="rbln", dynamic=False)
     out = f(x)
     torch.testing.assert_close(out.cpu(), with_constant(x.cpu()))
     (graph,) = torch.rbln.compiled_programs()
     report = graph.inspect()
     assert report["programs"][0]["ops"] == {"add": 1} and report["host_ops"] == []
-    assert sum(report["device_bytes_per_chiplet"].values()) >= 2 * 512 * 512 * 2
+    assert sum(report["device_bytes_per_chiplet"].values()) >= 2 * const_bytes
+    held_by_program = sum(v["constants"] for v in report["device_buffers_per_chiplet"].values())
+    assert held_by_program >= const_bytes
     del out
-    held = torch.rbln.memory_allocated(DEV)
+    torch.rbln.synchronize()
+    s1 = torch.rbln.memory_stats(DEV)
+    # Only the constant stayed, and it is the program's, not the user's.
+    assert s1["allocated_bytes.all.current"] == s0["allocated_bytes.all.current"]
+    assert s1["active_bytes.all.current"] == s0["active_bytes.all.current"]
+    assert s1["program_bytes.all.current"] - s0["program_bytes.all.current"] == held_by_program
+    assert s1["reserved_bytes.all.current"] >= (s1["allocated_bytes.all.current"]
+                                                + s1["program_bytes.all.current"])
+    assert torch.rbln.memory_allocated(DEV) == s0["allocated_bytes.all.current"]
     torch._dynamo.reset()
+    s2 = torch.rbln.memory_stats(DEV)
     assert torch.rbln.compiled_programs() == []
-    assert torch.rbln.memory_allocated(DEV) <= held - 512 * 512 * 2
+    assert s2["program_bytes.all.current"] == s0["program_bytes.all.current"]
+    assert s2["allocated_bytes.all.current"] == s0["allocated_bytes.all.current"]
 
 
 if __name__ == "__main__":

@@ -74,6 +74,8 @@ _compiled_graphs = []
 # (graph name, exception) of every compile failure since the last reset.
 _compile_failures = []
 _graph_counter = 0
+# Logical devices whose multi-NPU group was reported as unsplit (A7).
+_warned_unsplit_groups = set()
 # IR ops the compiler's frontend converts (asked once).
 _implemented_ops = None
 
@@ -105,6 +107,7 @@ class _Options:
                 "(the RSD group size)"
             )
         self.npu = options.get("npu")
+        self._checked_devices = set()  # Logical devices check_num_devices() passed.
         self.host_ops = _host_ops.parse_mode(options.get("host_ops"))
         self.cache_dir = self._check_cache_dir(options.get("cache_dir"))
         self._check_npu()
@@ -147,17 +150,40 @@ class _Options:
             )
 
     def check_num_devices(self, device: torch.device) -> None:
-        """num_devices must fit the logical device's RSD group (SPEC J5)."""
-        if self.num_devices is None:
-            return
+        """num_devices must fit the logical device's RSD group (SPEC J5), and
+        programs cannot be split over NPUs yet (SPEC A7): an explicit
+        num_devices > 1 is an error; a group of several NPUs without the
+        option runs each program on the group's first NPU, said once."""
         index = device.index if device.index is not None else _C._current_device()
+        if index in self._checked_devices:
+            return  # The device map is fixed once committed.
         group = _C._device_map()["devices"][index]
+        if self.num_devices is None:
+            if len(group) > 1 and index not in _warned_unsplit_groups:
+                _warned_unsplit_groups.add(index)
+                print(
+                    f"[TORCH-RBLN][WARNING] rbln backend: {device} groups {len(group)} NPUs "
+                    f"(physical {group}) but compiled programs are not split over NPUs yet "
+                    f"(SPEC A7); they run on NPU {group[0]} only. Pass options="
+                    "{'num_devices': 1} to say so, or use a logical device of one NPU",
+                    file=sys.stderr, flush=True)
+            self._checked_devices.add(index)
+            return
         if self.num_devices > len(group):
             raise ValueError(
                 f"rbln backend: option num_devices={self.num_devices} but {device} groups "
                 f"{len(group)} NPU(s) (physical {group}); use num_devices <= {len(group)} or a "
                 "logical device with a larger group (RBLN_NPUS_PER_DEVICE / RBLN_DEVICE_MAP)"
             )
+        if self.num_devices > 1:
+            raise ValueError(
+                f"rbln backend: option num_devices={self.num_devices} asks to split each program "
+                f"over {self.num_devices} NPUs of {device}'s group {group}, but the rbln compiler "
+                "cannot partition programs over NPUs yet (SPEC A7); use num_devices=1 (the "
+                f"program runs on NPU {group[0]}), or torch.distributed with rbln-ccl to use "
+                "several NPUs"
+            )
+        self._checked_devices.add(index)
 
 
 class CompileFailure(RuntimeError):
@@ -226,6 +252,7 @@ class CompiledGraph:
         self._programs = {}  # input-shape key -> (IrGraph, GraphProgram or None)
         self._dynamic = False
         self._constants = {}  # (constant key, device) -> device tensor
+        self._owned = []  # Constants copied to the device by us (program-owned)
         self._folded = fold_constants(gm)
         self._last_outputs = []
         self._last_inputs = []
@@ -326,6 +353,12 @@ class CompiledGraph:
                 for part in src.split("."):
                     obj = getattr(obj, part)
             t = obj.detach().contiguous().to(device)
+            if t.numel() and (obj.device != t.device
+                              or obj.untyped_storage().data_ptr() != t.untyped_storage().data_ptr()):
+                # Our own copy, kept with the cached program: reserved, not
+                # allocated (SPEC E2), also once it gets device memory.
+                _C._graph_set_program_owned(t.untyped_storage().data_ptr(), True)
+                self._owned.append(t)
             self._constants[key] = t
         return t
 
@@ -356,7 +389,7 @@ class CompiledGraph:
             if kind == "arg":
                 t = args[src]
                 originals.append(t)
-                if t.device != device:
+                if t.device != device and t.device.type != "meta":
                     t = t.to(device)  # CPU call arguments are uploaded each call.
             else:
                 t0 = time.perf_counter()
@@ -400,6 +433,11 @@ class CompiledGraph:
     def release(self):
         """Frees the device buffers this graph holds (its constants); a later
         call uploads them again."""
+        for t in self._owned:
+            # Someone may still hold it (a graph can return a constant): it
+            # is theirs now, counted as allocated again.
+            _C._graph_set_program_owned(t.untyped_storage().data_ptr(), False)
+        self._owned = []
         self._constants.clear()
         self._last_outputs = []
         self._last_inputs = []
