@@ -146,7 +146,7 @@ def test_info_log_has_one_line_per_stage_with_elapsed_time():
     assert re.search(r"rbln_graph_1_inference_seg1: FX->IR [0-9.]+ ms .*shapes", text), text
     assert re.search(r"rbln_graph_1_inference_seg1: compile [0-9.]+ ms", text), text
     assert re.search(r"rbln_graph_1_inference_seg0: constants upload [0-9.]+ ms "
-                     r"\(1 tensors, 8192 bytes\)", text), text
+                     r"\(1 tensors, 8192 bytes;", text), text
     quiet = rbln_test_util.run_python(PROGRESS, {"TORCH_RBLN_LOG_LEVEL": None})
     assert quiet.returncode == 0 and "[TORCH-RBLN][INFO]" not in quiet.stderr
 

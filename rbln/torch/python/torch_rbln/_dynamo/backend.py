@@ -404,7 +404,8 @@ class CompiledGraph:
         args.clear()
         if uploaded:
             _log_info(f"graph {self.name}: constants upload {uploaded[0] * 1e3:.1f} ms "
-                      f"({uploaded[1]} tensors, {uploaded[2]} bytes)")
+                      f"({uploaded[1]} tensors, {uploaded[2]} bytes; lazy: the runtime "
+                      "pushes them at the program's first run)")
         self._last_inputs = [weakref.ref(t) for (kind, _), t in zip(ir.input_sources, inputs)
                              if kind == "arg" and t.device.type == "rbln"]
         if program is None:
