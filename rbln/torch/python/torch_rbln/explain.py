@@ -242,6 +242,8 @@ class ExplainRegion:
         for signal in ("dispatch/cpu_fallback", "dispatch/recompile"):
             for detail, n in self._details(signal).items():
                 op, _, why = detail.rpartition(": ")
+                if why == "pinned_to_cpu":
+                    continue  # Has a fast host path (SPEC I5).
                 entry = ops.setdefault(op, {"op": op, "count": 0, "why": []})
                 entry["count"] += n
                 if why not in entry["why"]:
