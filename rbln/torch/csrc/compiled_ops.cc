@@ -332,13 +332,18 @@ std::optional<std::vector<at::Tensor>> InferOutputs(const c10::OperatorHandle& o
 // over the data: aminmax vectorizes for half types on the CPU and propagates
 // NaN, so max(max, -min) is NaN or inf exactly when some element is.
 // (isnan/isinf/any() over every element took 3-10x longer: PyTorch's half
-// compares do not vectorize.)
-bool HasNanOrInf(const std::vector<at::Tensor>& inputs) {
-  for (const at::Tensor& t : inputs) {
+// compares do not vectorize.) sdpa's additive mask (input 3) may hold -inf:
+// that is how PyTorch encodes a boolean mask, so only NaN counts there.
+bool HasNanOrInf(const std::vector<at::Tensor>& inputs, bool sdpa) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const at::Tensor& t = inputs[i];
     if (!IsHalf(t.scalar_type()) || t.numel() == 0) continue;
     const auto [min, max] = at::aminmax(DownloadSpan(t));
     const at::Tensor peak = at::maximum(max, min.neg());
-    if (at::isnan(peak).item<bool>() || at::isinf(peak).item<bool>()) return true;
+    const bool inf_is_valid = sdpa && i == 3;
+    if (at::isnan(peak).item<bool>() || (!inf_is_valid && at::isinf(peak).item<bool>())) {
+      return true;
+    }
   }
   return false;
 }
@@ -368,7 +373,9 @@ std::optional<Check> FailedShimCheck(const Call& call) {
     }
   }
   if (config.Runs(Check::kScalar) && call.has_zero_dim_device_tensor) return Check::kScalar;
-  if (config.Runs(Check::kNanInf) && HasNanOrInf(call.inputs)) return Check::kNanInf;
+  if (config.Runs(Check::kNanInf) && HasNanOrInf(call.inputs, IsSdpa(call))) {
+    return Check::kNanInf;
+  }
   return std::nullopt;
 }
 
@@ -584,7 +591,7 @@ class CompiledKernel final : public c10::OperatorKernel {
       for (const InputSlot& slot : entry->inputs) {
         inputs.push_back(InputAt(*stack, first, slot));
       }
-      if (GetDispatchConfig().Runs(Check::kNanInf) && HasNanOrInf(inputs)) {
+      if (GetDispatchConfig().Runs(Check::kNanInf) && HasNanOrInf(inputs, sdpa_)) {
         Call call = ReadCall(op, *stack);
         CountFallback(call, CheckName(Check::kNanInf));
         return Fallback(op, stack);
@@ -713,7 +720,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 // PyTorch's math decomposition (compiled matmul/softmax ops, with autograd)
 // when a gradient is needed, for dropout, grouped-query attention with
 // unequal heads, nested tensors, or when the user disabled the overrideable
-// backend (torch.nn.attention.sdpa_kernel).
+// backend (torch.nn.attention.sdpa_kernel), and while tracing.
 int64_t RblnFusedSdpChoice(const at::Tensor& query, const at::Tensor& key,
                            const at::Tensor& value, const std::optional<at::Tensor>& attn_mask,
                            double dropout_p, bool /*is_causal*/, std::optional<double> /*scale*/,
@@ -724,7 +731,13 @@ int64_t RblnFusedSdpChoice(const at::Tensor& query, const at::Tensor& key,
        (attn_mask.has_value() && attn_mask->requires_grad()));
   const bool unequal_heads =
       enable_gqa && query.dim() >= 3 && key.dim() >= 3 && query.size(-3) != key.size(-3);
-  if (needs_grad || dropout_p > 0 || unequal_heads || query.is_nested() ||
+  // Tracing (Dynamo's fake tensors, functionalization) keeps the math
+  // decomposition: inside torch.compile the graph compiler takes attention
+  // as a whole pattern itself (SPEC H5), and the overrideable op's fake
+  // result has non-tensor placeholders a graph cannot carry.
+  const bool tracing = query.key_set().has_any(c10::DispatchKeySet(
+      {c10::DispatchKey::Python, c10::DispatchKey::Functionalize}));
+  if (tracing || needs_grad || dropout_p > 0 || unequal_heads || query.is_nested() ||
       query.dim() < 2 || !at::globalContext().userEnabledOverrideableSDP()) {
     return static_cast<int64_t>(at::SDPBackend::math);
   }
