@@ -50,8 +50,12 @@ void RecordCompiledOpFallback(absl::string_view op, absl::string_view overload,
   }
 }
 
-void FirePinnedHostPath(absl::string_view overload, int64_t bytes) {
-  CpuFallback().Fire(bytes, absl::StrCat(overload, ": pinned_to_cpu"));
+std::string PinnedHostPathDetail(absl::string_view overload) {
+  return absl::StrCat(overload, ": pinned_to_cpu");
+}
+
+void FirePinnedHostPath(absl::string_view detail, int64_t bytes) {
+  CpuFallback().Fire(bytes, detail);
 }
 
 void FireUnsupportedOpFallback(const c10::OperatorHandle& op,

@@ -8,6 +8,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <cstdint>
+#include <string>
 
 #include "absl/strings/string_view.h"
 
@@ -37,7 +38,9 @@ void FireUnsupportedOpFallback(const c10::OperatorHandle& op,
 // dispatch/cpu_fallback with why "pinned_to_cpu": an op pinned to the CPU
 // (SPEC I5) ran on its fast host path. explain() shows it (host work) but
 // does not list it as an optimization candidate.
-void FirePinnedHostPath(absl::string_view overload, int64_t bytes);
+// `detail` is PinnedHostPathDetail(overload), formatted once per op.
+std::string PinnedHostPathDetail(absl::string_view overload);
+void FirePinnedHostPath(absl::string_view detail, int64_t bytes);
 
 }  // namespace rbln::torch_backend
 

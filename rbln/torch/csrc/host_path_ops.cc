@@ -59,7 +59,7 @@ class HostPathKernel final : public c10::OperatorKernel {
   explicit HostPathKernel(const std::string& name)
       : total_(CounterRegistry::Global().Get("dispatch/host_path")),
         per_op_(CounterRegistry::Global().Get(absl::StrCat("dispatch/host_path/aten::", name))),
-        overload_(absl::StrCat("aten::", name)) {}
+        detail_(PinnedHostPathDetail(absl::StrCat("aten::", name))) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet,
                   torch::jit::Stack* stack) {
@@ -79,8 +79,12 @@ class HostPathKernel final : public c10::OperatorKernel {
         if (!device) device = t.device();
         bytes += t.nbytes();
         const c10::AliasInfo* alias = schema.arguments()[i].alias_info();
-        if (alias != nullptr && alias->isWrite()) written.emplace_back(i, t);
-        v = ToHost(t);
+        const bool write = alias != nullptr && alias->isWrite();
+        if (write) written.emplace_back(i, t);
+        // An out= argument's contents are overwritten: no download.
+        v = write && schema.arguments()[i].is_out()
+                ? at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kCPU))
+                : ToHost(t);
       } else if (v.isTensorList()) {
         std::vector<at::Tensor> host;
         for (const at::Tensor& t : v.toTensorList()) {
@@ -99,7 +103,7 @@ class HostPathKernel final : public c10::OperatorKernel {
     if (!device) return RblnCpuFallback(op, stack);  // Nothing on rbln.
     total_->Increment();
     per_op_->Increment();
-    FirePinnedHostPath(overload_, bytes);
+    FirePinnedHostPath(detail_, bytes);
     // Host copies of written arguments, by argument index (the stack entry
     // is consumed by the call).
     std::vector<at::Tensor> written_host;
@@ -132,7 +136,7 @@ class HostPathKernel final : public c10::OperatorKernel {
  private:
   Counter* const total_;
   Counter* const per_op_;
-  const std::string overload_;
+  const std::string detail_;  // explain()'s detail, formatted once.
 };
 
 constexpr const char* kPinnedToCpu[] = {
