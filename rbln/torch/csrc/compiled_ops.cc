@@ -18,7 +18,9 @@
 // the boxed fallback; every decision is counted.
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/SDPBackend.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/transformers/attention.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
@@ -29,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "rbln/compiler/compiler.h"
@@ -137,8 +140,19 @@ struct Call {
   compiler::ir::Node node;  // Attributes only; inputs/outputs filled later.
   bool has_zero_dim_device_tensor = false;
   bool has_scalar_operand = false;  // `x + 1.0` (SPEC G3).
+  std::optional<c10::Device> out_device;  // Of an out= argument (arange).
   std::string unsupported;  // Why the arguments cannot be described.
 };
+
+constexpr char kSdpaOverload[] = "aten::_scaled_dot_product_fused_attention_overrideable";
+
+bool IsSdpa(const Call& call) { return call.op == "scaled_dot_product_attention"; }
+
+// Ops whose results are indices: an int64 result is their nature, not a
+// dtype the device lacks.
+bool ProducesIndices(const std::string& op) {
+  return op == "argmax" || op == "argmin" || op == "arange" || op == "max" || op == "min";
+}
 
 void SetScalarAttr(Call& call, const std::string& name, const c10::Scalar& s) {
   compiler::ir::Attribute& a = (*call.node.mutable_attrs())[name];
@@ -159,6 +173,11 @@ std::string GraphOpName(const c10::FunctionSchema& schema) {
   std::string op = schema.name().substr(schema.name().find("::") + 2);
   if (!op.empty() && op.back() == '_') op.pop_back();
   if (op == "_softmax" || op == "_log_softmax") op.erase(0, 1);
+  // PyTorch's sdpa hands the whole attention to PrivateUse1 through the
+  // overrideable backend (see RblnFusedSdpChoice).
+  if (op == "_scaled_dot_product_fused_attention_overrideable") {
+    op = "scaled_dot_product_attention";
+  }
   return op;
 }
 
@@ -184,7 +203,10 @@ Call ReadCall(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
     if (v.isNone()) continue;
     if (v.isTensor()) {
       const at::Tensor& t = v.toTensor();
-      if (arg.is_out()) continue;
+      if (arg.is_out()) {
+        call.out_device = t.device();
+        continue;
+      }
       if (t.is_cpu() && t.dim() == 0) {
         // A Python scalar operand (`x * 2.0`): an attribute, in the key.
         SetScalarAttr(call, name, t.item());
@@ -235,6 +257,13 @@ Call ReadCall(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
     attrs["other"] = attrs["exponent"];
     attrs.erase("exponent");
   }
+  if (IsSdpa(call)) {
+    // The debug mask is a flash-attention artifact our kernel does not make.
+    if (attrs.contains("return_debug_mask") && attrs["return_debug_mask"].b()) {
+      call.unsupported = "return_debug_mask";
+    }
+    attrs.erase("return_debug_mask");
+  }
   return call;
 }
 
@@ -249,9 +278,21 @@ std::optional<int> DestinationArg(const c10::FunctionSchema& schema) {
   return std::nullopt;
 }
 
-// The functional result's sizes and dtype, by running the op on meta tensors.
-std::optional<at::Tensor> InferOutput(const c10::OperatorHandle& op,
-                                      const torch::jit::Stack& stack) {
+// The functional results' sizes and dtypes, by running the op on meta
+// tensors. sdpa's only computed result is its output [..., L, Ev]; the rest of
+// its tuple (logsumexp, ...) is what a backward would need, and rbln's sdpa
+// runs only without grad (see RblnFusedSdpChoice).
+std::optional<std::vector<at::Tensor>> InferOutputs(const c10::OperatorHandle& op,
+                                                    const torch::jit::Stack& stack,
+                                                    const Call& call) {
+  if (IsSdpa(call)) {
+    const at::Tensor& q = call.inputs[0];
+    const at::Tensor& v = call.inputs[2];
+    std::vector<int64_t> sizes(q.sizes().begin(), q.sizes().end());
+    sizes.back() = v.size(-1);
+    return std::vector<at::Tensor>{
+        at::empty(sizes, q.options().device(at::kMeta))};
+  }
   const size_t n = op.schema().arguments().size();
   torch::jit::Stack meta(stack.end() - n, stack.end());
   auto to_meta = [](const at::Tensor& t) {
@@ -274,8 +315,13 @@ std::optional<at::Tensor> InferOutput(const c10::OperatorHandle& op,
   } catch (const c10::Error&) {
     return std::nullopt;  // No meta kernel: let the CPU decide.
   }
-  if (meta.size() != 1 || !meta[0].isTensor()) return std::nullopt;
-  return meta[0].toTensor();
+  std::vector<at::Tensor> outs;
+  for (const c10::IValue& v : meta) {
+    if (!v.isTensor()) return std::nullopt;
+    outs.push_back(v.toTensor());
+  }
+  if (outs.empty()) return std::nullopt;
+  return outs;
 }
 
 // The NaN/Inf check reads inputs on the host: a device-latest input costs a
@@ -286,13 +332,18 @@ std::optional<at::Tensor> InferOutput(const c10::OperatorHandle& op,
 // over the data: aminmax vectorizes for half types on the CPU and propagates
 // NaN, so max(max, -min) is NaN or inf exactly when some element is.
 // (isnan/isinf/any() over every element took 3-10x longer: PyTorch's half
-// compares do not vectorize.)
-bool HasNanOrInf(const std::vector<at::Tensor>& inputs) {
-  for (const at::Tensor& t : inputs) {
+// compares do not vectorize.) sdpa's additive mask (input 3) may hold -inf:
+// that is how PyTorch encodes a boolean mask, so only NaN counts there.
+bool HasNanOrInf(const std::vector<at::Tensor>& inputs, bool sdpa) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const at::Tensor& t = inputs[i];
     if (!IsHalf(t.scalar_type()) || t.numel() == 0) continue;
     const auto [min, max] = at::aminmax(DownloadSpan(t));
     const at::Tensor peak = at::maximum(max, min.neg());
-    if (at::isnan(peak).item<bool>() || at::isinf(peak).item<bool>()) return true;
+    const bool inf_is_valid = sdpa && i == 3;
+    if (at::isnan(peak).item<bool>() || (!inf_is_valid && at::isinf(peak).item<bool>())) {
+      return true;
+    }
   }
   return false;
 }
@@ -322,31 +373,48 @@ std::optional<Check> FailedShimCheck(const Call& call) {
     }
   }
   if (config.Runs(Check::kScalar) && call.has_zero_dim_device_tensor) return Check::kScalar;
-  if (config.Runs(Check::kNanInf) && HasNanOrInf(call.inputs)) return Check::kNanInf;
+  if (config.Runs(Check::kNanInf) && HasNanOrInf(call.inputs, IsSdpa(call))) {
+    return Check::kNanInf;
+  }
   return std::nullopt;
 }
 
+// H4's reason, as the fallback log and explain() show it.
+std::string SdpaMisalignedReason(int64_t query_length) {
+  return absl::StrCat("query sequence length ", query_length, " not aligned to 32");
+}
+
 // The wrapper's checks, after a warm-cache miss: output dtype, alignment of
-// the last dimension (SPEC H3), storage offset (SPEC H6). A call failing one
+// the last dimension (SPEC H3), attention query length (SPEC H4), storage
+// offset (SPEC H6). Returns the failed check's reason. A call failing one
 // never enters the warm cache, so it is checked again on every call.
-std::optional<Check> FailedWrapperCheck(const Call& call, const at::Tensor& out) {
+std::optional<std::string> FailedWrapperCheck(const Call& call,
+                                              const std::vector<at::Tensor>& outs) {
   const DispatchConfig& config = GetDispatchConfig();
-  if (config.Runs(Check::kDtype) && !IsHalf(out.scalar_type()) &&
-      out.scalar_type() != at::kBool) {
-    return Check::kDtype;
+  if (config.Runs(Check::kDtype)) {
+    for (const at::Tensor& out : outs) {
+      const at::ScalarType t = out.scalar_type();
+      const bool index = t == at::kLong && ProducesIndices(call.op);
+      if (!IsHalf(t) && t != at::kBool && !index) return std::string(CheckName(Check::kDtype));
+    }
   }
   if (config.Runs(Check::kAlignment)) {
     auto misaligned = [](const at::Tensor& t) {
       return t.dim() > 0 && t.size(-1) % 64 != 0;
     };
     for (const at::Tensor& t : call.inputs) {
-      if (misaligned(t)) return Check::kAlignment;
+      if (misaligned(t)) return std::string(CheckName(Check::kAlignment));
     }
-    if (misaligned(out)) return Check::kAlignment;
+    for (const at::Tensor& out : outs) {
+      if (misaligned(out)) return std::string(CheckName(Check::kAlignment));
+    }
+    if (IsSdpa(call) && call.inputs[0].size(-2) % 32 != 0) {
+      return SdpaMisalignedReason(call.inputs[0].size(-2));
+    }
   }
   if (config.Runs(Check::kStorageOffset)) {
     for (const at::Tensor& t : call.inputs) {
-      if (t.storage_offset() != 0) return Check::kStorageOffset;
+      if (t.storage_offset() != 0) return std::string(CheckName(Check::kStorageOffset));
     }
   }
   return std::nullopt;
@@ -357,6 +425,12 @@ std::optional<Check> FailedWrapperCheck(const Call& call, const at::Tensor& out)
 void CountFallback(const Call& call, absl::string_view why) {
   int64_t bytes = 0;
   for (const at::Tensor& t : call.inputs) bytes += t.is_cpu() ? 0 : t.nbytes();
+  if (IsSdpa(call) && absl::StartsWith(why, "query sequence length")) {
+    // SPEC H4's own message, under the name the product logs it with.
+    LogCheckFallback(absl::StrCat("sdpa_overrideable (", why, ") op ran on CPU"));
+    RecordCompiledOpFallback("sdpa_overrideable", "sdpa_overrideable", why, bytes);
+    return;
+  }
   RecordCompiledOpFallback(call.op, call.overload, why, bytes);
 }
 
@@ -376,7 +450,8 @@ bool TakesWrapperPath(const Call& call) {
   return false;
 }
 
-std::shared_ptr<const WarmEntry> Compile(const Call& call, const at::Tensor& out,
+std::shared_ptr<const WarmEntry> Compile(const Call& call,
+                                         const std::vector<at::Tensor>& outs,
                                          std::string* error) {
   compiler::ir::Graph graph;
   graph.set_name(call.op);
@@ -389,10 +464,12 @@ std::shared_ptr<const WarmEntry> Compile(const Call& call, const at::Tensor& out
   *node = call.node;
   node->set_op(call.op);
   for (const std::string& name : call.input_names) node->add_inputs(name);
-  compiler::ir::Value* result = node->add_outputs();
-  result->set_name("result");
-  *result->mutable_type() = IrType(out.scalar_type(), out.sizes());
-  graph.add_outputs("result");
+  for (size_t i = 0; i < outs.size(); ++i) {
+    compiler::ir::Value* result = node->add_outputs();
+    result->set_name(i == 0 ? std::string("result") : absl::StrCat("result", i));
+    *result->mutable_type() = IrType(outs[i].scalar_type(), outs[i].sizes());
+    graph.add_outputs(result->name());
+  }
   absl::StatusOr<std::shared_ptr<const CompiledProgram>> program =
       compiler::Compiler::Global().Compile(graph);
   if (!program.ok()) {
@@ -402,8 +479,11 @@ std::shared_ptr<const WarmEntry> Compile(const Call& call, const at::Tensor& out
   auto entry = std::make_shared<WarmEntry>();
   entry->program = *program;
   entry->inputs = call.slots;
-  entry->out_sizes.assign(out.sizes().begin(), out.sizes().end());
-  entry->out_dtype = out.scalar_type();
+  for (const at::Tensor& out : outs) {
+    entry->outputs.push_back(
+        WarmOutput{std::vector<int64_t>(out.sizes().begin(), out.sizes().end()),
+                   out.scalar_type()});
+  }
   return entry;
 }
 
@@ -416,9 +496,38 @@ const at::Tensor& InputAt(const torch::jit::Stack& stack, size_t first,
   return v.toListRef()[slot.list_index].toTensor();
 }
 
+// Pushes the rest of sdpa_overrideable's result tuple after its output:
+// logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, philox_seed, philox_offset,
+// debug_attn_mask. Only a backward reads them, and rbln's sdpa runs without
+// grad, so they are empty (as in PyTorch's own overrideable stubs).
+void PushSdpaExtras(torch::jit::Stack* stack, const at::Tensor& output, int64_t max_q,
+                    int64_t max_k) {
+  const at::TensorOptions options = output.options();
+  torch::jit::push(*stack, at::empty({0}, options.dtype(at::kFloat)));
+  torch::jit::push(*stack, at::empty({0}, options.dtype(at::kLong)));
+  torch::jit::push(*stack, at::empty({0}, options.dtype(at::kLong)));
+  torch::jit::push(*stack, c10::IValue(max_q));
+  torch::jit::push(*stack, c10::IValue(max_k));
+  torch::jit::push(*stack, at::empty({0}, options.dtype(at::kLong)));
+  torch::jit::push(*stack, at::empty({0}, options.dtype(at::kLong)));
+  torch::jit::push(*stack, at::empty({0}, options));
+}
+
+// The device of a call: its first device input, else its out= tensor
+// (arange has no tensor input).
+c10::Device CallDevice(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
+                       const std::vector<at::Tensor>& inputs) {
+  if (!inputs.empty()) return inputs[0].device();
+  const size_t n = op.schema().arguments().size();
+  const std::optional<int> dst = DestinationArg(op.schema());
+  TORCH_INTERNAL_ASSERT(dst.has_value(), "rbln: a compiled call without device inputs "
+                        "needs an out= argument (", op.schema().name(), ")");
+  return stack[stack.size() - n + *dst].toTensor().device();
+}
+
 // Runs `entry` on the call's inputs and leaves the result on the stack.
 void Run(const c10::OperatorHandle& op, torch::jit::Stack* stack,
-         const WarmEntry& entry, const std::vector<at::Tensor>& inputs) {
+         const WarmEntry& entry, const std::vector<at::Tensor>& inputs, bool sdpa) {
   const size_t n = op.schema().arguments().size();
   const size_t first = stack->size() - n;
   // The compiled kernel reads dense row-major buffers.
@@ -433,16 +542,27 @@ void Run(const c10::OperatorHandle& op, torch::jit::Stack* stack,
       buffers.push_back(Buffer(materialized.back()));
     }
   }
-  const c10::Device device = inputs[0].device();
+  const c10::Device device = CallDevice(op, *stack, inputs);
   // Allocates without a dispatcher round trip (a lazy virtual storage).
-  at::Tensor result = at::detail::empty_generic(entry.out_sizes, GetDeviceAllocator(),
-                                                kRblnKeys, entry.out_dtype, std::nullopt);
-  buffers.push_back(Buffer(result));
+  std::vector<at::Tensor> results;
+  results.reserve(entry.outputs.size());
+  for (const WarmOutput& out : entry.outputs) {
+    results.push_back(at::detail::empty_generic(out.sizes, GetDeviceAllocator(), kRblnKeys,
+                                                out.dtype, std::nullopt));
+    buffers.push_back(Buffer(results.back()));
+  }
   // Kernels run on this thread: earlier work queued on the current stream
   // finishes first (SPEC M2).
   CompleteCurrentStreamWork(device.index());
   ThrowIfErrorOn(device, RuntimeOrThrow().executor().Run(*entry.program, buffers));
   Counters().compiled_runs->Increment();
+  if (sdpa) {
+    const int64_t max_q = inputs[0].size(-2), max_k = inputs[1].size(-2);
+    torch::jit::drop(*stack, n);
+    torch::jit::push(*stack, results[0]);
+    return PushSdpaExtras(stack, results[0], max_q, max_k);
+  }
+  at::Tensor& result = results[0];
 
   if (std::optional<int> dst_arg = DestinationArg(op.schema())) {
     // In place or out=: the result lands in the destination (SPEC K4).
@@ -454,13 +574,13 @@ void Run(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     return;
   }
   torch::jit::drop(*stack, n);
-  torch::jit::push(*stack, std::move(result));
+  for (at::Tensor& r : results) torch::jit::push(*stack, std::move(r));
 }
 
 // The boxed kernel of one compiled overload.
 class CompiledKernel final : public c10::OperatorKernel {
  public:
-  explicit CompiledKernel(uint32_t overload_id) : overload_id_(overload_id) {}
+  CompiledKernel(uint32_t overload_id, bool sdpa) : overload_id_(overload_id), sdpa_(sdpa) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet,
                   torch::jit::Stack* stack) {
@@ -471,14 +591,14 @@ class CompiledKernel final : public c10::OperatorKernel {
       for (const InputSlot& slot : entry->inputs) {
         inputs.push_back(InputAt(*stack, first, slot));
       }
-      if (GetDispatchConfig().Runs(Check::kNanInf) && HasNanOrInf(inputs)) {
+      if (GetDispatchConfig().Runs(Check::kNanInf) && HasNanOrInf(inputs, sdpa_)) {
         Call call = ReadCall(op, *stack);
         CountFallback(call, CheckName(Check::kNanInf));
-        return RblnCpuFallback(op, stack);
+        return Fallback(op, stack);
       }
       Counters().warm_hits->Increment();
-      const c10::DeviceGuard guard(inputs[0].device());
-      return Run(op, stack, *entry, inputs);
+      const c10::DeviceGuard guard(CallDevice(op, *stack, inputs));
+      return Run(op, stack, *entry, inputs, sdpa_);
     }
     Counters().warm_misses->Increment();
     SlowPath(op, stack);
@@ -506,31 +626,42 @@ class CompiledKernel final : public c10::OperatorKernel {
     return WarmCache::Global().Find(key.bytes());
   }
 
+  // The CPU runs a call the device does not; sdpa_overrideable has no CPU
+  // kernel of its own, so it runs as the CPU's sdpa.
+  void Fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) const {
+    if (sdpa_) return RblnSdpaCpuFallback(op, stack);
+    RblnCpuFallback(op, stack);
+  }
+
   void SlowPath(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     Call call = ReadCall(op, *stack);
-    if (!call.unsupported.empty() || call.inputs.empty()) {
+    if (!call.unsupported.empty() || (call.inputs.empty() && !call.out_device)) {
       CountFallback(call, "argument");
-      return RblnCpuFallback(op, stack);
+      return Fallback(op, stack);
     }
     for (const at::Tensor& t : call.inputs) {
       if (t.device() != call.inputs[0].device() || !IrDType(t.scalar_type())) {
         CountFallback(call, t.device() != call.inputs[0].device() ? "device" : "dtype");
-        return RblnCpuFallback(op, stack);  // The fallback reports mixed devices.
+        return Fallback(op, stack);  // The fallback reports mixed devices.
       }
     }
     if (std::optional<Check> failed = FailedShimCheck(call)) {
       CountFallback(call, CheckName(*failed));
-      return RblnCpuFallback(op, stack);
+      return Fallback(op, stack);
     }
-    const c10::DeviceGuard guard(call.inputs[0].device());
-    std::optional<at::Tensor> meta = InferOutput(op, *stack);
-    if (!meta || !IrDType(meta->scalar_type())) {
+    const c10::DeviceGuard guard(CallDevice(op, *stack, call.inputs));
+    std::optional<std::vector<at::Tensor>> meta = InferOutputs(op, *stack, call);
+    bool described = meta.has_value();
+    for (size_t i = 0; described && i < meta->size(); ++i) {
+      described = IrDType((*meta)[i].scalar_type()).has_value();
+    }
+    if (!described) {
       CountFallback(call, "output");
-      return RblnCpuFallback(op, stack);
+      return Fallback(op, stack);
     }
-    if (std::optional<Check> failed = FailedWrapperCheck(call, *meta)) {
-      CountFallback(call, CheckName(*failed));
-      return RblnCpuFallback(op, stack);
+    if (std::optional<std::string> failed = FailedWrapperCheck(call, *meta)) {
+      CountFallback(call, *failed);
+      return Fallback(op, stack);
     }
     std::string error;
     std::shared_ptr<const WarmEntry> entry = Compile(call, *meta, &error);
@@ -540,7 +671,7 @@ class CompiledKernel final : public c10::OperatorKernel {
       OnFallback(FallbackCategory::kCompileError, call.overload, error);
       TORCH_WARN_ONCE("rbln: compiling ", call.overload, " failed, running it on CPU: ", error);
       CountFallback(call, "compile_error");
-      return RblnCpuFallback(op, stack);
+      return Fallback(op, stack);
     }
     if (TakesWrapperPath(call)) {
       Counters().wrapper_path->Increment();
@@ -548,10 +679,11 @@ class CompiledKernel final : public c10::OperatorKernel {
       thread_local WarmKey key;
       if (BuildKey(op, *stack, key)) WarmCache::Global().Insert(key.bytes(), entry);
     }
-    Run(op, stack, *entry, call.inputs);
+    Run(op, stack, *entry, call.inputs, sdpa_);
   }
 
   const uint32_t overload_id_;
+  const bool sdpa_;  // aten::_scaled_dot_product_fused_attention_overrideable.
 };
 
 // ATen overloads served by compiled kernels (SPEC G1). An op the compiler
@@ -570,15 +702,53 @@ constexpr const char* kCompiledOps[] = {
     "mm", "bmm", "addmm", "_softmax", "_log_softmax",
     "sum.dim_IntList", "mean.dim", "amax", "amin", "max", "min",
     "cat", "index_select", "index_copy", "repeat_interleave.self_int",
+    "max.dim", "min.dim", "argmax", "argmin", "arange.start_out",
+    "_scaled_dot_product_fused_attention_overrideable",
 };
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   uint32_t id = 0;
   for (const char* name : kCompiledOps) {
+    const bool sdpa = absl::StrCat("aten::", name) == kSdpaOverload;
     m.impl(name, torch::CppFunction::makeFromBoxedFunctor(
-                     std::make_unique<CompiledKernel>(id++)));
+                     std::make_unique<CompiledKernel>(id++, sdpa)));
   }
+}
+
+// scaled_dot_product_attention's backend choice on rbln (SPEC H4): the
+// overrideable backend -- our compiled attention -- for inference calls;
+// PyTorch's math decomposition (compiled matmul/softmax ops, with autograd)
+// when a gradient is needed, for dropout, grouped-query attention with
+// unequal heads, nested tensors, or when the user disabled the overrideable
+// backend (torch.nn.attention.sdpa_kernel), and while tracing.
+int64_t RblnFusedSdpChoice(const at::Tensor& query, const at::Tensor& key,
+                           const at::Tensor& value, const std::optional<at::Tensor>& attn_mask,
+                           double dropout_p, bool /*is_causal*/, std::optional<double> /*scale*/,
+                           bool enable_gqa) {
+  const bool needs_grad =
+      c10::GradMode::is_enabled() &&
+      (query.requires_grad() || key.requires_grad() || value.requires_grad() ||
+       (attn_mask.has_value() && attn_mask->requires_grad()));
+  const bool unequal_heads =
+      enable_gqa && query.dim() >= 3 && key.dim() >= 3 && query.size(-3) != key.size(-3);
+  // Tracing (Dynamo's fake tensors, functionalization) keeps the math
+  // decomposition: inside torch.compile the graph compiler takes attention
+  // as a whole pattern itself (SPEC H5), and the overrideable op's fake
+  // result has non-tensor placeholders a graph cannot carry.
+  const bool tracing = query.key_set().has_any(c10::DispatchKeySet(
+      {c10::DispatchKey::Python, c10::DispatchKey::Functionalize}));
+  if (tracing || needs_grad || dropout_p > 0 || unequal_heads || query.is_nested() ||
+      query.dim() < 2 || !at::globalContext().userEnabledOverrideableSDP()) {
+    return static_cast<int64_t>(at::SDPBackend::math);
+  }
+  return static_cast<int64_t>(at::SDPBackend::overrideable);
 }
 
 }  // namespace
 }  // namespace rbln::torch_backend
+
+// The stub's registrar must sit in at::native (the macro names the stub).
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub,
+                              &rbln::torch_backend::RblnFusedSdpChoice);
+}  // namespace at::native

@@ -3,6 +3,7 @@
 // uploaded (SPEC G1, I3). Each fallback is counted per op.
 #include "rbln/torch/csrc/cpu_fallback.h"
 
+#include <ATen/ATen.h>
 #include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
 
@@ -12,8 +13,6 @@
 #include "rbln/torch/csrc/fallback_policy.h"
 
 namespace rbln::torch_backend {
-
-namespace {
 
 // Tensors of one op must be on one logical device (SPEC B4); the CPU kernel
 // would otherwise hide the mistake by moving everything to the host.
@@ -43,10 +42,9 @@ void CheckSameDevice(const c10::OperatorHandle& op,
   }
 }
 
-}  // namespace
+namespace {
 
-void RblnCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  CheckSameDevice(op, *stack);
+void CountCpuFallback(const c10::OperatorHandle& op) {
   static Counter* total = CounterRegistry::Global().Get("dispatch/cpu_fallback");
   total->Increment();
   CounterRegistry::Global()
@@ -54,7 +52,45 @@ void RblnCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                         op.schema().overload_name().empty() ? "" : ".",
                         op.schema().overload_name()))
       ->Increment();
+}
+
+}  // namespace
+
+void RblnCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  CheckSameDevice(op, *stack);
+  CountCpuFallback(op);
   at::native::cpu_fallback(op, stack);
+}
+
+void RblnSdpaCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  CheckSameDevice(op, *stack);
+  CountCpuFallback(op);
+  // (query, key, value, attn_bias?, dropout_p, is_causal, return_debug_mask,
+  //  *, scale?)
+  const size_t n = op.schema().arguments().size();
+  TORCH_INTERNAL_ASSERT(n == 8, "rbln: unexpected schema ", op.schema());
+  const c10::IValue* args = &(*stack)[stack->size() - n];
+  const at::Tensor query = args[0].toTensor();
+  const at::Tensor key = args[1].toTensor();
+  const at::Tensor value = args[2].toTensor();
+  std::optional<at::Tensor> bias;
+  if (!args[3].isNone()) bias = args[3].toTensor().cpu();
+  const double dropout_p = args[4].toDouble();
+  const bool is_causal = args[5].toBool();
+  std::optional<double> scale;
+  if (!args[7].isNone()) scale = args[7].toDouble();
+  const at::Tensor out =
+      at::scaled_dot_product_attention(query.cpu(), key.cpu(), value.cpu(), bias, dropout_p,
+                                       is_causal, scale)
+          .to(query.device());
+  const int64_t max_q = query.size(-2), max_k = key.size(-2);
+  torch::jit::drop(*stack, n);
+  const at::TensorOptions options = out.options();
+  torch::jit::push(*stack, out, at::empty({0}, options.dtype(at::kFloat)),
+                   at::empty({0}, options.dtype(at::kLong)),
+                   at::empty({0}, options.dtype(at::kLong)), max_q, max_k,
+                   at::empty({0}, options.dtype(at::kLong)),
+                   at::empty({0}, options.dtype(at::kLong)), at::empty({0}, options));
 }
 
 namespace {

@@ -8,6 +8,16 @@ namespace rbln::torch_backend {
 
 void RblnCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// Throws (naming the op and both devices) unless every rbln tensor argument
+// of the call on `stack` is on one logical device (SPEC B4).
+void CheckSameDevice(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+
+// aten::_scaled_dot_product_fused_attention_overrideable on the CPU: the CPU
+// has no kernel for the overrideable op, so this runs the CPU's
+// scaled_dot_product_attention on downloaded inputs and returns the op's
+// tuple with the output uploaded (counted like RblnCpuFallback).
+void RblnSdpaCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
 }  // namespace rbln::torch_backend
 
 #endif  // RBLN_TORCH_CSRC_CPU_FALLBACK_H_

@@ -2,6 +2,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "rbln/core/counters.h"
 #include "rbln/core/signal_recorder.h"
@@ -37,13 +38,24 @@ void RecordCompiledOpFallback(absl::string_view op, absl::string_view overload,
   CounterRegistry& r = CounterRegistry::Global();
   r.Get(absl::StrCat("dispatch/cpu_fallback_why/", op, "/", why))->Increment();
   const std::string detail = absl::StrCat(overload, ": ", why);
-  if (why == "alignment" || why == "storage_offset") {
+  // H4's attention check ("query sequence length N not aligned to 32") is a
+  // wrapper check like alignment.
+  if (why == "alignment" || why == "storage_offset" ||
+      absl::StartsWith(why, "query sequence length")) {
     r.Get("dispatch/recompile")->Increment();
     r.Get(absl::StrCat("dispatch/recompile/", op))->Increment();
     Recompile().Fire(bytes, detail);
   } else {
     CpuFallback().Fire(bytes, detail);
   }
+}
+
+std::string PinnedHostPathDetail(absl::string_view overload) {
+  return absl::StrCat(overload, ": pinned_to_cpu");
+}
+
+void FirePinnedHostPath(absl::string_view detail, int64_t bytes) {
+  CpuFallback().Fire(bytes, detail);
 }
 
 void FireUnsupportedOpFallback(const c10::OperatorHandle& op,

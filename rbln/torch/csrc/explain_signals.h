@@ -8,6 +8,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <cstdint>
+#include <string>
 
 #include "absl/strings/string_view.h"
 
@@ -21,8 +22,8 @@ void FireHostBounce(int64_t bytes);
 // used in counter names ("add"), `overload` the full one ("aten::add.Tensor"),
 // `why` the reason ("dtype", "alignment", "compile_error", ...), `bytes` the
 // rbln tensor arguments that now move to the host.
-// Checks that the wrapper runs after a warm-cache miss (alignment, storage
-// offset) send every such call through the compile path again, so they are
+// Checks that the wrapper runs after a warm-cache miss (alignment, H4's
+// "query sequence length N not aligned to 32", storage offset) send every such call through the compile path again, so they are
 // dispatch/recompile (SPEC H1); every other reason is dispatch/cpu_fallback.
 // Also bumps dispatch/cpu_fallback_why/<op>/<why> and, for recompiles,
 // dispatch/recompile and dispatch/recompile/<op>.
@@ -33,6 +34,13 @@ void RecordCompiledOpFallback(absl::string_view op, absl::string_view overload,
 // kernel ran on the CPU through the boxed fallback.
 void FireUnsupportedOpFallback(const c10::OperatorHandle& op,
                                const torch::jit::Stack& stack);
+
+// dispatch/cpu_fallback with why "pinned_to_cpu": an op pinned to the CPU
+// (SPEC I5) ran on its fast host path. explain() shows it (host work) but
+// does not list it as an optimization candidate.
+// `detail` is PinnedHostPathDetail(overload), formatted once per op.
+std::string PinnedHostPathDetail(absl::string_view overload);
+void FirePinnedHostPath(absl::string_view detail, int64_t bytes);
 
 }  // namespace rbln::torch_backend
 

@@ -99,6 +99,13 @@ void OnFallback(FallbackCategory category, absl::string_view op_name,
   }
 }
 
+void LogCheckFallback(absl::string_view message) {
+  if (!GetPolicy().log_info) return;
+  const std::string where = SourceLocation();
+  std::cerr << "[TORCH-RBLN][INFO] " << message
+            << (where.empty() ? "" : " (at " + where + ")") << std::endl;
+}
+
 void SetSourceLocationProvider(std::function<std::string()> provider) {
   std::lock_guard<std::mutex> lock(g_provider_mu);
   if (g_provider == nullptr) g_provider = new std::function<std::string()>();

@@ -25,6 +25,11 @@ absl::string_view FallbackCategoryName(FallbackCategory c);
 void OnFallback(FallbackCategory category, absl::string_view op_name,
                 absl::string_view detail = "");
 
+// Logs a fallback decided by a pre-dispatch check whose message the spec
+// fixes (SPEC H4: "sdpa_overrideable (query sequence length N not aligned to
+// 32) op ran on CPU") at INFO, with the user's source location.
+void LogCheckFallback(absl::string_view message);
+
 // Returns "file.py:LINE(func)" of the user's code, or "" (set by torch_rbln._C
 // so that this library needs no Python).
 void SetSourceLocationProvider(std::function<std::string()> provider);

@@ -50,12 +50,17 @@ struct InputSlot {
   int list_index = -1;
 };
 
+// One result of a compiled call.
+struct WarmOutput {
+  std::vector<int64_t> sizes;
+  at::ScalarType dtype = at::kHalf;
+};
+
 // The compiled program of one specialization, with what running it needs.
 struct WarmEntry {
   std::shared_ptr<const compiler::CompiledProgram> program;
   std::vector<InputSlot> inputs;
-  std::vector<int64_t> out_sizes;
-  at::ScalarType out_dtype = at::kHalf;
+  std::vector<WarmOutput> outputs;  // In the op's return order.
 };
 
 class WarmCache {

@@ -11,7 +11,7 @@ The alignment and storage-offset checks are switched off
 compiled kernels instead of the CPU fallback; the checks themselves are tested
 in dispatch_test.py.
 """
-# spec: G1, G2, H2, I3, K1
+# spec: G1, G2, H2, H4, I3, K1
 
 import os
 
@@ -30,7 +30,7 @@ COMPILED_OPS = [
     "rsqrt", "sigmoid", "nn.functional.silu", "nn.functional.relu",
     "nn.functional.gelu", "softmax", "log_softmax", "sub", "where", "cat",
     "index_copy", "index_select", "maximum", "minimum", "repeat_interleave",
-    "arange", "clone", "fill", "sum", "amax", "amin",
+    "arange", "clone", "fill", "sum", "amax", "amin", "argmax", "argmin",
     "nn.functional.scaled_dot_product_attention",
 ]
 # Ops whose result sums or averages many terms: our kernels accumulate in

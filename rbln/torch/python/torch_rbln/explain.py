@@ -44,7 +44,9 @@ Signals: hidden host overhead; any signal makes the region "overhead".
   dispatch/cpu_fallback  an op ran on the CPU (arguments to the host, results
                          back), with why: unsupported_op (no rbln kernel),
                          dtype, scalar, nan_inf, argument, device, output,
-                         compile_error.
+                         compile_error; pinned_to_cpu for ops pinned to the
+                         CPU (SPEC I5), which have a fast host path and are
+                         not optimization candidates.
   dispatch/recompile     a call went through the compile path inside the
                          region: a new program was compiled (warm up first),
                          or a call failed the alignment / storage-offset check
@@ -242,6 +244,8 @@ class ExplainRegion:
         for signal in ("dispatch/cpu_fallback", "dispatch/recompile"):
             for detail, n in self._details(signal).items():
                 op, _, why = detail.rpartition(": ")
+                if why == "pinned_to_cpu":
+                    continue  # Has a fast host path (SPEC I5).
                 entry = ops.setdefault(op, {"op": op, "count": 0, "why": []})
                 entry["count"] += n
                 if why not in entry["why"]:

@@ -1,0 +1,203 @@
+"""rbln tensors behave like CPU tensors outside the kernels: printing,
+torch.save/torch.load with every map_location form, the generated methods,
+autograd through compiled ops and through the CPU fallback, and errors."""
+# spec: G1, I1, I3
+
+import io
+import re
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+SUFFIX = re.compile(r",\s*device='rbln:0'")
+
+
+def without_device(text):
+    """`text` without the device suffix, whitespace collapsed (the suffix
+    makes the line that carries the dtype wrap differently)."""
+    return " ".join(SUFFIX.sub("", text).split())
+
+
+def reprs():
+    gen = torch.Generator().manual_seed(0)
+    return {
+        "float16 2-D": torch.tensor([[1.5, -2.0], [3.25, 4.0]], dtype=torch.float16),
+        "bfloat16": torch.randn(3, 5, generator=gen).bfloat16(),
+        "float32 summarized": torch.randn(100, 100, generator=gen),
+        "int64": torch.arange(7),
+        "bool 0-dim": torch.tensor(True),
+        "empty": torch.empty(0, 3, dtype=torch.float16),
+        "non-contiguous": torch.randn(4, 6, generator=gen).half().t(),
+    }
+
+
+@pytest.mark.parametrize("name", list(reprs()))
+def test_repr_matches_cpu_apart_from_the_device(name):
+    cpu = reprs()[name]
+    dev = cpu.to("rbln")
+    if name == "non-contiguous":
+        dev = cpu.t().contiguous().to("rbln").t()
+    text = repr(dev)
+    assert SUFFIX.search(text), text
+    assert without_device(text) == " ".join(repr(cpu).split())
+    assert text.replace("device='rbln:0'", "") != text and str(dev) == text
+
+
+def test_repr_of_a_tensor_that_requires_grad():
+    cpu = torch.ones(2, 2, dtype=torch.float16, requires_grad=True)
+    dev = cpu.detach().to("rbln").requires_grad_()
+    assert without_device(repr(dev)) == " ".join(repr(cpu).split())
+
+
+def saved(obj):
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf
+
+
+@pytest.mark.parametrize(
+    "map_location, expected, expected_for_cpu_tensor",
+    [
+        (None, "rbln", "cpu"),
+        ("cpu", "cpu", "cpu"),
+        ("rbln", "rbln", "rbln"),
+        (torch.device("rbln:0"), "rbln", "rbln"),
+        ({"rbln:0": "cpu"}, "cpu", "cpu"),
+        (lambda storage, location: storage, "cpu", "cpu"),
+        (lambda storage, location: storage.rbln(), "rbln", "rbln"),
+    ],
+    ids=["none", "cpu", "rbln", "device", "dict", "function", "function-to-rbln"],
+)
+def test_save_load_round_trip(map_location, expected, expected_for_cpu_tensor):
+    x = torch.randn(8, 64).half()
+    base = x.to("rbln")
+    state = {"x": base, "view": base[2:4], "cpu": x}
+    buf = saved(state)
+    buf.seek(0)
+    loaded = torch.load(buf, map_location=map_location)
+    assert loaded["x"].device.type == expected
+    assert loaded["x"].dtype == torch.float16
+    assert torch.equal(loaded["x"].cpu(), x)
+    assert torch.equal(loaded["view"].cpu(), x[2:4])
+    # Views keep sharing storage with their base across the round trip.
+    assert loaded["view"].storage_offset() == 2 * 64
+    assert loaded["view"].untyped_storage().data_ptr() == loaded["x"].untyped_storage().data_ptr()
+    assert loaded["cpu"].device.type == expected_for_cpu_tensor
+    assert torch.equal(loaded["cpu"].cpu(), x)
+
+
+def test_module_state_dict_round_trip():
+    torch.manual_seed(0)
+    model = nn.Linear(64, 64).half().to("rbln")
+    buf = saved(model.state_dict())
+    buf.seek(0)
+    clone = nn.Linear(64, 64).half().to("rbln")
+    clone.load_state_dict(torch.load(buf))
+    x = torch.randn(4, 64).half().to("rbln")
+    assert torch.equal(model(x).cpu(), clone(x).cpu())
+
+
+def test_generated_methods():
+    # torch.utils.generate_methods_for_privateuse1_backend: .rbln(), is_rbln.
+    cpu = torch.ones(3)
+    dev = cpu.rbln()
+    assert dev.device == torch.device("rbln:0") and dev.is_rbln and not cpu.is_rbln
+    assert cpu.rbln(0).is_rbln
+    assert torch.equal(dev.cpu(), cpu)
+    model = nn.Linear(4, 4).rbln()
+    assert all(p.is_rbln for p in model.parameters())
+    assert cpu.untyped_storage().rbln().device.type == "rbln"
+
+
+def mlp(dtype, seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 64)).to(dtype)
+
+
+def gradients(model, x, target):
+    model.zero_grad()
+    nn.functional.mse_loss(model(x).float(), target).backward()
+    return {n: p.grad for n, p in model.named_parameters()}
+
+
+def test_autograd_through_compiled_ops_float16():
+    # Linear (addmm), relu and their backwards (mm, threshold_backward on
+    # its fast host path) on float16: gradients equal the CPU's within fp16
+    # tolerance.
+    cpu_model = mlp(torch.float16)
+    dev_model = mlp(torch.float16).to("rbln")
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(64, 128, generator=gen).half()
+    target = torch.randn(64, 64, generator=gen)
+    before = torch.rbln.counters().get("dispatch/compiled_runs", 0)
+    got = gradients(dev_model, x.to("rbln"), target.to("rbln"))
+    assert torch.rbln.counters().get("dispatch/compiled_runs", 0) > before
+    expected = gradients(cpu_model, x, target)
+    for name in expected:
+        assert got[name].device.type == "rbln"
+        torch.testing.assert_close(got[name].cpu(), expected[name], atol=2e-3, rtol=2e-2, msg=name)
+
+
+def test_autograd_through_the_fallback_float32():
+    # float32 fails the dtype check: every op runs on the CPU fallback, and
+    # the gradients are the CPU's.
+    cpu_model = mlp(torch.float32)
+    dev_model = mlp(torch.float32).to("rbln")
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(16, 128, generator=gen)
+    target = torch.randn(16, 64, generator=gen)
+    before = torch.rbln.counters().get("dispatch/cpu_fallback", 0)
+    got = gradients(dev_model, x.to("rbln"), target.to("rbln"))
+    assert torch.rbln.counters().get("dispatch/cpu_fallback", 0) > before
+    expected = gradients(cpu_model, x, target)
+    for name in expected:
+        torch.testing.assert_close(got[name].cpu(), expected[name], atol=1e-5, rtol=1e-5, msg=name)
+
+
+def test_training_steps_match_cpu():
+    cpu_model, dev_model = mlp(torch.float32), mlp(torch.float32).to("rbln")
+    opts = [torch.optim.Adam(m.parameters(), lr=1e-2) for m in (cpu_model, dev_model)]
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(3):
+        x, target = torch.randn(8, 128, generator=gen), torch.randn(8, 64, generator=gen)
+        for model, opt, dev in zip((cpu_model, dev_model), opts, ("cpu", "rbln")):
+            opt.zero_grad()
+            nn.functional.mse_loss(model(x.to(dev)), target.to(dev)).backward()
+            opt.step()
+    for (name, a), b in zip(dev_model.named_parameters(), cpu_model.parameters()):
+        torch.testing.assert_close(a.detach().cpu(), b.detach(), atol=1e-5, rtol=1e-5, msg=name)
+
+
+ERRORS = {
+    # Ops the CPU does not support for the dtype.
+    "cholesky float16": lambda d: torch.linalg.cholesky(torch.eye(64, dtype=torch.float16, device=d)),
+    # Invalid inputs of compiled ops.
+    "mm shape mismatch": lambda d: torch.ones(64, 64, dtype=torch.float16, device=d)
+    @ torch.ones(128, 64, dtype=torch.float16, device=d),
+    "add broadcast mismatch": lambda d: torch.ones(64, 64, dtype=torch.float16, device=d)
+    + torch.ones(128, 64, dtype=torch.float16, device=d),
+    "index_select out of range": lambda d: torch.ones(64, 64, dtype=torch.float16, device=d).index_select(
+        0, torch.tensor([70], device=d)),
+    "cat dim out of range": lambda d: torch.cat([torch.ones(2, 64, device=d)] * 2, dim=3),
+    "softmax bad dim": lambda d: torch.ones(64, 64, dtype=torch.float16, device=d).softmax(dim=2),
+    # Invalid inputs of a fallback op and of a pinned op.
+    "sin on bad out dtype": lambda d: torch.sin(torch.ones(4, device=d), out=torch.ones(4, dtype=torch.long, device=d)),
+    "tril of 1-D": lambda d: torch.tril(torch.ones(4, device=d)),
+}
+
+
+@pytest.mark.parametrize("name", list(ERRORS))
+def test_invalid_calls_raise_the_cpu_error_type(name):
+    # spec: I1
+    fn = ERRORS[name]
+    with pytest.raises(Exception) as cpu_error:
+        fn("cpu")
+    with pytest.raises(Exception) as rbln_error:
+        fn("rbln")
+    assert type(rbln_error.value) is type(cpu_error.value), (cpu_error.value, rbln_error.value)
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))
