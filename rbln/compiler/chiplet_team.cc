@@ -34,6 +34,18 @@ bool SpinUntilChanged(const std::atomic<T>& value, T seen) {
   return false;
 }
 
+// Blocks, with `mu` held, until `value` differs from `seen` (after the spin
+// in SpinUntilChanged gave up).
+void AwaitChanged(absl::Mutex& mu, const std::atomic<uint64_t>& value, uint64_t seen)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  struct Changed {
+    const std::atomic<uint64_t>* value;
+    uint64_t seen;
+    bool operator()() const { return value->load(std::memory_order_acquire) != seen; }
+  } changed{&value, seen};
+  mu.Await(absl::Condition(&changed));
+}
+
 }  // namespace
 
 ChipletTeam::ChipletTeam(int size) : size_(size < 1 ? 1 : size) {
@@ -105,14 +117,7 @@ void ChipletTeam::WorkerLoop(int worker) {
     SpinUntilChanged(job_generation_, seen);
     {
       absl::MutexLock lock(&mu_);
-      struct Changed {
-        const std::atomic<uint64_t>* generation;
-        uint64_t seen;
-        bool operator()() const {
-          return generation->load(std::memory_order_acquire) != seen;
-        }
-      } changed{&job_generation_, seen};
-      mu_.Await(absl::Condition(&changed));
+      AwaitChanged(mu_, job_generation_, seen);
       seen = job_generation_.load(std::memory_order_acquire);
       if (stop_) return;
     }
@@ -135,14 +140,7 @@ void ChipletTeam::Barrier() {
   }
   if (SpinUntilChanged(barrier_generation_, generation)) return;
   absl::MutexLock lock(&mu_);
-  struct Changed {
-    const std::atomic<uint64_t>* generation;
-    uint64_t seen;
-    bool operator()() const {
-      return generation->load(std::memory_order_acquire) != seen;
-    }
-  } changed{&barrier_generation_, generation};
-  mu_.Await(absl::Condition(&changed));
+  AwaitChanged(mu_, barrier_generation_, generation);
 }
 
 }  // namespace rbln::compiler

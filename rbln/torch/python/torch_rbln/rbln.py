@@ -5,6 +5,7 @@ import torch
 from . import _C
 from .explain import explain  # noqa: F401
 from .host_memory import huge_host_empty, offload  # noqa: F401
+from .streams import _device_index
 from .streams import (  # noqa: F401  (re-exported as torch.rbln.*)
     Event,
     Stream,
@@ -90,15 +91,6 @@ def is_available() -> bool:
         return False
 
 
-def _index(dev) -> int:
-    if dev is None:
-        return _C._current_device()
-    if isinstance(dev, int):
-        return dev
-    dev = torch.device(dev)
-    if dev.type != "rbln":
-        raise ValueError(f"expected an rbln device, got {dev}")
-    return _C._current_device() if dev.index is None else dev.index
 
 
 def physical_device_count() -> int:
@@ -130,7 +122,7 @@ class _RblnDeviceProperties:
 
 
 def _checked_index(dev) -> int:
-    index = _index(dev)
+    index = _device_index(dev)
     _C._check_device_index(index)
     return index
 
@@ -208,7 +200,7 @@ def current_device() -> int:
 
 def set_device(dev) -> None:
     """Selects the current device. Records the choice only (no commit)."""
-    index = _index(dev)
+    index = _device_index(dev)
     if index >= 0:
         _C._set_device(index)
 
@@ -217,7 +209,7 @@ class device:
     """Context manager that changes the selected device inside the block."""
 
     def __init__(self, dev):
-        self.idx = -1 if dev is None else _index(dev)
+        self.idx = -1 if dev is None else _device_index(dev)
         self.prev_idx = -1
 
     def __enter__(self):
@@ -236,7 +228,7 @@ def synchronize(dev=None) -> None:
     """Waits for all streams of the device (current by default): pending
     asynchronous transfers, fences and event markers (SPEC M3). A real use:
     commits the mapping. Raises the error of a failed asynchronous task."""
-    _C._synchronize(_index(dev))
+    _C._synchronize(_device_index(dev))
 
 
 _initialized = False
