@@ -348,19 +348,27 @@ absl::Status StorageManager::CopyOnDevice(uintptr_t dst, uintptr_t src,
   RBLN_ASSIGN_OR_RETURN(void* to, MapForDevice(dst, n, DeviceAccess::kWrite));
   (void)from;
   (void)to;
+  return CopyBetweenStorages(dst, n, src, n, n, [&](uintptr_t to_phys, uintptr_t from_phys) {
+    return dma_->DeviceToDevice(to_phys, from_phys, n);
+  });
+}
+
+absl::Status StorageManager::CopyBetweenStorages(
+    uintptr_t dst, uint64_t dst_span, uintptr_t src, uint64_t src_span, uint64_t bytes,
+    absl::FunctionRef<absl::Status(uintptr_t dst_physical, uintptr_t src_physical)> dma) {
   bool cross_chiplet = false;
   {
     absl::MutexLock lock(&mu_);
-    RBLN_ASSIGN_OR_RETURN(Storage * d, Find(dst, n));
-    RBLN_ASSIGN_OR_RETURN(Storage * s, Find(src, n));
+    RBLN_ASSIGN_OR_RETURN(Storage * d, Find(dst, dst_span));
+    RBLN_ASSIGN_OR_RETURN(Storage * s, Find(src, src_span));
     cross_chiplet = d->block->npu != s->block->npu ||
                     d->block->chiplet != s->block->chiplet;
     (cross_chiplet ? cross_chiplet_copies_ : same_chiplet_copies_)->Increment();
-    RBLN_RETURN_IF_ERROR(dma_->DeviceToDevice(d->block->address + (dst - d->base),
-                                              s->block->address + (src - s->base), n));
+    RBLN_RETURN_IF_ERROR(
+        dma(d->block->address + (dst - d->base), s->block->address + (src - s->base)));
   }
   // Outside mu_: firing may ask Python for the source line.
-  if (cross_chiplet) V2vSlow().Fire(static_cast<int64_t>(n));
+  if (cross_chiplet) V2vSlow().Fire(static_cast<int64_t>(bytes));
   return absl::OkStatus();
 }
 
@@ -386,20 +394,12 @@ absl::Status StorageManager::CopyStridedOnDevice(
                              dense_dst ? DeviceAccess::kWrite : DeviceAccess::kReadWrite));
   (void)from;
   (void)to;
-  bool cross_chiplet = false;
-  {
-    absl::MutexLock lock(&mu_);
-    RBLN_ASSIGN_OR_RETURN(Storage * d, Find(dst, dst_span));
-    RBLN_ASSIGN_OR_RETURN(Storage * s, Find(src, src_span));
-    cross_chiplet = d->block->npu != s->block->npu ||
-                    d->block->chiplet != s->block->chiplet;
-    (cross_chiplet ? cross_chiplet_copies_ : same_chiplet_copies_)->Increment();
-    RBLN_RETURN_IF_ERROR(dma_->DeviceToDeviceStrided(
-        d->block->address + (dst - d->base), dst_strides,
-        s->block->address + (src - s->base), src_strides, sizes, elem_size));
-  }
-  if (cross_chiplet) V2vSlow().Fire(static_cast<int64_t>(numel * elem_size));
-  return absl::OkStatus();
+  return CopyBetweenStorages(
+      dst, dst_span, src, src_span, numel * elem_size,
+      [&](uintptr_t to_phys, uintptr_t from_phys) {
+        return dma_->DeviceToDeviceStrided(to_phys, dst_strides, from_phys, src_strides,
+                                           sizes, elem_size);
+      });
 }
 
 absl::Status StorageManager::Bind(uintptr_t base) {

@@ -37,6 +37,7 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "absl/strings/string_view.h"
@@ -200,6 +201,15 @@ class StorageManager {
   // The storage holding [address, address + n), or an error naming the range.
   absl::StatusOr<Storage*> Find(uintptr_t address, uint64_t n) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The device-to-device copy shared by CopyOnDevice and CopyStridedOnDevice
+  // (both ranges already mapped for the device): finds the two storages,
+  // counts the copy as same- or cross-chiplet, runs `dma` on their physical
+  // addresses under mu_, then fires runtime/v2v_slow for `bytes` if the copy
+  // crossed chiplets.
+  absl::Status CopyBetweenStorages(
+      uintptr_t dst, uint64_t dst_span, uintptr_t src, uint64_t src_span, uint64_t bytes,
+      absl::FunctionRef<absl::Status(uintptr_t dst_physical, uintptr_t src_physical)> dma)
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status AcquireDevice(Storage& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees the deferred blocks whose points have passed (all, with `wait`).
   void FreeDeferredLocked(bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -10,19 +10,10 @@ input from the device and write a fresh device result.
 """
 
 import argparse
-import statistics
-import time
 
 import torch
 
-
-def median_us(fn, iters):
-    samples = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples) * 1e6
+from op_overhead_bench import median_us
 
 
 def main(argv=None):
