@@ -4,22 +4,33 @@ Nothing is downloaded: LLVM/MLIR come from Debian's llvm-N-dev/libmlir-N-dev,
 Python headers and torch from the python3 on PATH (the pinned torch wheel).
 """
 
-_SUPPORTED_LLVM = ["19", "16"]  # Debian 13 ships 19, Debian 12 ships 16.
+# One LLVM/MLIR per Debian release: 12 (bookworm) builds with 16, 13 (trixie)
+# with 19. Debian 12's archive also carries LLVM 19, so the version is picked
+# by release, never by what happens to be installed; RBLN_LLVM_VERSION
+# overrides it (scripts/versions.sh pins the same choice).
+_LLVM_FOR_DEBIAN = {"12": "16", "13": "19"}
+_SUPPORTED_LLVM = ["16", "19"]
 
 def _fail_missing(what, fix):
     fail("torch-rbln: %s not found on this machine; %s (scripts/setup installs it)." % (what, fix))
 
+def _llvm_version(rctx):
+    wanted = rctx.os.environ.get("RBLN_LLVM_VERSION", "")
+    if wanted:
+        if wanted not in _SUPPORTED_LLVM:
+            fail("torch-rbln: RBLN_LLVM_VERSION=%s is not supported; use one of %s." % (wanted, ", ".join(_SUPPORTED_LLVM)))
+        return wanted
+    release = "12"
+    debian = rctx.path("/etc/debian_version")
+    if debian.exists:
+        release = rctx.read(debian).strip().split(".")[0]
+    return _LLVM_FOR_DEBIAN.get(release, "19")
+
 def _local_llvm_impl(rctx):
-    prefix = None
-    version = None
-    for v in _SUPPORTED_LLVM:
-        p = rctx.path("/usr/lib/llvm-%s" % v)
-        if p.get_child("lib").get_child("libMLIR.so").exists:
-            prefix = p
-            version = v
-            break
-    if prefix == None:
-        _fail_missing("libMLIR.so for LLVM %s" % " or ".join(_SUPPORTED_LLVM), "install libmlir-N-dev, mlir-N-tools and llvm-N-dev")
+    version = _llvm_version(rctx)
+    prefix = rctx.path("/usr/lib/llvm-%s" % version)
+    if not prefix.get_child("lib").get_child("libMLIR.so").exists:
+        _fail_missing("libMLIR.so for LLVM %s" % version, "install libmlir-%s-dev, mlir-%s-tools and llvm-%s-dev" % (version, version, version))
 
     # Debian's include dirs are partly symlinks; link their real targets so
     # that glob() sees the headers.
@@ -52,6 +63,7 @@ filegroup(
 
 local_llvm = repository_rule(
     implementation = _local_llvm_impl,
+    environ = ["RBLN_LLVM_VERSION"],
     local = True,
 )
 
