@@ -1,5 +1,5 @@
 """torch.rbln.explain(): signals, the report layout, verdict/to_dict, nesting."""
-# spec: N1, N2, N3, N4
+# spec: N1, N2, N3, N4, D8, I3
 
 import inspect
 import json
@@ -348,6 +348,110 @@ def test_v2v_slow_fires_for_cross_chiplet_copies_only():
     r = _region(lambda: dst.copy_(src))
     assert r.verdict() == "clean", r.report()
     assert torch.equal(dst.cpu(), src.cpu())
+
+
+def explain_step_goals():
+    """SPEC D8's step goals measured with explain(): an input buffer refilled
+    from the host, intermediates that stay on the device, one result read at
+    the end; then the same step with a mid-step host read, and with a
+    constant made every step. Returns each region's runtime facts and the
+    data states the step left."""
+    w = torch.randn(128, 128, dtype=F16).to(DEV)
+    x_host = torch.randn(128, 128, dtype=F16)
+    inp = torch.empty(128, 128, dtype=F16, device=DEV)
+    kept = {}
+
+    def step(peek=False, fresh_constant=False):
+        h = torch.relu(inp @ w)
+        if peek:
+            h[0, 0].item()  # one host read of a device-latest tensor mid-step
+        c = torch.ones(128, 128, dtype=F16, device=DEV) if fresh_constant else w
+        h = h * c
+        kept["intermediate"] = h
+        out = h + h
+        kept["result"] = out
+        return out
+
+    def region(steps=1, **kw):
+        with torch.rbln.explain() as r:
+            for _ in range(steps):
+                inp.copy_(x_host)  # step start: the input, host-latest
+                step(**kw).cpu()  # step end: the result, read once
+        return {"runtime": r.to_dict()["runtime"], "verdict": r.verdict(), "report": r.report()}
+
+    with torch.inference_mode():
+        for kw in ({}, {"peek": True}, {"fresh_constant": True}):
+            inp.copy_(x_host)
+            step(**kw).cpu()  # warm-up: every program compiled once
+        out = {"clean": region()}
+        out["states"] = {
+            "input": torch.rbln._storage_info(inp)["state"],
+            "intermediate": torch.rbln._storage_info(kept["intermediate"])["state"],
+            "result": torch.rbln._storage_info(kept["result"])["state"],
+        }
+        out["peek"] = region(peek=True)
+        out["fresh_constant"] = region(steps=2, fresh_constant=True)
+    return out
+
+
+def test_d8_step_goals_in_explain():
+    # spec: D2, D8, N3 -- with TORCH_RBLN_DEPLOY=ON (no NaN/Inf-check reads;
+    # DEPLOY is read at process start, hence the child): the input goes
+    # host-latest -> in sync once (one push at its first device use), the
+    # intermediates stay device-latest, the result goes device-latest -> in
+    # sync once (one physical d2h).
+    r = rbln_test_util.run_python(
+        "import json, explain_test\n"
+        "print('D8', json.dumps(explain_test.explain_step_goals()))\n",
+        {"TORCH_RBLN_DEPLOY": "ON"},
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    got = json.loads(next(line for line in r.stdout.splitlines() if line.startswith("D8 "))[3:])
+    assert got["states"] == {"input": "in-sync", "intermediate": "device-latest", "result": "in-sync"}
+    clean = got["clean"]
+    assert clean["verdict"] == "clean", clean["report"]
+    rt = clean["runtime"]
+    assert rt["push"] == {"count": 1, "bytes": 128 * 128 * 2, "uploads": 1, "write_through": 0}
+    assert rt["physical_d2h"] == {"count": 1, "bytes": 128 * 128 * 2}
+    assert rt["program_runs"] == 4  # mm, relu, mul, add
+    lines = clean["report"].splitlines()
+    assert "  host->device push (runtime): 1 pushes, 32.0 KiB (1 at device use, 0 write-through)" in lines
+    assert "  >> physical d2h (real transfer): 1 copies, 32.0 KiB -- real device crossing" in lines
+    # One host read of a device-latest intermediate mid-step adds a D2H (of
+    # its storage) and nothing else; no signal names it -- only the count.
+    peek = got["peek"]
+    assert peek["verdict"] == "clean", peek["report"]
+    assert peek["runtime"]["push"]["count"] == 1
+    assert peek["runtime"]["physical_d2h"] == {"count": 2, "bytes": 2 * 128 * 128 * 2}
+    assert "  >> physical d2h (real transfer): 2 copies, 64.0 KiB -- real device crossing" in (
+        peek["report"].splitlines()
+    )
+    # A host-latest constant made every step repeats an H2D every step: two
+    # steps push the input and the constant twice each.
+    fresh = got["fresh_constant"]
+    assert fresh["runtime"]["push"] == {"count": 4, "bytes": 4 * 128 * 128 * 2, "uploads": 4, "write_through": 0}
+    assert fresh["runtime"]["physical_d2h"]["count"] == 2  # one result per step
+
+
+def test_i3_physical_d2h_tells_host_latest_from_device_fallback_arguments():
+    # spec: I3, N3 -- a CPU fallback (torch.sin has no rbln kernel) moves its
+    # arguments to the host: a lazy tensor whose latest data is still in host
+    # memory costs no D2H; one whose data is on the device costs a DMA.
+    lazy = torch.randn(128, 128, dtype=F16).to(DEV)
+    assert torch.rbln._storage_info(lazy)["state"] == "host-latest"
+    r = _region(lambda: torch.sin(lazy))
+    assert r.to_dict()["signals"]["dispatch/cpu_fallback"]["count"] == 1
+    assert r.to_dict()["runtime"]["physical_d2h"] == {"count": 0, "bytes": 0}
+    assert "  >> physical d2h (real transfer): 0 copies, 0 B -- real device crossing" in r.report().splitlines()
+    on_device = lazy + lazy  # device-latest
+    r = _region(lambda: torch.sin(on_device))
+    assert r.to_dict()["signals"]["dispatch/cpu_fallback"]["count"] == 1
+    assert r.to_dict()["runtime"]["physical_d2h"] == {"count": 1, "bytes": 128 * 128 * 2}
+    assert "  >> physical d2h (real transfer): 1 copies, 32.0 KiB -- real device crossing" in (
+        r.report().splitlines()
+    )
+    torch.testing.assert_close(torch.sin(on_device).cpu(), torch.sin(on_device.cpu()))
 
 
 def test_cpu_fallback_fires_for_fallbacks_only():
