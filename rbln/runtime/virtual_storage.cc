@@ -393,8 +393,11 @@ absl::Status StorageManager::CopyStridedOnDevice(
   const uint64_t dst_span = StridedSpanBytes(sizes, dst_strides, elem_size);
   const uint64_t src_span = StridedSpanBytes(sizes, src_strides, elem_size);
   if (dst < src + src_span && src < dst + dst_span) {
-    return absl::FailedPreconditionError(
-        "rbln: strided device copy between overlapping ranges");
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the source's bytes [0x%x, +%d) and the destination's bytes [0x%x, +%d) "
+        "overlap (views of one storage), and the strided-copy engine copies "
+        "between disjoint ranges only",
+        src, src_span, dst, dst_span));
   }
   RBLN_ASSIGN_OR_RETURN(void* from, MapForDevice(src, src_span, DeviceAccess::kRead));
   // A destination with gaps between its elements keeps the gap bytes: read

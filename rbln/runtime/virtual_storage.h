@@ -111,7 +111,7 @@ class StorageManager {
   // engine's strided descriptors (SPEC K2); sizes/strides in elements of
   // `elem_size` bytes, `dst`/`src` the first elements. Bytes of the
   // destination span between its elements keep their values. Fails with
-  // FailedPrecondition when the two spans overlap.
+  // FailedPrecondition (saying why) when the two spans overlap.
   absl::Status CopyStridedOnDevice(uintptr_t dst, absl::Span<const int64_t> dst_strides,
                                    uintptr_t src, absl::Span<const int64_t> src_strides,
                                    absl::Span<const int64_t> sizes, uint64_t elem_size);

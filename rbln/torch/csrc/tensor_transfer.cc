@@ -2,9 +2,12 @@
 
 #include <ATen/ATen.h>
 
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "rbln/core/counters.h"
 #include "rbln/torch/csrc/device_state.h"
 #include "rbln/torch/csrc/explain_signals.h"
+#include "rbln/torch/csrc/fallback_policy.h"
 #include "rbln/torch/csrc/pinned_host_allocator.h"
 #include "rbln/torch/csrc/streams.h"
 
@@ -146,10 +149,22 @@ void CopyWithDevice(const at::Tensor& src, const at::Tensor& dst,
         Address(dst), dst.strides(), Address(from), from.strides(), dst.sizes(),
         dst.itemsize());
     if (copied.ok()) return;
-    // Overlapping ranges (copying a tensor into a view of itself) bounce.
     if (copied.code() != absl::StatusCode::kFailedPrecondition) {
       ThrowIfErrorOn(dst.device(), copied);
     }
+    // The engine cannot do this copy (overlapping ranges: a tensor copied
+    // into a view of itself): the strided_copy_error fallback bounces it
+    // through the host, unless TORCH_RBLN_DISABLE_FALLBACK forbids it (SPEC I6).
+    CheckFallbackAllowed(
+        FallbackCategory::kStridedCopyError, "aten::copy_",
+        absl::StrFormat("copying a %s tensor of shape [%s] and strides [%s] into a %s "
+                        "tensor of shape [%s] and strides [%s] on %s: the device's "
+                        "strided-copy engine cannot do it: %s; copy from src.clone() "
+                        "to keep it on the device",
+                        c10::toString(src.scalar_type()), absl::StrJoin(src.sizes(), ", "),
+                        absl::StrJoin(src.strides(), ", "), c10::toString(dst.scalar_type()),
+                        absl::StrJoin(dst.sizes(), ", "), absl::StrJoin(dst.strides(), ", "),
+                        dst.device().str(), copied.message()));
   }
   // Converting copies (and overlapping ones) bounce through the host
   // (SPEC K3's host_bounce). Like every device copy they copy device data:
