@@ -58,8 +58,10 @@ class CompiledProgram : public runtime::Executable {
   // one; see kernel_errors.h). A partitioned program runs its slices on the
   // chiplet workers (see chiplet_team.h) with a scratch arena of this call.
   absl::Status Execute(absl::Span<const runtime::BufferView> args) const override;
-  // Execute() that reports one compute slice per chiplet worker of a
-  // partitioned program (SPEC O2); an unpartitioned one reports none.
+  // Execute() that reports, for a partitioned program, one compute slice
+  // per chiplet worker and phase -- the stretches between the barriers its
+  // workers pass between dependent ops (SPEC O2); an unpartitioned one
+  // reports none.
   absl::Status ExecuteProfiled(absl::Span<const runtime::BufferView> args,
                                runtime::ComputeSliceSink* slices) const override;
 
@@ -69,7 +71,7 @@ class CompiledProgram : public runtime::Executable {
   // the bytes of the scratch arena they share.
   const PartitionLayout& partition_layout() const { return layout_; }
   // Per worker, the time spent in its slice in the latest call (empty before
-  // the first partitioned call): the profiler's W0..W3.
+  // the first partitioned call), barrier waits included.
   std::vector<absl::Duration> LastSliceTimes() const
       ABSL_LOCKS_EXCLUDED(times_mu_);
   // Types of the kernel arguments: inputs, then outputs.

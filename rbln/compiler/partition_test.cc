@@ -23,6 +23,7 @@
 #include "rbln/compiler/ops/op_test_util.h"
 #include "rbln/compiler/partition_pass.h"
 #include "rbln/compiler/pipelines.h"
+#include "rbln/runtime/compute_slices.h"
 
 namespace rbln::compiler::testing {
 namespace {
@@ -329,9 +330,10 @@ TEST(PartitionTest, SmallProgramsStayWhole) {
 }
 
 // spec: O2 -- a profiled run of a split program reports one compute slice
-// per chiplet worker (the profiler names them i1_<call>_W<w>_...); a whole
-// program reports none (the executor then records one W0 stage).
-TEST(PartitionTest, ProfiledRunReportsOneSlicePerWorker) {
+// per chiplet worker and phase (the stretches between its barriers; the
+// profiler records one compute stage per phase); a whole program reports
+// none (the executor then records one phase of worker 0).
+TEST(PartitionTest, ProfiledRunReportsOneSlicePerWorkerAndPhase) {
   HostTensor a = Random(ir::FLOAT32, {64, 8}, 43), b = Random(ir::FLOAT32, {64, 8}, 44);
   auto parts = Split().Compile(AddGraph(a.type()));
   ASSERT_TRUE(parts.ok()) << parts.status();
@@ -339,15 +341,41 @@ TEST(PartitionTest, ProfiledRunReportsOneSlicePerWorker) {
   runtime::ComputeSliceSink sink;
   RunRaw(**parts, {a, b}, &sink);
   std::vector<runtime::ComputeSlice> slices = sink.Take();
-  ASSERT_EQ(slices.size(), 4u);
+  ASSERT_EQ(slices.size(), 4u);  // One op, no barrier: one phase.
   for (int w = 0; w < 4; ++w) {
     EXPECT_EQ(slices[w].worker, w);
+    EXPECT_EQ(slices[w].phase, 0);
     EXPECT_LE(slices[w].start_ns, slices[w].end_ns);
   }
   auto whole = Whole().Compile(AddGraph(a.type()));
   ASSERT_TRUE(whole.ok()) << whole.status();
   RunRaw(**whole, {a, b}, &sink);
   EXPECT_TRUE(sink.Take().empty());
+
+  // Seed 002's float16 matmul: float16 -> float32 of both operands, the
+  // float32 GEMM (cblas_sgemm on worker 0, or split loops without BLAS),
+  // float32 -> float16 of the result, with a barrier between each: 3 phases.
+  HostTensor x = Random(ir::FLOAT16, {64, 64}, 48), y = Random(ir::FLOAT16, {64, 64}, 49);
+  ir::Graph mm = OneOpGraph("mm", {x.type(), y.type()}, {Type(ir::FLOAT16, {64, 64})});
+  auto f16_mm = Split().Compile(mm);
+  ASSERT_TRUE(f16_mm.ok()) << f16_mm.status();
+  const std::vector<std::vector<uint8_t>> unprofiled = RunRaw(**f16_mm, {x, y});
+  EXPECT_EQ(RunRaw(**f16_mm, {x, y}, &sink), unprofiled);
+  std::vector<runtime::ComputePhase> phases = runtime::GroupIntoPhases(sink.Take());
+  ASSERT_EQ(phases.size(), 3u);
+  for (int p = 0; p < 3; ++p) {
+    SCOPED_TRACE(absl::StrCat("phase ", p));
+    EXPECT_EQ(phases[p].phase, p);
+    ASSERT_EQ(phases[p].slices.size(), 4u);
+    for (int w = 0; w < 4; ++w) EXPECT_EQ(phases[p].slices[w].worker, w);
+    // A worker leaves a barrier only after every worker arrived: every slice
+    // of a phase starts after every slice of the one before ended.
+    if (p > 0) EXPECT_GE(phases[p].start_ns, phases[p - 1].end_ns);
+    for (const runtime::ComputeSlice& slice : phases[p].slices) {
+      EXPECT_LE(slice.start_ns, slice.end_ns);
+      if (p > 0) EXPECT_GE(slice.start_ns, phases[p - 1].end_ns);
+    }
+  }
 }
 
 TEST(PartitionTest, DiskCacheKeepsTheLayout) {

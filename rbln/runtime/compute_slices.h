@@ -1,9 +1,12 @@
 // Per-worker timing of one program run's compute, for the RBLN Profiler
-// (SPEC O2). A program whose kernels are split over chiplet workers reports
-// one slice per worker (worker index, start, end on ProfileRecorder::NowNs()'s
-// clock); the executor records one compute stage per slice. A program that
-// reports nothing is recorded as one slice of worker 0 spanning the whole
-// run, which is what an unpartitioned program gives.
+// (SPEC O2). A program whose kernels are split over chiplet workers runs in
+// phases -- the stretches between the barriers that separate dependent ops
+// -- and reports one slice per worker and phase (worker, phase, start, end
+// on ProfileRecorder::NowNs()'s clock). The executor records one compute
+// stage per phase, from the first worker entering it to the last one
+// leaving it, with the workers' slices as its detail. A program that reports
+// nothing is recorded as one phase of worker 0 spanning the whole run, which
+// is what an unpartitioned program gives.
 #ifndef RBLN_RUNTIME_COMPUTE_SLICES_H_
 #define RBLN_RUNTIME_COMPUTE_SLICES_H_
 
@@ -26,23 +29,37 @@ inline int64_t MonotonicNowNs() {
 
 struct ComputeSlice {
   int worker = 0;
+  int phase = 0;  // 0, 1, ...: barriers the worker passed before the slice
   int64_t start_ns = 0;
   int64_t end_ns = 0;
+};
+
+// One phase of a run: from its earliest slice start to its latest slice end.
+struct ComputePhase {
+  int phase = 0;
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  std::vector<ComputeSlice> slices;  // by worker
 };
 
 // Collects the slices of one run. Report() may be called concurrently from
 // the workers' threads.
 class ComputeSliceSink {
  public:
-  void Report(int worker, int64_t start_ns, int64_t end_ns) ABSL_LOCKS_EXCLUDED(mu_);
+  void Report(int worker, int phase, int64_t start_ns, int64_t end_ns)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The slices reported so far, by worker then start time; empties the sink.
+  // The slices reported so far, by phase, worker, then start time; empties
+  // the sink.
   std::vector<ComputeSlice> Take() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   absl::Mutex mu_;
   std::vector<ComputeSlice> slices_ ABSL_GUARDED_BY(mu_);
 };
+
+// Groups slices (as Take() orders them) into phases, by phase index.
+std::vector<ComputePhase> GroupIntoPhases(std::vector<ComputeSlice> slices);
 
 }  // namespace rbln::runtime
 

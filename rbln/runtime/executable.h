@@ -30,10 +30,11 @@ class Executable {
   virtual int num_outputs() const = 0;
   // `args` holds the inputs, then the outputs (written in place).
   virtual absl::Status Execute(absl::Span<const BufferView> args) const = 0;
-  // Execute() that also reports per-worker compute slices to `slices` (never
-  // null) when the profiler records (SPEC O2). The default reports none: the
-  // run is then one slice of worker 0. A program that runs on several
-  // chiplet workers overrides this.
+  // Execute() that also reports compute slices, one per chiplet worker and
+  // phase, to `slices` (never null) when the profiler records (SPEC O2; see
+  // compute_slices.h). The default reports none: the run is then one phase
+  // of worker 0. A program that runs on several chiplet workers overrides
+  // this.
   virtual absl::Status ExecuteProfiled(absl::Span<const BufferView> args,
                                        ComputeSliceSink* slices) const {
     (void)slices;

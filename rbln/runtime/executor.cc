@@ -84,18 +84,24 @@ absl::Status Executor::Run(const Executable& program,
   execution_ns->Add(end - start);
   executions_->Increment();
   if (profiler) {
-    // One compute stage per worker slice (SPEC O2); an unpartitioned
-    // program's run is one slice of worker 0.
-    std::vector<ComputeSlice> taken = slices.Take();
-    if (taken.empty()) taken.push_back({0, start, end});
-    for (const ComputeSlice& slice : taken) {
+    // One compute stage per phase, with its worker slices (SPEC O2); an
+    // unpartitioned program's run is one phase of worker 0.
+    std::vector<ComputePhase> phases = GroupIntoPhases(slices.Take());
+    if (phases.empty()) phases.push_back({0, start, end, {{0, 0, start, end}}});
+    for (const ComputePhase& phase : phases) {
       profile::Stage* stage = record.add_stages();
-      stage->set_name(slice.worker == 0 ? std::string("compute")
-                                        : absl::StrCat("compute_W", slice.worker));
+      stage->set_name(absl::StrCat("compute_", phase.phase));
       stage->set_kind(profile::COMPUTE);
-      stage->set_worker(slice.worker);
-      stage->set_start_ns(slice.start_ns);
-      stage->set_end_ns(slice.end_ns);
+      stage->set_worker(phase.slices.front().worker);
+      stage->set_phase(phase.phase);
+      stage->set_start_ns(phase.start_ns);
+      stage->set_end_ns(phase.end_ns);
+      for (const ComputeSlice& slice : phase.slices) {
+        profile::WorkerSlice* detail = stage->add_workers();
+        detail->set_worker(slice.worker);
+        detail->set_start_ns(slice.start_ns);
+        detail->set_end_ns(slice.end_ns);
+      }
     }
     record.set_end_ns(end);
     profiler->Record(std::move(record));

@@ -207,7 +207,8 @@ std::string ProfileRecorder::StatusReport(const profile::Profile& p,
 std::string DeviceEventName(int64_t call, const profile::Execution& execution,
                             const profile::Stage& stage, int arg_index) {
   if (stage.kind() == profile::COMPUTE) {
-    return absl::StrCat("i1_", call, "_W", stage.worker(), "_", execution.program(), "_0");
+    return absl::StrCat("i1_", call, "_W", stage.worker(), "_", execution.program(), "_",
+                        stage.phase());
   }
   return absl::StrCat("i1_", call, "_W0_args_0_", arg_index);
 }

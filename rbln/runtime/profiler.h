@@ -1,8 +1,9 @@
 // The RBLN Profiler's recorder (SPEC O1, O4). With RBLN_PROFILER=1 set when
 // the process starts (read once, when this library loads), the executor
 // records every program run: its argument stages (device memory acquired and
-// host-latest bytes uploaded per argument) and its compute stage, with
-// monotonic start/end times. When a torch.profiler session stops (the trace
+// host-latest bytes uploaded per argument) and its compute stages (one per
+// phase of the program, with each chiplet worker's slice), with monotonic
+// start/end times. When a torch.profiler session stops (the trace
 // is collected, before its tables are printed) and at process exit, the
 // recorder writes the executions not yet written to rbln_<timestamp>.pb
 // (schema: rbln/runtime/profile.proto) in RBLN_PROFILER_DIR, default the
@@ -86,9 +87,12 @@ class ProfileRecorder {
 
 // The name torch.profiler shows for one recorded stage (SPEC O2):
 // i1_<call>_W0_args_0_<arg> for the arg-th argument stage of a run and
-// i1_<call>_W<worker>_<program>_0 for a compute stage, <call> counting the
-// profiling session's runs from 0. Names follow the program's stages, so a
-// program partitioned over 4 chiplet workers gives 4 compute events per run.
+// i1_<call>_W<worker>_<program>_<phase> for a compute stage (one per phase
+// of the program; <worker> the lowest worker in it, 0 in practice), <call>
+// counting the profiling session's runs from 0. Names follow the program's
+// stages: seed 002's float16 matmul, partitioned into three phases
+// (float16 -> float32, the GEMM, float32 -> float16), gives 3 + 3 events per
+// run, i1_0_W0_args_0_{0,1,2} and i1_0_W0_mm_{0,1,2}.
 std::string DeviceEventName(int64_t call, const profile::Execution& execution,
                             const profile::Stage& stage, int arg_index);
 

@@ -353,6 +353,17 @@ absl::Status StorageManager::CopyOnDevice(uintptr_t dst, uintptr_t src,
   });
 }
 
+absl::Status StorageManager::ReadFromDevice(void* dst, uintptr_t address,
+                                            uint64_t n) {
+  if (n == 0) return absl::OkStatus();
+  RBLN_RETURN_IF_ERROR(MapForDevice(address, n, DeviceAccess::kRead).status());
+  absl::MutexLock lock(&mu_);
+  RBLN_ASSIGN_OR_RETURN(Storage * s, Find(address, n));
+  HostAccess().reads->Increment();
+  HostAccess().read_bytes->Add(static_cast<int64_t>(n));
+  return dma_->DeviceToHost(dst, s->block->address + (address - s->base), n);
+}
+
 absl::Status StorageManager::CopyBetweenStorages(
     uintptr_t dst, uint64_t dst_span, uintptr_t src, uint64_t src_span, uint64_t bytes,
     absl::FunctionRef<absl::Status(uintptr_t dst_physical, uintptr_t src_physical)> dma) {
@@ -382,8 +393,11 @@ absl::Status StorageManager::CopyStridedOnDevice(
   const uint64_t dst_span = StridedSpanBytes(sizes, dst_strides, elem_size);
   const uint64_t src_span = StridedSpanBytes(sizes, src_strides, elem_size);
   if (dst < src + src_span && src < dst + dst_span) {
-    return absl::FailedPreconditionError(
-        "rbln: strided device copy between overlapping ranges");
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the source's bytes [0x%x, +%d) and the destination's bytes [0x%x, +%d) "
+        "overlap (views of one storage), and the strided-copy engine copies "
+        "between disjoint ranges only",
+        src, src_span, dst, dst_span));
   }
   RBLN_ASSIGN_OR_RETURN(void* from, MapForDevice(src, src_span, DeviceAccess::kRead));
   // A destination with gaps between its elements keeps the gap bytes: read

@@ -100,11 +100,18 @@ class StorageManager {
 
   // Device-to-device copy between (possibly the same) storages.
   absl::Status CopyOnDevice(uintptr_t dst, uintptr_t src, uint64_t n);
+  // The device's bytes of [address, address + n) into host memory at `dst`,
+  // by a D2H DMA of those n bytes: the read side of a device copy that goes
+  // through the host (SPEC K3's host bounce). Like the source of any device
+  // copy, the storage is mapped for a device read first (memory acquired, a
+  // host-latest storage uploaded); the read leaves its state as it was.
+  // Counted as a host read (storage/host_reads), always with a real D2H.
+  absl::Status ReadFromDevice(void* dst, uintptr_t address, uint64_t n);
   // Element-wise strided copy between device storages through the DMA
   // engine's strided descriptors (SPEC K2); sizes/strides in elements of
   // `elem_size` bytes, `dst`/`src` the first elements. Bytes of the
   // destination span between its elements keep their values. Fails with
-  // FailedPrecondition when the two spans overlap.
+  // FailedPrecondition (saying why) when the two spans overlap.
   absl::Status CopyStridedOnDevice(uintptr_t dst, absl::Span<const int64_t> dst_strides,
                                    uintptr_t src, absl::Span<const int64_t> src_strides,
                                    absl::Span<const int64_t> sizes, uint64_t elem_size);

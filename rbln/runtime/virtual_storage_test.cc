@@ -166,6 +166,41 @@ TEST_F(StorageManagerTest, CopyOnDeviceMovesBytesWithoutHost) {
   EXPECT_EQ(out[2], 6);
 }
 
+TEST_F(StorageManagerTest, ReadFromDeviceReadsDeviceDataWithARealTransfer) {
+  // spec: D2 -- the read side of a host bounce (K3): a host-latest storage
+  // is made device-resident first (one upload), then its bytes cross back
+  // by DMA even though the host copy is current; the state is left in sync.
+  StorageManager m = Make();
+  uintptr_t a = *m.Create(0, 16);
+  float v[4] = {1, 2, 3, 4}, out[2] = {};
+  ASSERT_TRUE(m.WriteFromHost(a, v, 16).ok());
+  Transfers t = Transfers::Now();
+  ASSERT_TRUE(m.ReadFromDevice(out, a + 4, 8).ok());
+  EXPECT_EQ(out[0], 2);
+  EXPECT_EQ(out[1], 3);
+  Transfers d = Transfers::Now() - t;
+  EXPECT_EQ(d.uploads, 1);
+  EXPECT_EQ(d.h2d, 1);
+  EXPECT_EQ(d.d2h, 1);
+  EXPECT_EQ(d.downloads, 0);  // Not a whole-storage download into the host copy.
+  EXPECT_EQ(State(m, a), DataState::kInSync);
+
+  // Device-latest: one D2H of the bytes asked for; the host copy stays stale.
+  float* dev = static_cast<float*>(*m.MapForDevice(a, 16, DeviceAccess::kWrite));
+  dev[3] = 40;
+  Counter* d2h_bytes = CounterRegistry::Global().Get("runtime/dma_d2h_bytes");
+  const int64_t bytes_before = d2h_bytes->value();
+  t = Transfers::Now();
+  ASSERT_TRUE(m.ReadFromDevice(out, a + 12, 4).ok());
+  EXPECT_EQ(out[0], 40);
+  d = Transfers::Now() - t;
+  EXPECT_EQ(d.h2d, 0);
+  EXPECT_EQ(d.d2h, 1);
+  EXPECT_EQ(d2h_bytes->value() - bytes_before, 4);
+  EXPECT_EQ(State(m, a), DataState::kDeviceLatest);
+  EXPECT_FALSE(m.ReadFromDevice(out, a + 12, 8).ok());  // Past the storage's end.
+}
+
 TEST_F(StorageManagerTest, OomAtFirstDeviceUseNotAtCreate) {
   // spec: D3
   StorageManager m = Make();

@@ -10,8 +10,12 @@ the schema.
 
 The trace opens in Perfetto (ui.perfetto.dev) or chrome://tracing: one
 process row per NPU ("RBLN NPU n"), with a thread row for argument transfer
-stages and one for compute per chiplet worker (a partitioned program reports
-one compute slice per worker), and a complete event per execution.
+stages, one for compute stages -- one per phase of the program, the
+stretches between the barriers of a program partitioned over the chiplet
+workers -- and, as their detail, one row per chiplet worker with its slice of
+each phase that several workers ran; and a complete event per execution.
+The summary has a row per program and stage kind, and per program and
+worker for those slices.
 """
 
 import argparse
@@ -48,9 +52,16 @@ _SCHEMA = {
         4: ("end_ns", "sint"),
         5: ("bytes", "int"),
         6: ("worker", "sint"),
+        7: ("phase", "sint"),
+        8: ("workers", "WorkerSlice"),
+    },
+    "WorkerSlice": {
+        1: ("worker", "sint"),
+        2: ("start_ns", "sint"),
+        3: ("end_ns", "sint"),
     },
 }
-_REPEATED = {("Profile", "executions"), ("Execution", "stages")}
+_REPEATED = {("Profile", "executions"), ("Execution", "stages"), ("Stage", "workers")}
 STAGE_KINDS = {0: "UNSPECIFIED", 1: "ARGS", 2: "COMPUTE"}
 
 
@@ -124,66 +135,97 @@ def load(path):
         return decode(f.read())
 
 
+def _worker_slices(stage):
+    """The per-worker slices shown as a compute stage's detail: those of a
+    phase that several workers ran (a phase of one worker is its slice)."""
+    if stage["kind"] != 2 or len(stage["workers"]) < 2:
+        return []
+    return stage["workers"]
+
+
 def to_chrome_trace(profile):
     """Chrome trace-event JSON (a dict) of a decoded profile."""
     offset_us = profile["clock_offset_ns"] / 1000.0
     events = []
     npus = sorted({e["npu"] for e in profile["executions"]})
-    workers = sorted({s["worker"] for e in profile["executions"] for s in e["stages"] if s["kind"] == 2} | {0})
+    workers = sorted({w["worker"] for e in profile["executions"] for s in e["stages"] for w in _worker_slices(s)})
     for npu in npus:
         pid = f"RBLN NPU {npu}"
         events.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": pid}})
-        rows = [(0, "execution"), (1, "args (transfer)")]
-        rows += [(2 + w, "compute" if w == 0 else f"compute W{w}") for w in workers]
+        rows = [(0, "execution"), (1, "args (transfer)"), (2, "compute")]
+        rows += [(3 + w, f"compute W{w}") for w in workers]
         for tid, name in rows:
             events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
+
+    def complete(cat, name, pid, tid, start_ns, end_ns, args):
+        return {
+            "ph": "X",
+            "cat": cat,
+            "name": name,
+            "pid": pid,
+            "tid": tid,
+            "ts": start_ns / 1000.0 + offset_us,
+            "dur": (end_ns - start_ns) / 1000.0,
+            "args": args,
+        }
+
     for e in profile["executions"]:
         pid = f"RBLN NPU {e['npu']}"
         events.append(
-            {
-                "ph": "X",
-                "cat": "rbln_execution",
-                "name": f"i{e['id']}_{e['program']}",
-                "pid": pid,
-                "tid": 0,
-                "ts": e["start_ns"] / 1000.0 + offset_us,
-                "dur": (e["end_ns"] - e["start_ns"]) / 1000.0,
-                "args": {"id": e["id"], "program": e["program"]},
-            }
+            complete("rbln_execution", f"i{e['id']}_{e['program']}", pid, 0, e["start_ns"], e["end_ns"],
+                     {"id": e["id"], "program": e["program"]})
         )
         for s in e["stages"]:
             kind = STAGE_KINDS.get(s["kind"], str(s["kind"]))
+            args = {"execution": e["id"], "program": e["program"], "bytes": s["bytes"]}
+            if kind == "COMPUTE":
+                args["phase"] = s["phase"]
             events.append(
-                {
-                    "ph": "X",
-                    "cat": kind.lower(),
-                    "name": f"i{e['id']}_{s['name']}",
-                    "pid": pid,
-                    # One compute row per chiplet worker (SPEC O2).
-                    "tid": 2 + s["worker"] if kind == "COMPUTE" else 1,
-                    "ts": s["start_ns"] / 1000.0 + offset_us,
-                    "dur": (s["end_ns"] - s["start_ns"]) / 1000.0,
-                    "args": {"execution": e["id"], "program": e["program"], "bytes": s["bytes"]},
-                }
+                complete(kind.lower(), f"i{e['id']}_{s['name']}", pid, 2 if kind == "COMPUTE" else 1,
+                         s["start_ns"], s["end_ns"], args)
             )
+            # The chiplet workers' part of the phase, one row each (SPEC O2).
+            for w in _worker_slices(s):
+                events.append(
+                    complete("compute_slice", f"i{e['id']}_{s['name']}_W{w['worker']}", pid, 3 + w["worker"],
+                             w["start_ns"], w["end_ns"],
+                             {"execution": e["id"], "program": e["program"], "phase": s["phase"],
+                              "worker": w["worker"]})
+                )
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"pid": profile["pid"]}}
 
 
 def summary(profile):
-    """Per program and stage kind: count, total and average device time."""
+    """Per program and stage kind (and per program and chiplet worker, for
+    the workers' slices of multi-worker phases): count, total and average
+    device time."""
     rows = collections.OrderedDict()
+
+    def add(key, ns, nbytes):
+        r = rows.setdefault(key, [0, 0, 0])
+        r[0] += 1
+        r[1] += ns
+        r[2] += nbytes
+
     for e in profile["executions"]:
         for s in e["stages"]:
-            key = (e["program"], STAGE_KINDS.get(s["kind"], str(s["kind"])))
-            r = rows.setdefault(key, [0, 0, 0])
-            r[0] += 1
-            r[1] += s["end_ns"] - s["start_ns"]
-            r[2] += s["bytes"]
+            add((e["program"], STAGE_KINDS.get(s["kind"], str(s["kind"]))), s["end_ns"] - s["start_ns"], s["bytes"])
+            for w in _worker_slices(s):
+                add((e["program"], f"  W{w['worker']}"), w["end_ns"] - w["start_ns"], 0)
     width = max([len("program")] + [len(p) for p, _ in rows])
     lines = [
         f"{'program':<{width}}  {'stage':<8}  {'count':>6}  {'total ms':>10}  {'avg us':>10}  {'bytes':>12}",
     ]
-    for (program, kind), (n, ns, nbytes) in sorted(rows.items(), key=lambda kv: -kv[1][1]):
+    # Programs by their total device time; within one, ARGS, COMPUTE, then
+    # its worker slices.
+    program_ns = collections.Counter()
+    for (program, kind), (_, ns, _) in rows.items():
+        if not kind.startswith(" "):
+            program_ns[program] += ns
+    order = {"ARGS": 0, "COMPUTE": 1}
+    for (program, kind), (n, ns, nbytes) in sorted(
+        rows.items(), key=lambda kv: (-program_ns[kv[0][0]], kv[0][0], order.get(kv[0][1], 2), kv[0][1])
+    ):
         lines.append(f"{program:<{width}}  {kind:<8}  {n:>6}  {ns * 1e-6:>10.3f}  {ns / n * 1e-3:>10.1f}  {nbytes:>12}")
     lines.append(
         f"{len(profile['executions'])} executions, {profile['dropped_executions']} dropped, pid {profile['pid']}"

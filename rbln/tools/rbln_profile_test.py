@@ -1,5 +1,5 @@
 """RBLN_PROFILER=1 -> status report + rbln_<timestamp>.pb -> trace round trip."""
-# spec: O4, O6
+# spec: O2, O4, O6
 
 import glob
 import json
@@ -36,7 +36,7 @@ def test_profiler_writes_report_and_file_that_converts_to_a_trace():
         assert executions == 3
         assert "RBLN Profiler Generation Status Report" in out
         assert "executions recorded : 3 (0 dropped)" in out
-        assert "stages recorded     : 12" in out  # 2 inputs + 1 output + compute
+        assert "stages recorded     : 12" in out  # 2 inputs + 1 output + one compute phase
         (path,) = glob.glob(os.path.join(d, "rbln_*.pb"))
         assert f"output              : {path}" in out.replace(d + "/./", d + "/")
         profile = rbln_profile.load(path)
@@ -46,7 +46,7 @@ def test_profiler_writes_report_and_file_that_converts_to_a_trace():
         for e in runs:
             assert e["npu"] == 0 and e["program"]
             names = [s["name"] for s in e["stages"]]
-            assert names == ["args_0", "args_1", "args_2", "compute"]
+            assert names == ["args_0", "args_1", "args_2", "compute_0"]
             kinds = [rbln_profile.STAGE_KINDS[s["kind"]] for s in e["stages"]]
             assert kinds == ["ARGS", "ARGS", "ARGS", "COMPUTE"]
             assert all(s["bytes"] == 64 * 128 * 2 for s in e["stages"][:3])
@@ -54,6 +54,10 @@ def test_profiler_writes_report_and_file_that_converts_to_a_trace():
             assert e["start_ns"] <= starts[0] and starts == sorted(starts)
             assert all(s["end_ns"] >= s["start_ns"] for s in e["stages"])
             assert e["end_ns"] == e["stages"][-1]["end_ns"]
+            # An unpartitioned program: one phase, run by worker 0 alone.
+            (compute,) = e["stages"][3:]
+            assert compute["phase"] == 0 and compute["worker"] == 0
+            assert [w["worker"] for w in compute["workers"]] == [0]
         assert runs[0]["end_ns"] <= runs[1]["start_ns"]
 
         trace_path = os.path.join(d, "trace.json")
@@ -63,7 +67,7 @@ def test_profiler_writes_report_and_file_that_converts_to_a_trace():
         complete = [ev for ev in trace["traceEvents"] if ev["ph"] == "X"]
         assert len(complete) == 3 + 12  # one per execution + one per stage
         compute = [ev for ev in complete if ev["cat"] == "compute"]
-        assert [ev["name"] for ev in compute] == ["i1_compute", "i2_compute", "i3_compute"]
+        assert [ev["name"] for ev in compute] == ["i1_compute_0", "i2_compute_0", "i3_compute_0"]
         assert {ev["pid"] for ev in complete} == {"RBLN NPU 0"}
         assert {ev["tid"] for ev in compute} == {2}
         # Unix-time microseconds, so host and device rows line up.
@@ -73,6 +77,36 @@ def test_profiler_writes_report_and_file_that_converts_to_a_trace():
         text = rbln_profile.summary(profile)
         assert "3 executions, 0 dropped" in text
         assert "COMPUTE" in text and "ARGS" in text
+
+
+def test_partitioned_matmul_records_its_phases_with_worker_slices():
+    # spec: O2, O4 -- seed 002's float16 512x512 mm, partitioned over the 4
+    # chiplet workers: 3 compute stages (one per phase between its barriers),
+    # each spanning the 4 workers' slices of that phase.
+    with tempfile.TemporaryDirectory() as d:
+        r = rbln_test_util.run_python(
+            "import torch\n"
+            "x = torch.randn(512, 512, dtype=torch.float16, device='rbln')\n"
+            "(x @ x).cpu()\n",
+            {"RBLN_PROFILER": "1", "RBLN_PROFILER_DIR": d, "RBLN_SIM_PROFILE": None},
+            timeout=300,
+        )
+        assert r.returncode == 0, r.stderr
+        (path,) = glob.glob(os.path.join(d, "rbln_*.pb"))
+        profile = rbln_profile.load(path)
+    (mm,) = [e for e in profile["executions"] if e["program"] == "mm"]
+    kinds = [rbln_profile.STAGE_KINDS[s["kind"]] for s in mm["stages"]]
+    assert kinds == ["ARGS"] * 3 + ["COMPUTE"] * 3
+    previous_end = mm["stages"][2]["end_ns"]
+    for phase, s in enumerate(mm["stages"][3:]):
+        assert (s["name"], s["phase"], s["worker"]) == (f"compute_{phase}", phase, 0)
+        assert [w["worker"] for w in s["workers"]] == [0, 1, 2, 3]
+        assert s["start_ns"] == min(w["start_ns"] for w in s["workers"]) >= previous_end
+        assert s["end_ns"] == max(w["end_ns"] for w in s["workers"])
+        previous_end = s["end_ns"]
+    assert previous_end <= mm["end_ns"]
+    rows = [line.split()[:3] for line in rbln_profile.summary(profile).splitlines() if line.startswith("mm ")]
+    assert rows == [["mm", "ARGS", "3"], ["mm", "COMPUTE", "3"]] + [["mm", f"W{w}", "3"] for w in range(4)]
 
 
 def test_no_profiler_no_report_no_file():
@@ -90,28 +124,52 @@ def test_truncated_file_is_a_clear_error():
         rbln_profile.decode(good[:-1])
 
 
-def test_worker_slices_get_one_compute_row_each():
-    # spec: O2 -- a program partitioned over 4 chiplet workers reports 4 compute
-    # slices (field 6, worker); each worker gets its own trace row.
-    def stage(name, kind, start, end, worker=0):
-        return {"name": name, "kind": kind, "start_ns": start, "end_ns": end, "bytes": 0, "worker": worker}
+def test_phases_get_the_compute_row_and_worker_slices_one_row_each():
+    # spec: O2 -- a program partitioned over 4 chiplet workers with a barrier
+    # between its 2 phases: one compute stage per phase on the compute row,
+    # and each worker's slice of each phase (field 8, workers) on its own row.
+    def stage(name, kind, start, end, phase=0, workers=()):
+        return {"name": name, "kind": kind, "start_ns": start, "end_ns": end, "bytes": 0, "worker": 0,
+                "phase": phase, "workers": [{"worker": w, "start_ns": a, "end_ns": b} for w, a, b in workers]}
 
-    stages = [stage("args_0", 1, 0, 10)] + [stage(f"compute_W{w}", 2, 10, 20 + w, w) for w in range(4)]
+    stages = [stage("args_0", 1, 0, 10)] + [
+        stage(f"compute_{p}", 2, 10 + 20 * p, 25 + 20 * p, p, [(w, 10 + 20 * p + w, 20 + 20 * p + w) for w in range(4)])
+        for p in range(2)
+    ]
     profile = {
         "version": 1,
         "pid": 1,
         "clock_offset_ns": 0,
         "dropped_executions": 0,
-        "executions": [{"id": 1, "program": "mm", "npu": 0, "start_ns": 0, "end_ns": 23, "stages": stages}],
+        "executions": [{"id": 1, "program": "mm", "npu": 0, "start_ns": 0, "end_ns": 50, "stages": stages}],
     }
     trace = rbln_profile.to_chrome_trace(profile)
-    compute = [ev for ev in trace["traceEvents"] if ev["ph"] == "X" and ev["cat"] == "compute"]
-    assert [ev["tid"] for ev in compute] == [2, 3, 4, 5]
+    complete = [ev for ev in trace["traceEvents"] if ev["ph"] == "X"]
+    compute = [ev for ev in complete if ev["cat"] == "compute"]
+    assert [(ev["name"], ev["tid"], ev["args"]["phase"]) for ev in compute] == [
+        ("i1_compute_0", 2, 0),
+        ("i1_compute_1", 2, 1),
+    ]
+    slices = [ev for ev in complete if ev["cat"] == "compute_slice"]
+    assert [(ev["name"], ev["tid"]) for ev in slices[:4]] == [(f"i1_compute_0_W{w}", 3 + w) for w in range(4)]
+    assert len(slices) == 8 and slices[7]["dur"] == 0.01  # 10 ns
     rows = {ev["args"]["name"] for ev in trace["traceEvents"] if ev["ph"] == "M"}
-    assert {"compute", "compute W1", "compute W2", "compute W3"} <= rows
-    # The wire field decodes: Stage{worker: 3} inside Execution{stages}.
-    encoded = bytes([0x22, 0x04, 0x32, 0x02, 0x30, 0x03])
-    assert rbln_profile.decode(encoded)["executions"][0]["stages"][0]["worker"] == 3
+    assert rows == {"RBLN NPU 0", "execution", "args (transfer)", "compute"} | {f"compute W{w}" for w in range(4)}
+    lines = rbln_profile.summary(profile).splitlines()
+    assert [line.split()[:3] for line in lines[1:7]] == [
+        ["mm", "ARGS", "1"],
+        ["mm", "COMPUTE", "2"],
+        ["mm", "W0", "2"],
+        ["mm", "W1", "2"],
+        ["mm", "W2", "2"],
+        ["mm", "W3", "2"],
+    ]
+    # The wire fields decode: Stage{phase: 2, workers: [{worker: 3}]} inside
+    # Execution{stages} inside Profile{executions}.
+    encoded = bytes([0x22, 0x08, 0x32, 0x06, 0x38, 0x02, 0x42, 0x02, 0x08, 0x03])
+    decoded = rbln_profile.decode(encoded)["executions"][0]["stages"][0]
+    assert decoded["phase"] == 2 and decoded["workers"] == [{"worker": 3, "start_ns": 0, "end_ns": 0}]
+
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))

@@ -82,15 +82,23 @@ absl::string_view FallbackCategoryName(FallbackCategory c) {
   return "?";
 }
 
-void OnFallback(FallbackCategory category, absl::string_view op_name,
-                absl::string_view detail) {
-  const Policy& policy = GetPolicy();
+void CheckFallbackAllowed(FallbackCategory category, absl::string_view op_name,
+                          absl::string_view detail) {
   const absl::string_view name = FallbackCategoryName(category);
-  TORCH_CHECK(!policy.disabled[static_cast<int>(category)], "rbln: `", op_name,
-              "` would run on CPU (", name, detail.empty() ? "" : ": ", detail,
+  const absl::string_view instead = category == FallbackCategory::kStridedCopyError
+                                        ? "go through host memory"
+                                        : "run on CPU";
+  TORCH_CHECK(!GetPolicy().disabled[static_cast<int>(category)], "rbln: `", op_name,
+              "` would ", instead, " (", name, detail.empty() ? "" : ": ", detail,
               ") but TORCH_RBLN_DISABLE_FALLBACK forbids the ", name,
               " fallback; remove '", name,
               "' from TORCH_RBLN_DISABLE_FALLBACK to allow it");
+}
+
+void OnFallback(FallbackCategory category, absl::string_view op_name,
+                absl::string_view detail) {
+  CheckFallbackAllowed(category, op_name, detail);
+  const Policy& policy = GetPolicy();
   if (policy.log_info) {
     const std::string where = SourceLocation();
     std::cerr << "[TORCH-RBLN][INFO] `" << op_name

@@ -20,8 +20,14 @@ namespace rbln::torch_backend {
 enum class FallbackCategory { kCompileError, kUnsupportedOp, kStridedCopyError };
 absl::string_view FallbackCategoryName(FallbackCategory c);
 
-// Throws if `category` is disabled; otherwise logs (for categories that are
-// logged) and returns, and the caller runs the op on the CPU.
+// Throws if `category` is disabled: the error names `op_name`, what the
+// fallback would do (run on the CPU; for kStridedCopyError, copy through
+// host memory), `detail` (what and why) and how to allow it again.
+void CheckFallbackAllowed(FallbackCategory category, absl::string_view op_name,
+                          absl::string_view detail = "");
+
+// CheckFallbackAllowed(), then the INFO log line of an op fallback (SPEC
+// I4); the caller runs the op on the CPU.
 void OnFallback(FallbackCategory category, absl::string_view op_name,
                 absl::string_view detail = "");
 

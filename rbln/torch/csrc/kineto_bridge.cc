@@ -10,8 +10,9 @@
 // CONCURRENT_KERNEL activities on device = NPU, which torch reports as
 // PrivateUse1 ("RBLN") device time (Self RBLN, RBLN total, device_time_total).
 // Event names (runtime::DeviceEventName): i1_<call>_W0_args_0_<arg> for
-// argument stages and i1_<call>_W<worker>_<program>_0 for each chiplet
-// worker's compute slice, <call> counting the session's program runs from 0.
+// argument stages and i1_<call>_W0_<program>_<phase> for each compute phase
+// of the program (the chiplet workers' slices stay in the .pb), <call>
+// counting the session's program runs from 0.
 // When the session stops the runtime writes its .pb file and prints its
 // status report (SPEC O4).
 // Without RBLN_PROFILER nothing is recorded, so no device event appears (O3);
@@ -155,8 +156,8 @@ class RblnProfilerSession : public libkineto::IActivityProfilerSession {
         auto a = std::make_unique<StageActivity>(
             &Span(), name, s.start_ns() + offset, s.end_ns() + offset,
             e.npu() < 0 ? 0 : e.npu(),
-            // Rows: argument transfer, then one per chiplet worker's compute.
-            compute ? 1 + s.worker() : 0,
+            // Rows: argument transfer, compute.
+            compute ? 1 : 0,
             absl::StrCat("\"program\": \"", e.program(), "\", \"execution\": ", e.id(),
                          ", \"bytes\": ", s.bytes(), ", \"correlation\": ",
                          e.correlation_id()));

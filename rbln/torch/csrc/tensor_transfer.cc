@@ -2,9 +2,12 @@
 
 #include <ATen/ATen.h>
 
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "rbln/core/counters.h"
 #include "rbln/torch/csrc/device_state.h"
 #include "rbln/torch/csrc/explain_signals.h"
+#include "rbln/torch/csrc/fallback_policy.h"
 #include "rbln/torch/csrc/pinned_host_allocator.h"
 #include "rbln/torch/csrc/streams.h"
 
@@ -67,6 +70,20 @@ bool TryCopyAsync(const at::Tensor& src, const at::Tensor& dst) {
 void CompletePendingTransfers(const at::Tensor& device_tensor) {
   const c10::DeviceIndex device = device_tensor.device().index();
   if (RuntimeOrThrow().NpuBusy(PhysicalNpu(device))) SynchronizeDeviceStreams(device);
+}
+
+// A CPU tensor with `device_tensor`'s sizes, strides and dtype holding the
+// device's bytes of its span: a device read (a host-latest storage is
+// uploaded first) and one D2H DMA, as the source of a device copy.
+at::Tensor ReadSpanFromDevice(const at::Tensor& device_tensor) {
+  at::Tensor flat = at::empty({SpanElements(device_tensor)},
+                              device_tensor.options().device(at::kCPU));
+  if (flat.numel() > 0) {
+    ThrowIfErrorOn(device_tensor.device(),
+                   RuntimeOrThrow().storage().ReadFromDevice(
+                       flat.data_ptr(), Address(device_tensor), flat.nbytes()));
+  }
+  return flat.as_strided(device_tensor.sizes(), device_tensor.strides(), 0);
 }
 
 }  // namespace
@@ -132,13 +149,29 @@ void CopyWithDevice(const at::Tensor& src, const at::Tensor& dst,
         Address(dst), dst.strides(), Address(from), from.strides(), dst.sizes(),
         dst.itemsize());
     if (copied.ok()) return;
-    // Overlapping ranges (copying a tensor into a view of itself) bounce.
     if (copied.code() != absl::StatusCode::kFailedPrecondition) {
       ThrowIfErrorOn(dst.device(), copied);
     }
+    // The engine cannot do this copy (overlapping ranges: a tensor copied
+    // into a view of itself): the strided_copy_error fallback bounces it
+    // through the host, unless TORCH_RBLN_DISABLE_FALLBACK forbids it (SPEC I6).
+    CheckFallbackAllowed(
+        FallbackCategory::kStridedCopyError, "aten::copy_",
+        absl::StrFormat("copying a %s tensor of shape [%s] and strides [%s] into a %s "
+                        "tensor of shape [%s] and strides [%s] on %s: the device's "
+                        "strided-copy engine cannot do it: %s; copy from src.clone() "
+                        "to keep it on the device",
+                        c10::toString(src.scalar_type()), absl::StrJoin(src.sizes(), ", "),
+                        absl::StrJoin(src.strides(), ", "), c10::toString(dst.scalar_type()),
+                        absl::StrJoin(dst.sizes(), ", "), absl::StrJoin(dst.strides(), ", "),
+                        dst.device().str(), copied.message()));
   }
   // Converting copies (and overlapping ones) bounce through the host
-  // (SPEC K3's host_bounce).
+  // (SPEC K3's host_bounce). Like every device copy they copy device data:
+  // the source is read from device memory by a real D2H DMA (a host-latest
+  // source is uploaded first, as for the DMA engine's copies), converted on
+  // the host, and written into the destination as a host write (a lazy
+  // destination stays host-latest until its first device use).
   TORCH_WARN_ONCE(
       "rbln: copying a ", src.scalar_type(), " tensor of shape ", src.sizes(),
       " into a ", dst.scalar_type(), " tensor of shape ", dst.sizes(),
@@ -149,8 +182,14 @@ void CopyWithDevice(const at::Tensor& src, const at::Tensor& dst,
       "Shown once per process; explain() counts every such copy as host_bounce.");
   HostBounceCounter()->Increment();
   FireHostBounce(SpanBytes(src));
-  at::Tensor host_dst = DownloadSpan(dst);
-  host_dst.copy_(DownloadSpan(src));
+  const at::Tensor host_src = ReadSpanFromDevice(src);
+  // A destination with gaps between its elements keeps the gap bytes: read
+  // its span first. A dense one is overwritten whole.
+  at::Tensor host_dst =
+      dst.is_non_overlapping_and_dense()
+          ? at::empty_strided(dst.sizes(), dst.strides(), dst.options().device(at::kCPU))
+          : DownloadSpan(dst);
+  host_dst.copy_(host_src);
   UploadSpan(host_dst, dst);
 }
 

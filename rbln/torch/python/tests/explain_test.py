@@ -1,5 +1,5 @@
 """torch.rbln.explain(): signals, the report layout, verdict/to_dict, nesting."""
-# spec: N1, N2, N3, N4
+# spec: N1, N2, N3, N4, D8, I3
 
 import inspect
 import json
@@ -43,44 +43,56 @@ def step_body(x):
     return torch.relu(x @ weight) * scale
 
 
-def test_n4_eager_step_reports_its_overhead():
-    # spec: N1, N3, N4 -- the eager half of the worked example.
+def explain_eager_step():
+    """The seed's measurement of the eager step: warm-up, then one step in
+    explain(with_stack=True); returns the region's facts and report."""
     x_host = torch.randn(128, 128, dtype=F16)
     with torch.inference_mode():
         step_eager(x_host).cpu()  # warm-up: compiles stay out of the region
         with torch.rbln.explain(with_stack=True) as bad:
             result = step_eager(x_host).cpu()
     assert result.shape == (128, 100)
-    d = bad.to_dict()
-    rt = d["runtime"]
-    assert bad.verdict() == "overhead"
-    # Our runtime's real events (the seed reports 3 pushes / 3 physical d2h
-    # on its runtime). Pushes (H2D DMA): x at its first device use (the mm)
-    # and the float16 copy of `counts` at the mul -- `torch.ones` writes the
-    # int32 constant into host memory only, so it never crosses itself.
-    assert rt["push"] == {"count": 2, "bytes": 2 * 128 * 128 * 2, "uploads": 2, "write_through": 0}
-    # Physical d2h: the NaN/Inf check (TORCH_RBLN_DEPLOY unset) reads the
-    # device-latest inputs of relu (the mm output), of max (relu's output)
-    # and of `* scale` (h * counts); float(h.max()) downloads the 2-byte
-    # maximum; the result comes back with .cpu().
-    assert rt["physical_d2h"] == {"count": 5, "bytes": 4 * 128 * 128 * 2 + 2}
-    assert rt["program_runs"] == 5  # mm, relu, max, two muls
-    assert rt["compiles"] == 0
+    return {"facts": bad.to_dict(), "report": bad.report()}
+
+
+def _eager_step_in_a_child(deploy):
+    # TORCH_RBLN_DEPLOY is read once per process: run the step in a fresh one.
+    r = rbln_test_util.run_python(
+        "import json, explain_test\n"
+        "print('N4', json.dumps(explain_test.explain_eager_step()))\n",
+        {"TORCH_RBLN_DEPLOY": deploy},
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    line = next(line for line in r.stdout.splitlines() if line.startswith("N4 "))
+    return json.loads(line[3:])
+
+
+KIB32 = 128 * 128 * 2  # one float16 128x128 tensor
+KIB64 = 128 * 128 * 4  # the int32 `counts`
+
+
+def _check_eager_step_report(region, pushes, d2h_lines):
+    """What both runs of the eager step share: one host_bounce signal at the
+    int32 -> float16 line, the push line and the report layout."""
+    d = region["facts"]
+    assert d["verdict"] == "overhead"
+    assert d["runtime"]["program_runs"] == 5  # mm, relu, max, two muls
+    assert d["runtime"]["compiles"] == 0
     signals = d["signals"]
     assert list(signals) == ["host_bounce/d2d_copy"]
     bounce = signals["host_bounce/d2d_copy"]
-    assert bounce["count"] == 1 and bounce["bytes"] == 128 * 128 * 4  # the int32 source
-    here = os.path.basename(__file__)
+    assert bounce["count"] == 1 and bounce["bytes"] == KIB64  # the int32 source
+    here = "explain_test.py"
     convert_line = _line_of(step_eager, "counts.to(torch.float16)")
     (where,) = bounce["where"]
-    assert where.startswith(f"{here}:{convert_line}(step_eager) <- {here}:")
+    assert where.startswith(f"{here}:{convert_line}(step_eager) <- {here}:"), where
     assert d["optimization_candidates"] == []  # max has an rbln kernel now
 
-    text = bad.report()
-    lines = text.splitlines()
+    lines = region["report"].splitlines()
     assert lines[0].startswith("[overhead: 1 signal]  RBLN EXPLAIN   (region wall ")
     assert " | device mem " in lines[0] and lines[0].endswith(" reserved)")
-    assert "  host->device push (runtime): 2 pushes, 64.0 KiB (2 at device use, 0 write-through)" in lines
+    assert pushes in lines
     rule = "--------------------  -----  --------  " + "-" * 59
     table = [
         rule,
@@ -92,12 +104,54 @@ def test_n4_eager_step_reports_its_overhead():
     start = lines.index(rule)
     assert lines[start - 1] == "" and lines[start : start + 5] == table
     body = lines[start + 5 :]
-    assert body[:3] == ["", "  host_bounce/d2d_copy:", f"    at {next(iter(bounce['where']))}"]
-    assert body[3:] == [
-        "",
-        "  >> physical d2h (real transfer): 5 copies, 128.0 KiB -- real device crossing",
-    ]
-    assert "checked:" not in text
+    assert body[:3] == ["", "  host_bounce/d2d_copy:", f"    at {where}"]
+    assert body[3:] == ["", d2h_lines]
+    assert "checked:" not in region["report"]
+
+
+def test_n4_eager_step_reports_its_overhead():
+    # spec: N1, N3, N4, D2, K3, H2 -- the eager half of the worked example as
+    # the seed measured it: TORCH_RBLN_DEPLOY=ON, so no NaN/Inf-check reads.
+    region = _eager_step_in_a_child("ON")
+    rt = region["facts"]["runtime"]
+    # 3 pushes (H2D DMA): x at its first device use (the mm); the int32
+    # `counts` when the host bounce makes its source device-resident
+    # (torch.ones is a host fill, so it had no device copy yet); the
+    # converted float16 copy at its first device use (the mul).
+    assert rt["push"] == {"count": 3, "bytes": 2 * KIB32 + KIB64, "uploads": 3, "write_through": 0}
+    # 3 physical d2h: float(h.max()) reads the 2-byte maximum; the bounce
+    # reads `counts` back from the device ("real d2h DMA (costly)"); .cpu()
+    # downloads the result's storage.
+    assert rt["physical_d2h"] == {"count": 3, "bytes": 2 + KIB64 + KIB32}
+    # Host writes: x, the ones fill, the bounce's float16 result. Host reads:
+    # the maximum, the bounce's source, the result's 128x100 view span.
+    assert rt["h2v"] == {"count": 3, "bytes": 2 * KIB32 + KIB64}
+    assert rt["v2h"] == {"count": 3, "bytes": 2 + KIB64 + (127 * 128 + 100) * 2}
+    _check_eager_step_report(
+        region,
+        "  host->device push (runtime): 3 pushes, 128.0 KiB (3 at device use, 0 write-through)",
+        "  >> physical d2h (real transfer): 3 copies, 96.0 KiB -- real device crossing",
+    )
+
+
+def test_n4_eager_step_with_checks_adds_the_nan_inf_reads():
+    # spec: N3, N4, H1, H8 -- the same step with the pre-dispatch checks on
+    # (TORCH_RBLN_DEPLOY unset): the NaN/Inf check reads each op's inputs on
+    # the host, so device-latest inputs cost a D2H on top of the seed's 3.
+    region = _eager_step_in_a_child(None)
+    rt = region["facts"]["runtime"]
+    # The pushes do not change: the check reads host-latest inputs (x at the
+    # mm, the float16 copy at the mul) from host memory.
+    assert rt["push"] == {"count": 3, "bytes": 2 * KIB32 + KIB64, "uploads": 3, "write_through": 0}
+    # 3 more physical d2h: relu's input (the mm output), max's input (relu's
+    # output, in sync afterwards, so the mul's check of h is free) and the
+    # input of `* scale` (h * counts); then the seed's 3 as above.
+    assert rt["physical_d2h"] == {"count": 6, "bytes": 3 * KIB32 + 2 + KIB64 + KIB32}
+    _check_eager_step_report(
+        region,
+        "  host->device push (runtime): 3 pushes, 128.0 KiB (3 at device use, 0 write-through)",
+        "  >> physical d2h (real transfer): 6 copies, 192.0 KiB -- real device crossing",
+    )
 
 
 def test_n4_graph_step_is_clean():
@@ -200,7 +254,30 @@ def test_host_bounce_fires_for_converting_device_copy_only():
     assert d["signals"]["host_bounce/d2d_copy"]["count"] == 1
     assert d["signals"]["host_bounce/d2d_copy"]["bytes"] == 128 * 128 * 2
     assert d["runtime"]["physical_d2h"]["count"] == 1
+    assert d["runtime"]["push"]["count"] == 0
+    # The lazy destination is written on the host: host-latest, no device memory.
+    assert torch.rbln._storage_info(wide)["state"] == "host-latest"
+    assert not torch.rbln._storage_info(wide)["has_device_memory"]
     assert torch.equal(wide.cpu(), torch.full((128, 128), 2.0))
+    # A host-latest source is made device-resident first (one push), then read
+    # back from the device like a device-latest one (one d2h), as the source of
+    # any device copy is; it is in sync afterwards.
+    ints = torch.arange(128 * 128, dtype=torch.int32).reshape(128, 128).to(DEV)
+    assert torch.rbln._storage_info(ints)["state"] == "host-latest"
+    half = torch.empty(128, 128, dtype=F16, device=DEV)
+    r = _region(lambda: half.copy_(ints))
+    rt = r.to_dict()["runtime"]
+    assert r.to_dict()["signals"]["host_bounce/d2d_copy"]["count"] == 1
+    assert rt["push"]["count"] == 1 and rt["push"]["bytes"] == 128 * 128 * 4
+    assert rt["physical_d2h"] == {"count": 1, "bytes": 128 * 128 * 4}
+    assert torch.rbln._storage_info(ints)["state"] == "in-sync"
+    assert torch.equal(half.cpu(), torch.arange(128 * 128, dtype=F16).reshape(128, 128))
+    # A strided destination keeps the bytes between its elements.
+    big = torch.full((128, 128), 7.0, dtype=torch.float32, device=DEV)
+    big[:, ::2].copy_(src[:, ::2])
+    expected = torch.full((128, 128), 7.0)
+    expected[:, ::2] = 2.0
+    assert torch.equal(big.cpu(), expected)
     # Same dtype and layout on one device: the device copy engine, no bounce
     # (set_device_layout_like keeps it on one chiplet: no v2v_slow either).
     same = torch.empty(128, 128, dtype=F16, device=DEV)
@@ -271,6 +348,110 @@ def test_v2v_slow_fires_for_cross_chiplet_copies_only():
     r = _region(lambda: dst.copy_(src))
     assert r.verdict() == "clean", r.report()
     assert torch.equal(dst.cpu(), src.cpu())
+
+
+def explain_step_goals():
+    """SPEC D8's step goals measured with explain(): an input buffer refilled
+    from the host, intermediates that stay on the device, one result read at
+    the end; then the same step with a mid-step host read, and with a
+    constant made every step. Returns each region's runtime facts and the
+    data states the step left."""
+    w = torch.randn(128, 128, dtype=F16).to(DEV)
+    x_host = torch.randn(128, 128, dtype=F16)
+    inp = torch.empty(128, 128, dtype=F16, device=DEV)
+    kept = {}
+
+    def step(peek=False, fresh_constant=False):
+        h = torch.relu(inp @ w)
+        if peek:
+            h[0, 0].item()  # one host read of a device-latest tensor mid-step
+        c = torch.ones(128, 128, dtype=F16, device=DEV) if fresh_constant else w
+        h = h * c
+        kept["intermediate"] = h
+        out = h + h
+        kept["result"] = out
+        return out
+
+    def region(steps=1, **kw):
+        with torch.rbln.explain() as r:
+            for _ in range(steps):
+                inp.copy_(x_host)  # step start: the input, host-latest
+                step(**kw).cpu()  # step end: the result, read once
+        return {"runtime": r.to_dict()["runtime"], "verdict": r.verdict(), "report": r.report()}
+
+    with torch.inference_mode():
+        for kw in ({}, {"peek": True}, {"fresh_constant": True}):
+            inp.copy_(x_host)
+            step(**kw).cpu()  # warm-up: every program compiled once
+        out = {"clean": region()}
+        out["states"] = {
+            "input": torch.rbln._storage_info(inp)["state"],
+            "intermediate": torch.rbln._storage_info(kept["intermediate"])["state"],
+            "result": torch.rbln._storage_info(kept["result"])["state"],
+        }
+        out["peek"] = region(peek=True)
+        out["fresh_constant"] = region(steps=2, fresh_constant=True)
+    return out
+
+
+def test_d8_step_goals_in_explain():
+    # spec: D2, D8, N3 -- with TORCH_RBLN_DEPLOY=ON (no NaN/Inf-check reads;
+    # DEPLOY is read at process start, hence the child): the input goes
+    # host-latest -> in sync once (one push at its first device use), the
+    # intermediates stay device-latest, the result goes device-latest -> in
+    # sync once (one physical d2h).
+    r = rbln_test_util.run_python(
+        "import json, explain_test\n"
+        "print('D8', json.dumps(explain_test.explain_step_goals()))\n",
+        {"TORCH_RBLN_DEPLOY": "ON"},
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    got = json.loads(next(line for line in r.stdout.splitlines() if line.startswith("D8 "))[3:])
+    assert got["states"] == {"input": "in-sync", "intermediate": "device-latest", "result": "in-sync"}
+    clean = got["clean"]
+    assert clean["verdict"] == "clean", clean["report"]
+    rt = clean["runtime"]
+    assert rt["push"] == {"count": 1, "bytes": 128 * 128 * 2, "uploads": 1, "write_through": 0}
+    assert rt["physical_d2h"] == {"count": 1, "bytes": 128 * 128 * 2}
+    assert rt["program_runs"] == 4  # mm, relu, mul, add
+    lines = clean["report"].splitlines()
+    assert "  host->device push (runtime): 1 pushes, 32.0 KiB (1 at device use, 0 write-through)" in lines
+    assert "  >> physical d2h (real transfer): 1 copies, 32.0 KiB -- real device crossing" in lines
+    # One host read of a device-latest intermediate mid-step adds a D2H (of
+    # its storage) and nothing else; no signal names it -- only the count.
+    peek = got["peek"]
+    assert peek["verdict"] == "clean", peek["report"]
+    assert peek["runtime"]["push"]["count"] == 1
+    assert peek["runtime"]["physical_d2h"] == {"count": 2, "bytes": 2 * 128 * 128 * 2}
+    assert "  >> physical d2h (real transfer): 2 copies, 64.0 KiB -- real device crossing" in (
+        peek["report"].splitlines()
+    )
+    # A host-latest constant made every step repeats an H2D every step: two
+    # steps push the input and the constant twice each.
+    fresh = got["fresh_constant"]
+    assert fresh["runtime"]["push"] == {"count": 4, "bytes": 4 * 128 * 128 * 2, "uploads": 4, "write_through": 0}
+    assert fresh["runtime"]["physical_d2h"]["count"] == 2  # one result per step
+
+
+def test_i3_physical_d2h_tells_host_latest_from_device_fallback_arguments():
+    # spec: I3, N3 -- a CPU fallback (torch.sin has no rbln kernel) moves its
+    # arguments to the host: a lazy tensor whose latest data is still in host
+    # memory costs no D2H; one whose data is on the device costs a DMA.
+    lazy = torch.randn(128, 128, dtype=F16).to(DEV)
+    assert torch.rbln._storage_info(lazy)["state"] == "host-latest"
+    r = _region(lambda: torch.sin(lazy))
+    assert r.to_dict()["signals"]["dispatch/cpu_fallback"]["count"] == 1
+    assert r.to_dict()["runtime"]["physical_d2h"] == {"count": 0, "bytes": 0}
+    assert "  >> physical d2h (real transfer): 0 copies, 0 B -- real device crossing" in r.report().splitlines()
+    on_device = lazy + lazy  # device-latest
+    r = _region(lambda: torch.sin(on_device))
+    assert r.to_dict()["signals"]["dispatch/cpu_fallback"]["count"] == 1
+    assert r.to_dict()["runtime"]["physical_d2h"] == {"count": 1, "bytes": 128 * 128 * 2}
+    assert "  >> physical d2h (real transfer): 1 copies, 32.0 KiB -- real device crossing" in (
+        r.report().splitlines()
+    )
+    torch.testing.assert_close(torch.sin(on_device).cpu(), torch.sin(on_device.cpu()))
 
 
 def test_cpu_fallback_fires_for_fallbacks_only():

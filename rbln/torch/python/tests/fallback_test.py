@@ -51,6 +51,59 @@ def test_disable_unsupported_op_fallback_raises():
     assert ok.stdout.strip() == "[2.0, 2.0, 2.0]"
 
 
+# A tensor copied into its own transpose: the two views overlap, which the
+# device's strided-copy engine cannot do (SPEC I6's strided_copy_error).
+OVERLAP = (
+    "import torch\n"
+    "x = torch.arange(16, dtype=torch.float16).reshape(4, 4).to('rbln')\n"
+    "orig = x.cpu()\n"
+    "try:\n"
+    "    x.t().copy_(x)\n"
+    "    print('copied', torch.equal(x.cpu(), orig.t()))\n"
+    "except RuntimeError as e:\n"
+    "    print('error', torch.equal(x.cpu(), orig))\n"
+    "    print(e)\n"
+)
+
+
+def test_strided_copy_error_falls_back_by_default_and_raises_when_disabled():
+    # spec: I6, K3 -- by default the copy bounces through the host (correct
+    # result, the K3 warning); with the category disabled it raises, naming
+    # the copy, why the engine could not do it and how to allow it, and the
+    # tensor keeps its data.
+    for env in ({}, {"TORCH_RBLN_DISABLE_FALLBACK": "compile_error,unsupported_op"}):
+        r = rbln_test_util.run_python(OVERLAP, env)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.splitlines() == ["copied True"], r.stdout
+        assert "went through host memory (device->host->device)" in r.stderr
+    for value in ("strided_copy_error", "all", "unsupported_op, strided_copy_error"):
+        r = rbln_test_util.run_python(OVERLAP, {"TORCH_RBLN_DISABLE_FALLBACK": value})
+        assert r.returncode == 0, r.stderr
+        out = r.stdout.splitlines()
+        assert out[0] == "error True", r.stdout
+        message = "\n".join(out[1:])
+        assert message.startswith(
+            "rbln: `aten::copy_` would go through host memory (strided_copy_error: copying a Half "
+            "tensor of shape [4, 4] and strides [4, 1] into a Half tensor of shape [4, 4] and "
+            "strides [1, 4] on rbln:0: the device's strided-copy engine cannot do it: the "
+            "source's bytes [0x"
+        ), message
+        assert "overlap (views of one storage), and the strided-copy engine copies between disjoint ranges only" in message
+        assert "copy from src.clone() to keep it on the device) but TORCH_RBLN_DISABLE_FALLBACK forbids the " in message
+        assert "strided_copy_error fallback; remove 'strided_copy_error' from TORCH_RBLN_DISABLE_FALLBACK to allow it" in message
+        assert "went through host memory" not in r.stderr
+    # Strided copies the engine can do never reach the category.
+    r = rbln_test_util.run_python(
+        "import torch\n"
+        "x = torch.arange(16, dtype=torch.float16).reshape(4, 4).to('rbln')\n"
+        "y = torch.empty(4, 4, dtype=torch.float16, device='rbln')\n"
+        "y.t().copy_(x)\n"
+        "print(torch.equal(y.cpu(), x.cpu().t()))\n",
+        {"TORCH_RBLN_DISABLE_FALLBACK": "strided_copy_error"},
+    )
+    assert r.returncode == 0 and r.stdout.strip() == "True", r.stderr
+
+
 def test_bad_values_name_the_variable():
     r = rbln_test_util.run_python(SIN, {"TORCH_RBLN_DISABLE_FALLBACK": "unsupported"})
     assert r.returncode != 0 and "TORCH_RBLN_DISABLE_FALLBACK has invalid value 'unsupported'" in r.stderr

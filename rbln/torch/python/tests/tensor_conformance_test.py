@@ -1,7 +1,7 @@
 """rbln tensors behave like CPU tensors outside the kernels: printing,
 torch.save/torch.load with every map_location form, the generated methods,
 autograd through compiled ops and through the CPU fallback, and errors."""
-# spec: G1, I1, I3
+# spec: G1, I1, I3, D4
 
 import io
 import re
@@ -49,6 +49,87 @@ def test_repr_of_a_tensor_that_requires_grad():
     cpu = torch.ones(2, 2, dtype=torch.float16, requires_grad=True)
     dev = cpu.detach().to("rbln").requires_grad_()
     assert without_device(repr(dev)) == " ".join(repr(cpu).split())
+
+
+def printed_cases():
+    """rbln tensors whose text printing must not change: dtypes the printer
+    formats differently, 0-dim, empty, summarized, views, autograd."""
+    gen = torch.Generator().manual_seed(4)
+    cases = {
+        "float16": torch.tensor([[1.5, -2.0], [3.25, 4.0]], dtype=torch.float16),
+        "float16 wide range": torch.tensor([1e-4, 3e4, 1.0], dtype=torch.float16),
+        "float16 large values": torch.randn(3, 7, generator=gen).half() * 1000,
+        "bfloat16": torch.randn(3, 5, generator=gen).bfloat16(),
+        "float32": torch.randn(4, 3, generator=gen),
+        "float32 nan/inf": torch.tensor([1.0, float("nan"), float("inf"), -float("inf")]),
+        "float32 summarized": torch.randn(100, 100, generator=gen),
+        "float16 summarized 1-D": torch.arange(2000, dtype=torch.float16),
+        "int64": torch.arange(7),
+        "int32": torch.arange(12, dtype=torch.int32).reshape(3, 4),
+        "int64 summarized": torch.arange(5000).reshape(50, 100),
+        "int8": torch.tensor([-3, 4], dtype=torch.int8),
+        "bool": torch.tensor([True, False, True]),
+        "bool 0-dim": torch.tensor(True),
+        "float16 0-dim": torch.tensor(2.5, dtype=torch.float16),
+        "empty float16": torch.empty(0, 3, dtype=torch.float16),
+        "empty float32": torch.empty(0),
+    }
+    out = {name: t.to("rbln") for name, t in cases.items()}
+    base = torch.randn(4, 6, generator=gen).half().to("rbln")
+    out["view transposed"] = base.t()
+    out["view sliced"] = base[1:3, ::2]
+    out["view expanded"] = base[0].expand(3, 6)
+    leaf = torch.ones(2, 2, dtype=torch.float16).to("rbln").requires_grad_()
+    out["requires_grad"] = leaf
+    out["grad_fn"] = leaf * 2
+    device_latest = torch.ones(4, 64, dtype=torch.float16, device="rbln")
+    out["device-latest"] = device_latest + device_latest
+    return out
+
+
+def with_pytorchs_own_printer(fn):
+    """Runs fn() with PyTorch's unwrapped tensor formatter (which computes on
+    the rbln tensor itself): the text torch_rbln must keep."""
+    wrapped = torch._tensor_str._tensor_str
+    torch._tensor_str._tensor_str = wrapped.__wrapped__
+    try:
+        return fn()
+    finally:
+        torch._tensor_str._tensor_str = wrapped
+
+
+@pytest.mark.parametrize("name", list(printed_cases()))
+def test_printing_formats_a_cpu_copy_with_the_same_text(name):
+    # spec: D4 -- the text is exactly what PyTorch's printer gives when it
+    # computes on the rbln tensor (device suffix, dtype, wrapping, summary).
+    t = printed_cases()[name]
+    expected = with_pytorchs_own_printer(lambda: (repr(t), str(t)))
+    assert (repr(t), str(t)) == expected
+    assert "device='rbln:0'" in expected[0]
+
+
+def test_printing_runs_no_device_op():
+    # spec: D4, K3 -- printing compiles nothing, runs no program, bounces
+    # nothing through the host; host-latest data crosses nowhere, and
+    # device-latest data costs one D2H (the CPU copy being formatted).
+    host_latest = torch.randn(64, 64).half().to("rbln")
+    device_latest = torch.ones(64, 64, dtype=torch.float16, device="rbln")
+    device_latest = device_latest + device_latest
+    watched = ("compiler/compiles", "runtime/executions", "runtime/host_bounce_copies",
+               "dispatch/cpu_fallback", "runtime/dma_h2d_copies", "runtime/dma_d2h_copies")
+
+    def delta(fn):
+        before = torch.rbln.counters()
+        fn()
+        after = torch.rbln.counters()
+        return {k: after.get(k, 0) - before.get(k, 0) for k in watched}
+
+    nothing = dict.fromkeys(watched, 0)
+    assert delta(lambda: repr(host_latest)) == nothing
+    assert torch.rbln._storage_info(host_latest)["state"] == "host-latest"
+    assert delta(lambda: repr(device_latest[:, :8])) == dict(nothing, **{"runtime/dma_d2h_copies": 1})
+    assert delta(lambda: str(device_latest)) == nothing  # in sync now
+    assert delta(lambda: print(torch.tensor(1.5, dtype=torch.bfloat16).to("rbln"))) == nothing
 
 
 def saved(obj):

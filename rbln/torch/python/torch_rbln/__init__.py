@@ -44,6 +44,11 @@ if getattr(torch, "rbln", None) is None:
     torch._register_device_module("rbln", _rbln)
     torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
 
+# print(rbln_tensor) formats a CPU copy: no device ops (SPEC D4).
+from . import _printing  # noqa: E402
+
+_printing.install()
+
 # torch.distributed backend "rbln-ccl" for rbln tensors (SPEC A8).
 from . import distributed as _distributed  # noqa: E402
 

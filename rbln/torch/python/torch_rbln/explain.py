@@ -21,24 +21,28 @@ What the report counts, mapped to the runtime's real events:
       host reads of rbln ("virtual") storage: .cpu(), .item(), the inputs of
       CPU fallbacks and of the NaN/Inf check (storage/host_reads). Served from
       the host copy when it is current, else after a real D2H (see below).
+      The source of a host bounce is read from device memory: always a D2H.
   h2v BYTES/N
       host writes into rbln storage: .to("rbln"), copy_ from CPU, fills, the
       outputs of CPU fallbacks (storage/host_writes). They land in the host
       copy; the push below is what actually crosses to the device.
   host->device push (runtime): N pushes, BYTES
       every synchronous host->device DMA of the runtime (runtime/dma_h2d_*):
-      uploads of host-latest storages at their first device use
-      (storage/uploads) plus writes into device-latest storages, which go
-      through to device memory (storage/host_pushes).
+      uploads of host-latest storages at their first device use -- an op's
+      inputs, the source of a device copy or host bounce -- (storage/uploads)
+      plus writes into device-latest storages, which go through to device
+      memory (storage/host_pushes).
   >> physical d2h (real transfer): N copies, BYTES
       every device->host DMA of the runtime (runtime/dma_d2h_*): downloads of
-      device-latest storages (storage/downloads). v2h minus these were served
-      from host memory without crossing.
+      device-latest storages (storage/downloads) and host-bounce reads. v2h
+      minus these were served from host memory without crossing.
 
 Signals: hidden host overhead; any signal makes the region "overhead".
 
-  host_bounce/d2d_copy   a device-to-device copy (strided, or converting a
-                         dtype) that the runtime did through host memory.
+  host_bounce/d2d_copy   a device-to-device copy (converting a dtype, or
+                         between overlapping views) that the runtime did
+                         through host memory: the source read back by a real
+                         D2H, the result written as a host write.
   runtime/v2v_slow       a device-to-device copy between chiplets (or NPUs)
                          instead of within one (storage/d2d_cross_chiplet_copies).
   dispatch/cpu_fallback  an op ran on the CPU (arguments to the host, results
