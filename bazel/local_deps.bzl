@@ -26,44 +26,83 @@ def _llvm_version(rctx):
         release = rctx.read(debian).strip().split(".")[0]
     return _LLVM_FOR_DEBIAN.get(release, "19")
 
+def _mlir_prefix(rctx, version, llvm_prefix):
+    """Where libMLIR.so and MLIR's headers for `version` are.
+
+    RBLN_MLIR_PREFIX wins; then the system's (Debian 13 for 19, Debian 12 for
+    16); then, for 19 on Debian 12, where scripts/setup unpacks libmlir-19 and
+    libmlir-19-dev (apt cannot install them next to libmlir-16).
+    """
+    override = rctx.os.environ.get("RBLN_MLIR_PREFIX", "")
+    if override:
+        prefix = rctx.path(override)
+        if not prefix.get_child("lib").get_child("libMLIR.so").exists:
+            fail("torch-rbln: RBLN_MLIR_PREFIX=%s has no lib/libMLIR.so; point it at an MLIR %s install (the directory with lib/ and include/mlir)." % (override, version))
+        return prefix
+    if llvm_prefix.get_child("lib").get_child("libMLIR.so").exists:
+        return llvm_prefix
+    home = rctx.os.environ.get("HOME", "")
+    private = rctx.path("%s/.cache/torch-rbln/mlir-%s/usr/lib/llvm-%s" % (home, version, version))
+    if private.get_child("lib").get_child("libMLIR.so").exists:
+        return private
+    _fail_missing(
+        "libMLIR.so for LLVM %s (looked in %s/lib and %s/lib)" % (version, llvm_prefix, private),
+        "install libmlir-%s-dev, mlir-%s-tools and llvm-%s-dev, or on Debian 12 run scripts/setup, which unpacks MLIR 19 privately" % (version, version, version),
+    )
+
 def _local_llvm_impl(rctx):
     version = _llvm_version(rctx)
-    prefix = rctx.path("/usr/lib/llvm-%s" % version)
-    if not prefix.get_child("lib").get_child("libMLIR.so").exists:
-        _fail_missing("libMLIR.so for LLVM %s" % version, "install libmlir-%s-dev, mlir-%s-tools and llvm-%s-dev" % (version, version, version))
+    llvm_prefix = rctx.path("/usr/lib/llvm-%s" % version)
+    if not llvm_prefix.get_child("lib").get_child("libLLVM-%s.so" % version).exists:
+        _fail_missing("libLLVM-%s.so" % version, "install llvm-%s-dev" % version)
+    mlir_prefix = _mlir_prefix(rctx, version, llvm_prefix)
 
     # Debian's include dirs are partly symlinks; link their real targets so
     # that glob() sees the headers.
-    for sub in ["llvm", "llvm-c", "mlir", "mlir-c"]:
-        src = prefix.get_child("include").get_child(sub)
-        rctx.symlink(src.realpath, "include/" + sub)
-    rctx.symlink(prefix.get_child("lib").get_child("libMLIR.so").realpath, "lib/libMLIR.so")
-    rctx.symlink(prefix.get_child("lib").get_child("libLLVM-%s.so" % version).realpath, "lib/libLLVM-%s.so" % version)
+    for prefix, subs in [(llvm_prefix, ["llvm", "llvm-c"]), (mlir_prefix, ["mlir", "mlir-c"])]:
+        for sub in subs:
+            src = prefix.get_child("include").get_child(sub)
+            if not src.exists:
+                _fail_missing("%s/include/%s" % (prefix, sub), "install the LLVM/MLIR %s development packages" % version)
+            rctx.symlink(src.realpath, "include/" + sub)
+    rctx.symlink(mlir_prefix.get_child("lib").get_child("libMLIR.so").realpath, "lib/libMLIR.so")
+    rctx.symlink(llvm_prefix.get_child("lib").get_child("libLLVM-%s.so" % version).realpath, "lib/libLLVM-%s.so" % version)
     for lib in ["libmlir_c_runner_utils.so", "libmlir_runner_utils.so"]:
-        rctx.symlink(prefix.get_child("lib").get_child(lib).realpath, "lib/" + lib)
+        rctx.symlink(mlir_prefix.get_child("lib").get_child(lib).realpath, "lib/" + lib)
+
+    # The MLIR prefix comes first in the run path, so that a binary loads the
+    # libMLIR.so it was built against, never another one on the system.
+    rpaths = [str(mlir_prefix.get_child("lib"))]
+    if str(llvm_prefix) != str(mlir_prefix):
+        rpaths.append(str(llvm_prefix.get_child("lib")))
     rctx.file("WORKSPACE", 'workspace(name = "%s")\n' % rctx.name)
     rctx.file("BUILD", """
 package(default_visibility = ["//visibility:public"])
 
-# LLVM/MLIR {version} from {prefix}.
+# LLVM {version} from {llvm_prefix}, MLIR {version} from {mlir_prefix}.
 cc_library(
     name = "mlir",
     srcs = ["lib/libMLIR.so", "lib/libLLVM-{version}.so"],
     hdrs = glob(["include/**/*.h", "include/**/*.inc", "include/**/*.def", "include/**/*.td"]),
     includes = ["include"],
     defines = ["RBLN_MLIR_VERSION={version}"],
-    linkopts = ["-Wl,-rpath,{prefix}/lib"],
+    linkopts = [{linkopts}],
 )
 
 filegroup(
     name = "runner_utils",
     srcs = ["lib/libmlir_c_runner_utils.so", "lib/libmlir_runner_utils.so"],
 )
-""".format(version = version, prefix = str(prefix)))
+""".format(
+        version = version,
+        llvm_prefix = str(llvm_prefix),
+        mlir_prefix = str(mlir_prefix),
+        linkopts = ", ".join(['"-Wl,-rpath,%s"' % p for p in rpaths]),
+    ))
 
 local_llvm = repository_rule(
     implementation = _local_llvm_impl,
-    environ = ["RBLN_LLVM_VERSION"],
+    environ = ["RBLN_LLVM_VERSION", "RBLN_MLIR_PREFIX", "HOME"],
     local = True,
 )
 

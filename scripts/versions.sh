@@ -31,3 +31,19 @@ DEBIAN_PACKAGES=(
   "llvm-${LLVM_VERSION}-dev"
   libopenblas-dev          # tested: 0.3.21+ds-4
 )
+
+# The compiler is also built and tested with MLIR 19 (`--config=mlir19`).
+# Debian 13 has it as its default above. On Debian 12, libmlir-19(-dev) and
+# libmlir-16(-dev) conflict (they provide the same virtual package), so only
+# the non-conflicting LLVM 19 parts are installed with apt; libmlir-19 and
+# libmlir-19-dev are unpacked (apt-get download + dpkg -x, no root) into
+# MLIR19_PREFIX, where bazel/local_deps.bzl finds them.
+MLIR19_VERSION=""
+MLIR19_DEBIAN_PACKAGES=()
+MLIR19_PRIVATE_PACKAGES=()
+MLIR19_PREFIX="${HOME}/.cache/torch-rbln/mlir-19"
+if [ "$LLVM_VERSION" != 19 ]; then
+  MLIR19_VERSION="1:19.1.7-3~deb12u1"
+  MLIR19_DEBIAN_PACKAGES=(llvm-19-dev mlir-19-tools)  # pull in libllvm19
+  MLIR19_PRIVATE_PACKAGES=(libmlir-19 libmlir-19-dev)
+fi
