@@ -19,6 +19,7 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/Pass/Pass.h"
 #include "mlir/Pass/PassRegistry.h"
+#include "rbln/compiler/mlir_compat.h"
 
 namespace rbln::compiler {
 namespace {
@@ -85,7 +86,7 @@ std::optional<Gemm> Plan(mlir::linalg::LinalgOp op) {
   const bool batched = llvm::isa<mlir::linalg::BatchMatmulOp>(op);
   const bool trans_b = llvm::isa<mlir::linalg::MatmulTransposeBOp>(op);
   if (!(batched || trans_b || llvm::isa<mlir::linalg::MatmulOp>(op)) ||
-      !op.hasBufferSemantics()) {
+      !compat::HasBufferSemantics(op)) {
     return std::nullopt;
   }
   std::optional<Matrix> a = AsMatrix(op.getDpsInputOperand(0)->get());
@@ -107,17 +108,10 @@ std::optional<Gemm> Plan(mlir::linalg::LinalgOp op) {
   return g;
 }
 
-Type PointerType(mlir::MLIRContext* context) {
-#if RBLN_MLIR_VERSION >= 18
-  return mlir::LLVM::LLVMPointerType::get(context);
-#else
-  return mlir::LLVM::LLVMPointerType::get(mlir::Float32Type::get(context));
-#endif
-}
-
 mlir::FunctionType SgemmType(mlir::MLIRContext* context) {
   OpBuilder b(context);
-  Type i32 = b.getI32Type(), f32 = b.getF32Type(), ptr = PointerType(context);
+  Type i32 = b.getI32Type(), f32 = b.getF32Type(),
+       ptr = compat::MatrixPointerType(context);
   return b.getFunctionType(
       {i32, i32, i32, i32, i32, i32, f32, ptr, i32, ptr, i32, f32, ptr, i32},
       {});
@@ -160,7 +154,8 @@ Value BaseAddress(OpBuilder& b, Location l, const Matrix& m) {
 
 Value ToPointer(OpBuilder& b, Location l, Value address) {
   Value i64 = b.create<mlir::arith::IndexCastOp>(l, b.getI64Type(), address);
-  return b.create<mlir::LLVM::IntToPtrOp>(l, PointerType(b.getContext()), i64);
+  return b.create<mlir::LLVM::IntToPtrOp>(
+      l, compat::MatrixPointerType(b.getContext()), i64);
 }
 
 void EmitSgemm(OpBuilder& b, Location l, const Gemm& g,

@@ -27,6 +27,7 @@
 #include "rbln/compiler/frontend.h"
 #include "rbln/compiler/ir/graph_util.h"
 #include "rbln/compiler/kernel_errors.h"
+#include "rbln/compiler/mlir_compat.h"
 #include "rbln/compiler/mlir_setup.h"
 
 namespace rbln::compiler {
@@ -107,12 +108,10 @@ void TimedChipletBarrier() {
 // Functions of this library that kernels call, by name (SPEC P8, A2).
 llvm::orc::SymbolMap RuntimeSymbols(llvm::orc::MangleAndInterner interner) {
   llvm::orc::SymbolMap symbols;
-  symbols[interner(kReportIndexErrorSymbol)] = llvm::JITEvaluatedSymbol(
-      llvm::pointerToJITTargetAddress(&rbln_report_index_error),
-      llvm::JITSymbolFlags::Exported);
-  symbols[interner(kChipletBarrierSymbol)] = llvm::JITEvaluatedSymbol(
-      llvm::pointerToJITTargetAddress(&TimedChipletBarrier),
-      llvm::JITSymbolFlags::Exported);
+  symbols[interner(kReportIndexErrorSymbol)] =
+      compat::ExportedSymbol(&rbln_report_index_error);
+  symbols[interner(kChipletBarrierSymbol)] =
+      compat::ExportedSymbol(&TimedChipletBarrier);
   return symbols;
 }
 
@@ -154,7 +153,7 @@ absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::Create(
     }
     return optimize(module);
   };
-  options.jitCodeGenOptLevel = llvm::CodeGenOpt::Level::Default;
+  options.jitCodeGenOptLevel = compat::kCodeGenOptDefault;
   // The JIT'd code is not debugged or profiled through gdb/perf listeners.
   options.enableGDBNotificationListener = false;
   options.enablePerfNotificationListener = false;

@@ -3,12 +3,12 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "llvm/Support/Host.h"
 #include "mlir/IR/MLIRContext.h"
 #include "rbln/compiler/blas_loader.h"
 #include "rbln/compiler/disk_cache.h"
 #include "rbln/compiler/frontend.h"
 #include "rbln/compiler/ir/graph_util.h"
+#include "rbln/compiler/mlir_compat.h"
 #include "rbln/compiler/mlir_setup.h"
 #include "rbln/compiler/pipelines.h"
 #include "rbln/core/device_profile.h"

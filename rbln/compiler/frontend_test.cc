@@ -52,7 +52,9 @@ TEST(FrontendTest, UnsupportedOpsAreAllListed) {
   g.mutable_nodes(0)->set_op("sin");
   testing::AddNode(g, "cosh", {"out"}, "out2", Type(ir::FLOAT32, {4}));
   testing::AddNode(g, "sin", {"out2"}, "out3", Type(ir::FLOAT32, {4}));
-  auto module = ImportGraph(g, CreateCompilerContext().get());
+  // The module lives in the context: keep it for the test's length.
+  auto context = CreateCompilerContext();
+  auto module = ImportGraph(g, context.get());
   ASSERT_FALSE(module.ok());
   EXPECT_EQ(module.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_EQ(module.status().message(),
@@ -79,7 +81,9 @@ TEST(FrontendTest, BroadcastMismatchIsAnError) {
   testing::AddInput(g, "b", Type(ir::FLOAT32, {4}));
   testing::AddNode(g, "add", {"a", "b"}, "out", Type(ir::FLOAT32, {2, 3}));
   g.add_outputs("out");
-  auto module = ImportGraph(g, CreateCompilerContext().get());
+  // The module lives in the context: keep it for the test's length.
+  auto context = CreateCompilerContext();
+  auto module = ImportGraph(g, context.get());
   ASSERT_FALSE(module.ok());
   EXPECT_THAT(module.status().message(), HasSubstr("does not broadcast"));
 }
@@ -87,7 +91,9 @@ TEST(FrontendTest, BroadcastMismatchIsAnError) {
 TEST(FrontendTest, InputReturnedAsOutputIsCopied) {
   ir::Graph g = AddGraph(Type(ir::FLOAT32, {4}));
   g.add_outputs("a");
-  auto module = ImportGraph(g, CreateCompilerContext().get());
+  // The module lives in the context: keep it for the test's length.
+  auto context = CreateCompilerContext();
+  auto module = ImportGraph(g, context.get());
   ASSERT_TRUE(module.ok()) << module.status();
   EXPECT_EQ(CountGenerics(**module), 2);
 }

@@ -21,6 +21,7 @@
 #include "mlir/Interfaces/ViewLikeInterface.h"
 #include "mlir/Pass/Pass.h"
 #include "rbln/compiler/frontend.h"
+#include "rbln/compiler/mlir_compat.h"
 
 namespace rbln::compiler {
 namespace {
@@ -140,7 +141,7 @@ struct TopLevelOp {
 
 // The loop dimension a linalg op can be split along, or nothing.
 std::optional<int> SplitDim(mlir::linalg::LinalgOp op) {
-  if (!op.hasBufferSemantics()) return std::nullopt;
+  if (!compat::HasBufferSemantics(op)) return std::nullopt;
   llvm::SmallVector<int64_t> ranges = op.getStaticLoopRanges();
   llvm::SmallVector<mlir::utils::IteratorType> iterators =
       op.getIteratorTypesArray();
@@ -149,7 +150,7 @@ std::optional<int> SplitDim(mlir::linalg::LinalgOp op) {
   for (mlir::OpOperand* input : op.getDpsInputOperands()) {
     if (!input->get().getType().isa<mlir::MemRefType>()) continue;
     const Root root = RootOf(input->get());
-    for (mlir::OpOperand* init : op.getDpsInitOperands()) {
+    for (mlir::OpOperand* init : compat::DpsInitOperands(op)) {
       const Root out = RootOf(init->get());
       const bool may_alias = root == kUnknown || out == kUnknown || root == out;
       if (may_alias && (input->get() != init->get() ||
@@ -165,7 +166,7 @@ std::optional<int> SplitDim(mlir::linalg::LinalgOp op) {
     // Every output must be indexed by d directly, so slices write disjoint
     // elements.
     const bool disjoint = llvm::all_of(
-        op.getDpsInitOperands(), [&](mlir::OpOperand* init) {
+        compat::DpsInitOperands(op), [&](mlir::OpOperand* init) {
           return llvm::any_of(
               op.getMatchingIndexingMap(init).getResults(),
               [&](mlir::AffineExpr e) {

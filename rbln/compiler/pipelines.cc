@@ -15,6 +15,8 @@
 #include "rbln/compiler/bind_outputs_pass.h"
 #include "rbln/compiler/blas_loader.h"
 #include "rbln/compiler/blas_rewrite_pass.h"
+#include "rbln/compiler/elementwise_fusion_pass.h"
+#include "rbln/compiler/mlir_compat.h"
 #include "rbln/compiler/mlir_setup.h"
 #include "rbln/core/env.h"
 
@@ -24,18 +26,6 @@ namespace {
 Stage Text(std::string name, std::string pipeline) {
   return Stage{std::move(name), std::move(pipeline), nullptr};
 }
-
-#if RBLN_MLIR_VERSION >= 17
-constexpr char kMemrefToLlvm[] = "finalize-memref-to-llvm";
-#else
-constexpr char kMemrefToLlvm[] = "convert-memref-to-llvm";
-#endif
-
-#if RBLN_MLIR_VERSION >= 18
-constexpr char kDeallocation[] = "buffer-deallocation-pipeline";
-#else
-constexpr char kDeallocation[] = "func.func(buffer-deallocation)";
-#endif
 
 // Stands in for a stage that cannot be built, so that the reason reaches
 // the caller as that stage's failure.
@@ -70,39 +60,82 @@ std::optional<Stage> BlasStage() {
   return Text("blas", kBlasRewritePassName);
 }
 
+// One table per supported MLIR version: pass names and pass behaviour
+// changed between 16 and 19.
+constexpr PipelineTable kMlir16Pipelines = {
+    16,
+    "canonicalize,cse,linalg-fuse-elementwise-ops,canonicalize,cse",
+    "empty-tensor-to-alloc-tensor,"
+    "one-shot-bufferize{bufferize-function-boundaries "
+    "function-boundary-type-conversion=identity-layout-map},"
+    "drop-equivalent-buffer-results,func.func(buffer-deallocation),"
+    "canonicalize",
+    "func.func(convert-linalg-to-loops),expand-strided-metadata,"
+    "lower-affine,func.func(convert-scf-to-cf)",
+    "convert-math-to-llvm,convert-math-to-libm,convert-arith-to-llvm,"
+    "convert-memref-to-llvm,convert-func-to-llvm,convert-cf-to-llvm,"
+    "reconcile-unrealized-casts",
+};
+
+// 19: MLIR's element-wise fusion also folds reshapes into matmuls (hiding
+// GEMMs from the BLAS rewrite), so fusion is our rbln-fuse-elementwise-ops
+// (elementwise_fusion_pass.h); buffer-deallocation became
+// buffer-deallocation-pipeline (18) and convert-memref-to-llvm
+// finalize-memref-to-llvm (17).
+constexpr PipelineTable kMlir19Pipelines = {
+    19,
+    "canonicalize,cse,rbln-fuse-elementwise-ops,canonicalize,cse",
+    "empty-tensor-to-alloc-tensor,"
+    "one-shot-bufferize{bufferize-function-boundaries "
+    "function-boundary-type-conversion=identity-layout-map},"
+    "drop-equivalent-buffer-results,buffer-deallocation-pipeline,"
+    "canonicalize",
+    "func.func(convert-linalg-to-loops),expand-strided-metadata,"
+    "lower-affine,func.func(convert-scf-to-cf)",
+    "convert-math-to-llvm,convert-math-to-libm,convert-arith-to-llvm,"
+    "finalize-memref-to-llvm,convert-func-to-llvm,convert-cf-to-llvm,"
+    "reconcile-unrealized-casts",
+};
+
 }  // namespace
 
+absl::Span<const PipelineTable> AllPipelineTables() {
+  static constexpr PipelineTable kTables[] = {kMlir16Pipelines,
+                                              kMlir19Pipelines};
+  return kTables;
+}
+
+const PipelineTable& Pipelines() {
+  static const PipelineTable* const table = [] {
+    // Our own passes named in the tables.
+    RegisterElementwiseFusionPass();
+    for (const PipelineTable& t : AllPipelineTables()) {
+      if (t.mlir_version == compat::kMlirVersion) return &t;
+    }
+    // mlir_compat.h refuses to build for any other version.
+    return static_cast<const PipelineTable*>(nullptr);
+  }();
+  return *table;
+}
+
 const std::vector<Stage>& FusionStages() {
-  static const auto* stages = new std::vector<Stage>{
-      Text("fuse", "canonicalize,cse,linalg-fuse-elementwise-ops,canonicalize,cse"),
-  };
+  static const auto* stages =
+      new std::vector<Stage>{Text("fuse", Pipelines().fuse)};
   return *stages;
 }
 
 const std::vector<Stage>& BufferizationStages() {
   static const auto* stages = new std::vector<Stage>{
       Stage{"bind-outputs", "", &CreateBindOutputsPass},
-      Text("bufferize",
-           absl::StrFormat(
-               "empty-tensor-to-alloc-tensor,"
-               "one-shot-bufferize{bufferize-function-boundaries "
-               "function-boundary-type-conversion=identity-layout-map},"
-               "drop-equivalent-buffer-results,%s,canonicalize",
-               kDeallocation)),
+      Text("bufferize", Pipelines().bufferize),
   };
   return *stages;
 }
 
 const std::vector<Stage>& LoweringStages() {
   static const auto* stages = new std::vector<Stage>{
-      Text("loops",
-           "func.func(convert-linalg-to-loops),expand-strided-metadata,"
-           "lower-affine,func.func(convert-scf-to-cf)"),
-      Text("llvm", absl::StrFormat(
-                       "convert-math-to-llvm,convert-math-to-libm,"
-                       "convert-arith-to-llvm,%s,convert-func-to-llvm,"
-                       "convert-cf-to-llvm,reconcile-unrealized-casts",
-                       kMemrefToLlvm)),
+      Text("loops", Pipelines().loops),
+      Text("llvm", Pipelines().llvm),
   };
   return *stages;
 }

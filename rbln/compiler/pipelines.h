@@ -1,8 +1,9 @@
 // The compiler's pass pipelines, as data.
 //
 // A pipeline is a list of stages; a stage is either MLIR textual pipeline
-// (parsed with mlir::parsePassPipeline) or one of our own passes. The table
-// is per MLIR version (pass names changed between 16 and 19). After every
+// (parsed with mlir::parsePassPipeline) or one of our own passes. The text
+// comes from one table per MLIR version (pass names changed between 16 and
+// 19). After every
 // stage the module is verified; with RBLN_COMPILER_DUMP_DIR set, it is also
 // written to <dir>/<module>.<NN>.<stage>.mlir.
 #ifndef RBLN_COMPILER_PIPELINES_H_
@@ -31,6 +32,24 @@ struct Stage {
   // ... or our own pass on the module.
   std::function<std::unique_ptr<mlir::Pass>()> module_pass = nullptr;
 };
+
+// The textual pipelines of one MLIR version (the passes around our own).
+struct PipelineTable {
+  int mlir_version;
+  // Element-wise fusion (SPEC P1, P3): no reassociation, no fast-math.
+  const char* fuse;
+  // One-shot bufferization into the caller's outputs, deallocation (P4).
+  const char* bufferize;
+  // linalg to loops to cf.
+  const char* loops;
+  // Everything to the LLVM dialect.
+  const char* llvm;
+};
+
+// The tables of every supported MLIR version (16 and 19).
+absl::Span<const PipelineTable> AllPipelineTables();
+// The table of the MLIR version this build uses.
+const PipelineTable& Pipelines();
 
 // Element-wise fusion (SPEC P1, P3): no reassociation, no fast-math.
 const std::vector<Stage>& FusionStages();
