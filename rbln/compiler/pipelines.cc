@@ -106,16 +106,14 @@ absl::Span<const PipelineTable> AllPipelineTables() {
 }
 
 const PipelineTable& Pipelines() {
-  static const PipelineTable* const table = [] {
-    // Our own passes named in the tables.
-    RegisterElementwiseFusionPass();
-    for (const PipelineTable& t : AllPipelineTables()) {
-      if (t.mlir_version == compat::kMlirVersion) return &t;
-    }
-    // mlir_compat.h refuses to build for any other version.
-    return static_cast<const PipelineTable*>(nullptr);
-  }();
-  return *table;
+  static_assert(compat::kMlirVersion == kMlir16Pipelines.mlir_version ||
+                    compat::kMlirVersion == kMlir19Pipelines.mlir_version,
+                "no pipeline table for this MLIR version");
+  // Our own passes named in the tables; registered once.
+  RegisterElementwiseFusionPass();
+  return compat::kMlirVersion == kMlir16Pipelines.mlir_version
+             ? kMlir16Pipelines
+             : kMlir19Pipelines;
 }
 
 const std::vector<Stage>& FusionStages() {
