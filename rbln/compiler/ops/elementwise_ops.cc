@@ -542,34 +542,62 @@ Value FloorDivInt(OpBuilder& b, Location l, Value x, Value y) {
   return Select(b, l, Compare(b, l, Cmp::kEq, y, zero), zero, floor);
 }
 
+// Rounds an f32 compute value to the half type the op computes in, or
+// leaves it alone (identity) where ATen computes in float32.
+using RoundFn = std::function<Value(OpBuilder&, Value)>;
+
 // c10::div_floor_floating: floor of the exact quotient, computed from fmod so
-// that it is right where floor(a / b) is off by one after rounding.
-Value FloorDivFloat(OpBuilder& b, Location l, Value x, Value y) {
+// that it is right where floor(a / b) is off by one after rounding. `round`
+// is applied after every step that ATen evaluates in the tensor's dtype
+// (fmod is exact in any format, floor of a representable value too).
+Value FloorDivFloat(OpBuilder& b, Location l, Value x, Value y,
+                    const RoundFn& round) {
   Type f32 = b.getF32Type();
   Value zero = Constant(b, l, f32, 0), one = Constant(b, l, f32, 1);
   Value quotient = b.create<arith::DivFOp>(l, x, y);
   Value mod = b.create<arith::RemFOp>(l, x, y);
-  Value div = b.create<arith::DivFOp>(l, Sub(b, l, x, mod), y);
+  Value div =
+      round(b, b.create<arith::DivFOp>(l, round(b, Sub(b, l, x, mod)), y));
   Value mod_sign_differs = b.create<arith::AndIOp>(
       l, Compare(b, l, Cmp::kNe, mod, zero),
       b.create<arith::XOrIOp>(l, Compare(b, l, Cmp::kLt, y, zero),
                               Compare(b, l, Cmp::kLt, mod, zero)));
-  div = Select(b, l, mod_sign_differs, Sub(b, l, div, one), div);
+  div = Select(b, l, mod_sign_differs, round(b, Sub(b, l, div, one)), div);
   Value floor = b.create<math::FloorOp>(l, div);
   Value half = Constant(b, l, f32, 0.5);
-  floor = Select(b, l, Compare(b, l, Cmp::kGt, Sub(b, l, div, floor), half),
-                 Add(b, l, floor, one), floor);
+  floor = Select(b, l,
+                 Compare(b, l, Cmp::kGt, round(b, Sub(b, l, div, floor)), half),
+                 round(b, Add(b, l, floor, one)), floor);
   Value signed_zero = b.create<math::CopySignOp>(l, zero, quotient);
   Value result =
       Select(b, l, Compare(b, l, Cmp::kNe, div, zero), floor, signed_zero);
   return Select(b, l, Compare(b, l, Cmp::kEq, y, zero), quotient, result);
 }
 
-// div: true division, or "rounding_mode" = "trunc" / "floor".
+// Whether the divisor of a div node is one value: a Python scalar or a
+// one-element tensor. ATen then takes the divisor out of the loop
+// (TensorIterator's is_scalar) and computes a half-precision rounding
+// division entirely in float32; otherwise its Vectorized<Half> arithmetic
+// rounds every step to the tensor's dtype.
+bool HasScalarDivisor(const GraphImporter& im, const ir::Node& node) {
+  if (FindAttr(node, "other") != nullptr) return true;
+  int64_t n = 1;
+  for (int64_t d : im.TypeOf(node.inputs(1)).shape()) n *= d;
+  return n == 1;
+}
+
+// div: true division, or "rounding_mode" = "trunc" / "floor". For half
+// types the rounding modes follow ATen's two CPU paths (HasScalarDivisor).
 absl::Status ConvertDiv(GraphImporter& im, const ir::Node& node) {
   if (absl::Status s = CheckBinary(node); !s.ok()) return s;
   const ir::DType out = OutDType(node);
   const std::string mode = StringAttr(node, "rounding_mode", "");
+  RoundFn round = [](OpBuilder&, Value v) { return v; };
+  if (IsHalf(out) && !HasScalarDivisor(im, node)) {
+    round = [&im, out](OpBuilder& b, Value v) {
+      return im.ToCompute(b, im.FromCompute(b, v, out), out);
+    };
+  }
   BinaryFn fn;
   if (mode.empty()) {
     if (!IsFloat(out)) {
@@ -582,19 +610,16 @@ absl::Status ConvertDiv(GraphImporter& im, const ir::Node& node) {
       return b.create<arith::DivFOp>(l, x, y);
     };
   } else if (mode == "trunc") {
-    fn = [&im, out](OpBuilder& b, Location l, Value x, Value y) -> Value {
+    fn = [&round](OpBuilder& b, Location l, Value x, Value y) -> Value {
       if (!IsFp(x)) return TruncDivInt(b, l, x, y);
-      Value quotient = b.create<arith::DivFOp>(l, x, y);
-      if (out == ir::FLOAT16 || out == ir::BFLOAT16) {
-        // ATen's CPU kernel rounds the quotient to the half type before
-        // truncating (138.95 -> 139.0 -> 139, not 138): do the same.
-        quotient = im.ToCompute(b, im.FromCompute(b, quotient, out), out);
-      }
-      return b.create<math::TruncOp>(l, quotient);
+      // E.g. f16 138.95 / 1 -> 139.0 -> 139, not 138.
+      return b.create<math::TruncOp>(l,
+                                     round(b, b.create<arith::DivFOp>(l, x, y)));
     };
   } else if (mode == "floor") {
-    fn = [](OpBuilder& b, Location l, Value x, Value y) -> Value {
-      return IsFp(x) ? FloorDivFloat(b, l, x, y) : FloorDivInt(b, l, x, y);
+    fn = [&round](OpBuilder& b, Location l, Value x, Value y) -> Value {
+      return IsFp(x) ? FloorDivFloat(b, l, x, y, round)
+                     : FloorDivInt(b, l, x, y);
     };
   } else {
     return absl::InvalidArgumentError(absl::StrFormat(
