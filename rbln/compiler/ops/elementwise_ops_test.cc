@@ -535,6 +535,17 @@ std::ostream& operator<<(std::ostream& os, const BinaryCase& c) {
   return os << c.name;
 }
 
+// a + kSign * 0.1 * b as ATen's add/sub kernels compute it: float32 with one
+// fused rounding (vec::fmadd), half types with alpha cast to the dtype and
+// the (exact) f32 product added in f32, rounded once. The scalar form passes
+// `b` already cast to the dtype (see CheckScalar).
+template <int kSign>
+float AddAlphaRef(float a, float b, ir::DType t, bool /*one_value_rhs*/) {
+  const float alpha = kSign * RoundFloat(0.1f, t);
+  if (t == ir::FLOAT32) return std::fma(alpha, b, a);
+  return a + alpha * b;
+}
+
 float MaximumRef(float a, float b) {
   if (std::isnan(a) || std::isnan(b)) return NAN;
   return a > b ? a : b;
@@ -585,11 +596,34 @@ std::vector<BinaryCase> BinaryCases() {
        {},
        K::kArithmetic,
        [](float a, float b) { return a + b; },
+       // On bool the sum stored as bool is logical or.
+       [](int64_t a, int64_t b) { return WrapSub(a, WrapNeg(b)); },
+       true,
+       0,
+       0,
+       0.1},
+      {"add_alpha",
+       "add",
+       {{"alpha", F(0.1)}},
+       K::kArithmetic,
+       nullptr,
+       nullptr,  // a float alpha is an error on integers
+       false,
+       0,
+       0,
+       0.3,
+       &AddAlphaRef<1>},
+      {"sub_alpha_fraction",
+       "sub",
+       {{"alpha", F(0.1)}},
+       K::kArithmetic,
+       nullptr,
        nullptr,
        false,
        0,
        0,
-       0.1},
+       0.3,
+       &AddAlphaRef<-1>},
       {"mul",
        "mul",
        {},
@@ -727,9 +761,10 @@ class BinaryOpTest : public ::testing::TestWithParam<BinaryCase> {
             ? Pipeline::kUnfused
             : Pipeline::kFull;
     if (IsFloatDType(t)) {
-      // Comparisons (and pow's exponent) see the scalar cast to the dtype;
-      // arithmetic keeps it in float.
-      const bool rounds = c.kind == Kind::kPredicate || c.op == "pow";
+      // Comparisons, add/sub and pow's exponent see the scalar cast to the
+      // dtype; mul and div keep it in float.
+      const bool rounds = c.kind == Kind::kPredicate || c.op == "pow" ||
+                          c.op == "add" || c.op == "sub";
       const float s = rounds ? RoundFloat(static_cast<float>(other.f()), t)
                              : static_cast<float>(other.f());
       auto ref = c.float_ref;
@@ -1705,8 +1740,9 @@ TEST(ElementwiseOpsTest, HalfRoundingDivisionMatchesATen) {
     const HostTensor lhs = FloatTensor(vec, a);
     const std::string what =
         ir::DType_Name(c.dtype) + " rounding_mode=" + c.mode;
+    const Attrs mode = {{"rounding_mode", S(c.mode)}};
     absl::StatusOr<HostTensor> by_tensor =
-        RunGraph(OpGraph("div", {vec, vec}, vec, {{"rounding_mode", S(c.mode)}}),
+        RunGraph(OpGraph("div", {vec, vec}, vec, mode),
                  {lhs, FloatTensor(vec, b)});
     ASSERT_TRUE(by_tensor.ok()) << by_tensor.status();
     ExpectMatches(*by_tensor, FloatTensor(vec, c.by_tensor), 0,
@@ -1717,19 +1753,87 @@ TEST(ElementwiseOpsTest, HalfRoundingDivisionMatchesATen) {
                   {{"rounding_mode", S(c.mode)}, {"other", F(s)}}),
           {lhs});
       ASSERT_TRUE(by_scalar.ok()) << by_scalar.status();
-      ExpectMatches(*by_scalar,
-                    FloatTensor(vec, s == 3.0 ? c.by_scalar_3 : c.by_scalar_0_1),
-                    0, what + " by the scalar " + std::to_string(s));
+      const std::vector<double>& want =
+          s == 3.0 ? c.by_scalar_3 : c.by_scalar_0_1;
+      ExpectMatches(*by_scalar, FloatTensor(vec, want), 0,
+                    what + " by the scalar " + std::to_string(s));
     }
     // A one-element tensor divisor is a scalar to ATen too.
     const ir::TensorType one = Type(c.dtype, {1});
-    absl::StatusOr<HostTensor> by_one =
-        RunGraph(OpGraph("div", {vec, one}, vec, {{"rounding_mode", S(c.mode)}}),
-                 {lhs, FloatTensor(one, {3.0})});
+    absl::StatusOr<HostTensor> by_one = RunGraph(
+        OpGraph("div", {vec, one}, vec, mode), {lhs, FloatTensor(one, {3.0})});
     ASSERT_TRUE(by_one.ok()) << by_one.status();
     ExpectMatches(*by_one, FloatTensor(vec, c.by_scalar_3), 0,
                   what + " by a one-element tensor");
   }
+}
+
+// add/sub with alpha and Python scalars, as torch 2.13 CPU prints them for
+// these inputs: half types cast alpha and the scalar to the dtype (the old
+// float32 alpha/scalar gave the second column), float32 fuses a + alpha * b
+// into one rounding.
+TEST(ElementwiseOpsTest, AddAlphaAndScalarsRoundAsATen) {
+  struct Case {
+    ir::DType dtype;
+    Attrs attrs;
+    std::vector<double> a, b, want;
+  };
+  const std::vector<Case> cases = {
+      {ir::FLOAT16, {{"alpha", F(0.1)}}, {-0.189697265625, 1.4501953125},
+       {3.68359375, 4.13671875}, {0.1785888671875, 1.86328125}},
+      {ir::FLOAT16, {{"other", F(0.3)}}, {-0.189697265625, 0.28662109375},
+       {}, {0.1103515625, 0.5869140625}},
+      {ir::BFLOAT16, {{"alpha", F(0.1)}}, {4.78125, -0.828125},
+       {4.21875, 18.25}, {5.21875, 1.0}},
+      {ir::BFLOAT16, {{"other", F(0.3)}}, {1.2109375, -1.6015625}, {},
+       {1.515625, -1.296875}},
+      {ir::FLOAT32, {{"alpha", F(0.1)}},
+       {-0.26132526993751526, 0.32214513421058655},
+       {1.571547269821167, -1.2140092849731445},
+       {-0.1041705384850502, 0.20074419677257538}},
+  };
+  for (const Case& c : cases) {
+    const ir::TensorType vec = Type(c.dtype, {2});
+    std::vector<ir::TensorType> ins = {vec};
+    std::vector<HostTensor> values = {FloatTensor(vec, c.a)};
+    if (!c.b.empty()) {
+      ins.push_back(vec);
+      values.push_back(FloatTensor(vec, c.b));
+    }
+    const ir::Graph g = OpGraph("add", ins, vec, c.attrs);
+    absl::StatusOr<HostTensor> out = RunGraph(g, values);
+    ASSERT_TRUE(out.ok()) << out.status();
+    ExpectMatches(*out, FloatTensor(vec, c.want), 0, Describe(g));
+  }
+}
+
+// Bool add is logical or; a bool alpha gates the second operand; a
+// fractional alpha on integers is an error with PyTorch's message (bool sub:
+// UnsupportedDTypesAndAttributesAreErrors).
+TEST(ElementwiseOpsTest, BoolAddAndAlphaErrors) {
+  const ir::TensorType b4 = Type(ir::BOOL, {4});
+  absl::StatusOr<HostTensor> sum =
+      RunGraph(OpGraph("add", {b4, b4}, b4),
+               {IntTensor(b4, {1, 0, 0, 1}), IntTensor(b4, {1, 1, 0, 0})});
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  ExpectMatches(*sum, IntTensor(b4, {1, 1, 0, 1}), 0, "bool add");
+  absl::StatusOr<HostTensor> gated =
+      RunGraph(OpGraph("add", {b4, b4}, b4, {{"alpha", B(false)}}),
+               {IntTensor(b4, {1, 0, 0, 1}), IntTensor(b4, {1, 1, 0, 0})});
+  ASSERT_TRUE(gated.ok()) << gated.status();
+  ExpectMatches(*gated, IntTensor(b4, {1, 0, 0, 1}), 0, "bool add alpha=False");
+  absl::StatusOr<HostTensor> with_true = RunGraph(
+      OpGraph("add", {b4}, b4, {{"other", B(true)}}), {IntTensor(b4, {0, 1})});
+  ASSERT_TRUE(with_true.ok()) << with_true.status();
+  ExpectMatches(*with_true, IntTensor(b4, {1, 1, 1, 1}), 0, "bool add True");
+
+  const ir::TensorType i4 = Type(ir::INT32, {4});
+  absl::StatusOr<HostTensor> float_alpha =
+      RunGraph(OpGraph("add", {i4, i4}, i4, {{"alpha", F(0.5)}}),
+               {IntTensor(i4, {1}), IntTensor(i4, {1})});
+  ASSERT_FALSE(float_alpha.ok());
+  EXPECT_THAT(float_alpha.status().message(),
+              HasSubstr("argument alpha must not be a floating point number"));
 }
 
 // --- SPEC P1: (x * gain + bias) * 0.5. ---
