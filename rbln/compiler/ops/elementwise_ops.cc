@@ -516,8 +516,9 @@ absl::Status ConvertBoolAdd(GraphImporter& im, const ir::Node& node,
 //   the product of two half values is exact in f32, and the sum rounds once;
 // - float32 fuses alpha * b + a into one rounding (ATen's vec::fmadd), so
 //   the product is an explicit math.fma, never a contraction left to LLVM;
-// - integers take an integral alpha only (a + alpha * b, wrapping); bool add is logical or (with a
-//   bool alpha: a | (alpha & b)); bool sub is not implemented (PyTorch raises).
+// - integers take an integral alpha only (a + alpha * b, wrapping);
+// - bool add is logical or (with a bool alpha: a | (alpha & b)); bool sub is
+//   not implemented (PyTorch raises).
 absl::Status ConvertAddOrSub(GraphImporter& im, const ir::Node& node,
                              bool subtract) {
   if (absl::Status s = CheckBinary(node); !s.ok()) return s;
