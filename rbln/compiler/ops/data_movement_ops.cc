@@ -844,7 +844,8 @@ Value CopySlices(GraphImporter& im, Value into, const std::string& index,
   Shape slice_shape = shape;
   slice_shape[dim] = 1;
   auto slice_type = mlir::RankedTensorType::get(
-      slice_shape, into.getType().cast<mlir::RankedTensorType>().getElementType());
+      slice_shape,
+      into.getType().cast<mlir::RankedTensorType>().getElementType());
   auto loop = b.create<mlir::scf::ForOp>(
       l, IndexConst(b, l, 0), IndexConst(b, l, k), IndexConst(b, l, 1),
       ValueRange{into},
@@ -857,7 +858,8 @@ Value CopySlices(GraphImporter& im, Value into, const std::string& index,
           o[dim] = at;
           return o;
         };
-        std::vector<mlir::OpFoldResult> sizes, strides(rank, lb.getIndexAttr(1));
+        std::vector<mlir::OpFoldResult> sizes;
+        std::vector<mlir::OpFoldResult> strides(rank, lb.getIndexAttr(1));
         for (int64_t n : slice_shape) sizes.push_back(lb.getIndexAttr(n));
         Value from = lb.create<mlir::tensor::ExtractSliceOp>(
             ll, slice_type, im.ValueOf(source), offsets(i), sizes, strides);

@@ -509,8 +509,9 @@ TEST(DataMovementOpsTest, IndexCopyWritesOneSlicePerIndex) {
       HostTensor x = Values(dtype, c.x, 30);
       HostTensor src = Values(dtype, src_shape, 31);
       HostTensor index = Tensor(ir::INT64, {k}, c.index);
-      ir::Graph g = OneOpGraph("index_copy", {x.type(), index.type(), src.type()},
-                               {x.type()}, {{"dim", IntA(c.dim)}});
+      ir::Graph g =
+          OneOpGraph("index_copy", {x.type(), index.type(), src.type()},
+                     {x.type()}, {{"dim", IntA(c.dim)}});
       std::vector<double> want = x.values;
       for (int64_t s = 0; s < NumElements(src_shape); ++s) {
         std::vector<int64_t> at = Unflatten(s, src_shape);
