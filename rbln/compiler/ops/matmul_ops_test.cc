@@ -265,6 +265,23 @@ TEST(MatmulOpsTest, AddmmWithZeroAlphaOrBetaAsATen) {
   }
 }
 
+// Half types accumulate in f32 and round once: a row of 4096 ones times a
+// column of ones is 4096 (an f16 accumulator stops at 2048, bf16 at 256),
+// and 4097 ones give 4096 in f16 (4097 rounded once) -- on both paths.
+TEST(MatmulOpsTest, HalfProductsAccumulateInF32) {
+  for (ir::DType dtype : {ir::FLOAT16, ir::BFLOAT16}) {
+    for (int64_t k : {4096, 4097}) {
+      const HostTensor a{dtype, {2, k}, std::vector<double>(2 * k, 1.0)};
+      const HostTensor b{dtype, {k, 3}, std::vector<double>(k * 3, 1.0)};
+      const double want = RoundTo(dtype, static_cast<double>(k));
+      ExpectBothPaths(
+          OneOpGraph("mm", {a.type(), b.type()}, {Type(dtype, {2, 3})}),
+          {a, b}, std::vector<double>(6, want), std::vector<double>(6, 0.0),
+          "mm " + DTypeText(dtype) + " k=" + std::to_string(k));
+    }
+  }
+}
+
 // beta = 0 ignores the bias, NaN included (PyTorch).
 TEST(MatmulOpsTest, AddmmWithBetaZeroIgnoresNanBias) {
   const HostTensor bias = Tensor(ir::FLOAT32, {2}, {kNan, 1});
