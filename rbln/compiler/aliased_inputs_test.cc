@@ -66,7 +66,9 @@ TEST(AliasedInputsTest, MatmulIntoItsLeftOperand) {
   std::vector<float> want(9, 0.0f);
   for (int i = 0; i < 3; ++i) {
     for (int j = 0; j < 3; ++j) {
-      for (int k = 0; k < 3; ++k) want[i * 3 + j] += a[i * 3 + k] * b[k * 3 + j];
+      for (int k = 0; k < 3; ++k) {
+        want[i * 3 + j] += a[i * 3 + k] * b[k * 3 + j];
+      }
     }
   }
   ASSERT_TRUE(program
