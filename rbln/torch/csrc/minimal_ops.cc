@@ -14,6 +14,7 @@
 #include <torch/library.h>
 
 #include "rbln/torch/csrc/device_allocator.h"
+#include "rbln/torch/csrc/device_fill.h"
 #include "rbln/torch/csrc/device_state.h"
 #include "rbln/torch/csrc/storage_resize.h"
 #include "rbln/torch/csrc/tensor_transfer.h"
@@ -113,14 +114,25 @@ at::Scalar LocalScalarDense(const at::Tensor& self) {
   return at::native::_local_scalar_dense_cpu(DownloadSpan(self));
 }
 
-// fill_ and zero_ write through the host copy: a tensor made by
-// torch.ones/zeros/full is host work that touches no device memory until a
-// device op uses it (SPEC D1, D4).
+// fill_ and zero_ of a storage whose latest bytes are on the device run on
+// the device (device_fill.h). Otherwise they write through the host copy: a
+// tensor made by torch.ones/zeros/full is host work that touches no device
+// memory until a device op uses it (SPEC D1, D4).
 at::Tensor& FillScalar(at::Tensor& self, const at::Scalar& value) {
   if (self.numel() == 0) return self;
-  at::Tensor host = at::empty(self.sizes(), self.options().device(at::kCPU));
-  host.fill_(value);
-  CopyWithDevice(host, self);
+  if (TryFillOnDevice(self, value)) return self;
+  if (self.is_non_overlapping_and_dense()) {
+    at::Tensor host = at::empty(self.sizes(), self.options().device(at::kCPU));
+    host.fill_(value);
+    CopyWithDevice(host, self);
+    return self;
+  }
+  // A view with gaps or repeated elements (x[:, ::2], an expand): fill its
+  // span's host copy through the same view, as the CPU's fill_ allows
+  // either, keeping the bytes between its elements.
+  at::Tensor span = DownloadSpan(self);
+  span.fill_(value);
+  UploadSpan(span, self);
   return self;
 }
 
