@@ -6,9 +6,10 @@
 //   2. on a miss reads the arguments by the op's schema (device tensors become
 //      graph inputs, Python scalars and other arguments node attributes),
 //      runs the pre-dispatch checks in the spec's order (dtype, scalar,
-//      NaN/Inf; then alignment and storage offset), infers the output on the
-//      meta device, builds the graph IR and compiles it (the compiler's own
-//      cache answers repeats without codegen);
+//      NaN/Inf; then alignment, attention length and storage offset),
+//      infers the output on the meta device, builds the graph IR and
+//      compiles it (the compiler's own cache answers repeats without
+//      codegen);
 //   3. fills the warm cache unless the call is one of G3's wrapper-path cases
 //      (a view input, a Python-scalar operand, or the same tensor twice),
 //      which take step 2 on every call without recompiling;
@@ -336,7 +337,9 @@ std::optional<std::vector<at::Tensor>> InferOutputs(const c10::OperatorHandle& o
 bool HasNanOrInf(const std::vector<at::Tensor>& inputs, bool sdpa) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     const at::Tensor& t = inputs[i];
-    if (!IsCompiledKernelDtype(t.scalar_type()) || t.numel() == 0) continue;
+    // Every floating input: with the dtype check switched off (H2) a
+    // float32 call still gets its NaN/Inf check.
+    if (!at::isFloatingType(t.scalar_type()) || t.numel() == 0) continue;
     const auto [min, max] = at::aminmax(DownloadSpan(t));
     const at::Tensor peak = at::maximum(max, min.neg());
     const bool inf_is_valid = sdpa && i == 3;
@@ -412,9 +415,9 @@ std::optional<std::string> FailedWrapperCheck(const Call& call,
     for (const at::Tensor& out : outs) {
       if (misaligned(out)) return std::string(CheckName(Check::kAlignment));
     }
-    if (IsSdpa(call) && call.inputs[0].size(-2) % 32 != 0) {
-      return SdpaMisalignedReason(call.inputs[0].size(-2));
-    }
+  }
+  if (config.Runs(Check::kAttention) && IsSdpa(call) && call.inputs[0].size(-2) % 32 != 0) {
+    return SdpaMisalignedReason(call.inputs[0].size(-2));
   }
   if (config.Runs(Check::kStorageOffset)) {
     for (const at::Tensor& t : call.inputs) {
