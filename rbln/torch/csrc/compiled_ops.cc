@@ -148,6 +148,26 @@ constexpr char kSdpaOverload[] = "aten::_scaled_dot_product_fused_attention_over
 
 bool IsSdpa(const Call& call) { return call.op == "scaled_dot_product_attention"; }
 
+bool IsComparison(const std::string& op) {
+  return op == "eq" || op == "ne" || op == "lt" || op == "le" || op == "gt" || op == "ge";
+}
+
+// Elements from element 0 of the view to its last element, inclusive.
+int64_t SpanElements(const at::Tensor& t) {
+  int64_t last = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  return last + 1;
+}
+
+// A view input the program reads from its storage (SPEC G3, H7): the graph
+// input is the span of the storage the view covers, and the program's first
+// node replays the view on it (strided_view), so no contiguous copy is made
+// on the device. Comparison ops keep materializing views with .contiguous()
+// as H7 says.
+bool ReadsViewFromSpan(const std::string& op, const at::Tensor& t) {
+  return !t.is_contiguous() && t.numel() > 0 && !IsComparison(op);
+}
+
 // Ops whose results are indices: an int64 result is their nature, not a
 // dtype the device lacks.
 bool ProducesIndices(const std::string& op) {
@@ -442,7 +462,8 @@ void CountFallback(const Call& call, absl::string_view why) {
 }
 
 // SPEC G3: calls that re-enter the wrapper every time instead of filling the
-// warm cache -- a view input (the kernel runs on a materialized copy, whose
+// warm cache -- a view input (the program replays the view on the
+// storage span, or for comparisons runs on a materialized copy, whose
 // key differs from the view's), a Python-scalar operand, or one tensor in
 // two operands. They reuse the compiled program, never recompile.
 bool TakesWrapperPath(const Call& call) {
@@ -462,10 +483,28 @@ std::shared_ptr<const WarmEntry> Compile(const Call& call,
                                          std::string* error) {
   compiler::ir::Graph graph;
   graph.set_name(call.op);
+  std::vector<bool> reads_span(call.inputs.size(), false);
   for (size_t i = 0; i < call.inputs.size(); ++i) {
+    const at::Tensor& t = call.inputs[i];
     compiler::ir::Value* v = graph.add_inputs();
-    v->set_name(call.input_names[i]);
-    *v->mutable_type() = IrType(call.inputs[i].scalar_type(), call.inputs[i].sizes());
+    *v->mutable_type() = IrType(t.scalar_type(), t.sizes());
+    if (!ReadsViewFromSpan(call.op, t)) {
+      v->set_name(call.input_names[i]);
+      continue;
+    }
+    // The storage span as the input, the view replayed as the first node.
+    reads_span[i] = true;
+    const std::string span_name = absl::StrCat(call.input_names[i], ".span");
+    v->set_name(span_name);
+    *v->mutable_type() = IrType(t.scalar_type(), {SpanElements(t)});
+    compiler::ir::Node* view = graph.add_nodes();
+    view->set_op("strided_view");
+    view->add_inputs(span_name);
+    (*view->mutable_attrs())["sizes"].set_s(absl::StrJoin(t.sizes(), ","));
+    (*view->mutable_attrs())["strides"].set_s(absl::StrJoin(t.strides(), ","));
+    compiler::ir::Value* replayed = view->add_outputs();
+    replayed->set_name(call.input_names[i]);
+    *replayed->mutable_type() = IrType(t.scalar_type(), t.sizes());
   }
   compiler::ir::Node* node = graph.add_nodes();
   *node = call.node;
@@ -486,6 +525,7 @@ std::shared_ptr<const WarmEntry> Compile(const Call& call,
   auto entry = std::make_shared<WarmEntry>();
   entry->program = *program;
   entry->inputs = call.slots;
+  entry->reads_span = std::move(reads_span);
   for (const at::Tensor& out : outs) {
     entry->outputs.push_back(
         WarmOutput{std::vector<int64_t>(out.sizes().begin(), out.sizes().end()),
@@ -537,12 +577,20 @@ void Run(const c10::OperatorHandle& op, torch::jit::Stack* stack,
          const WarmEntry& entry, const std::vector<at::Tensor>& inputs, bool sdpa) {
   const size_t n = op.schema().arguments().size();
   const size_t first = stack->size() - n;
-  // The compiled kernel reads dense row-major buffers.
+  // The compiled kernel reads dense row-major buffers: a view input is its
+  // storage span (the program replays the view) or, for comparisons, a
+  // contiguous copy (SPEC H7).
   std::vector<runtime::DeviceBuffer> buffers;
   buffers.reserve(inputs.size() + 1);
   std::vector<at::Tensor> materialized;
-  for (const at::Tensor& t : inputs) {
-    if (t.is_contiguous()) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const at::Tensor& t = inputs[i];
+    if (i < entry.reads_span.size() && entry.reads_span[i]) {
+      runtime::DeviceBuffer span = Buffer(t);
+      span.sizes = {SpanElements(t)};
+      span.strides = {1};
+      buffers.push_back(std::move(span));
+    } else if (t.is_contiguous()) {
       buffers.push_back(Buffer(t));
     } else {
       materialized.push_back(t.contiguous());
