@@ -13,14 +13,17 @@
 //   3. fills the warm cache unless the call is one of G3's wrapper-path cases
 //      (a view input, a Python-scalar operand, or the same tensor twice),
 //      which take step 2 on every call without recompiling;
-//   4. in-place and out= variants compute into a fresh buffer and copy into
-//      their destination (SPEC K4).
+//   4. a contiguous out= is the program's output buffer; in-place variants
+//      and other out= destinations compute into a fresh buffer and copy into
+//      it (SPEC K4).
 // Calls that fail a check, or whose compile fails, run on the CPU through
 // the boxed fallback; every decision is counted.
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/SDPBackend.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/Resize.h>
 #include <ATen/native/transformers/attention.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
@@ -71,6 +74,10 @@ struct DispatchCounters {
   Counter* warm_misses = CounterRegistry::Global().Get("dispatch/warm_misses");
   Counter* wrapper_path = CounterRegistry::Global().Get("dispatch/wrapper_path");
   Counter* compiled_runs = CounterRegistry::Global().Get("dispatch/compiled_runs");
+  // out= destinations used as the program's output / through a temporary
+  // and a copy (SPEC K4).
+  Counter* out_in_place = CounterRegistry::Global().Get("dispatch/out_in_place");
+  Counter* out_via_temporary = CounterRegistry::Global().Get("dispatch/out_via_temporary");
 };
 
 const DispatchCounters& Counters() {
@@ -598,12 +605,38 @@ void Run(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     }
   }
   const c10::Device device = CallDevice(op, *stack, inputs);
+  // In place or out=: the destination (SPEC K4). A contiguous out= of the
+  // result's shape and dtype that overlaps no input is the program's output
+  // buffer; any other destination gets a temporary and a copy.
+  const std::optional<int> dst_arg = sdpa ? std::nullopt : DestinationArg(op.schema());
+  const bool is_out = dst_arg && op.schema().arguments()[*dst_arg].is_out();
+  at::Tensor dst;
+  bool direct = false;
+  if (dst_arg) {
+    dst = (*stack)[first + *dst_arg].toTensor();
+    const WarmOutput& out = entry.outputs[0];
+    if (is_out && dst.sizes() != c10::IntArrayRef(out.sizes)) {
+      // As on the CPU: a non-empty out= is resized with PyTorch's warning
+      // (arange's out= is resized silently, as the CPU's arange does).
+      if (op.schema().name() == "aten::arange") {
+        dst.resize_(out.sizes);
+      } else {
+        at::native::resize_output(dst, out.sizes);
+      }
+    }
+    direct = is_out && entry.outputs.size() == 1 && dst.is_contiguous() &&
+             dst.scalar_type() == out.dtype && dst.sizes() == c10::IntArrayRef(out.sizes);
+    for (size_t i = 0; direct && i < inputs.size(); ++i) {
+      direct = at::get_overlap_status(dst, inputs[i]) == at::MemOverlapStatus::No;
+    }
+  }
   // Allocates without a dispatcher round trip (a lazy virtual storage).
   std::vector<at::Tensor> results;
   results.reserve(entry.outputs.size());
   for (const WarmOutput& out : entry.outputs) {
-    results.push_back(at::detail::empty_generic(out.sizes, GetDeviceAllocator(), kRblnKeys,
-                                                out.dtype, std::nullopt));
+    results.push_back(direct ? dst
+                             : at::detail::empty_generic(out.sizes, GetDeviceAllocator(),
+                                                         kRblnKeys, out.dtype, std::nullopt));
     buffers.push_back(Buffer(results.back()));
   }
   // Kernels run on this thread: earlier work queued on the current stream
@@ -619,11 +652,14 @@ void Run(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   }
   at::Tensor& result = results[0];
 
-  if (std::optional<int> dst_arg = DestinationArg(op.schema())) {
-    // In place or out=: the result lands in the destination (SPEC K4).
-    at::Tensor dst = (*stack)[first + *dst_arg].toTensor();
-    if (dst.sizes() != result.sizes()) dst.resize_(result.sizes());
-    CopyWithDevice(result, dst);
+  if (dst_arg) {
+    if (direct) {
+      Counters().out_in_place->Increment();
+    } else {
+      if (is_out) Counters().out_via_temporary->Increment();
+      if (dst.sizes() != result.sizes()) dst.resize_(result.sizes());
+      CopyWithDevice(result, dst);
+    }
     torch::jit::drop(*stack, n);
     torch::jit::push(*stack, dst);
     return;

@@ -9,6 +9,7 @@
 #include <ATen/ops/as_strided_cpu_dispatch.h>
 #include <ATen/ops/set_cpu_dispatch.h>
 #include <ATen/ops/set_native.h>
+#include <ATen/ops/unfold_native.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
@@ -77,6 +78,12 @@ at::Tensor ReshapeAlias(const at::Tensor& self, c10::SymIntArrayRef size,
                         c10::SymIntArrayRef stride) {
   return at::native::_reshape_alias(self, C10_AS_INTARRAYREF_SLOW(size),
                                     C10_AS_INTARRAYREF_SLOW(stride));
+}
+
+// unfold has backend kernels rather than a composite one; ATen's native
+// kernel only computes sizes and strides and calls as_strided (SPEC K1).
+at::Tensor Unfold(const at::Tensor& self, int64_t dimension, int64_t size, int64_t step) {
+  return at::native::unfold(self, dimension, size, step);
 }
 
 const at::Tensor& Resize(const at::Tensor& self, c10::SymIntArrayRef size,
@@ -158,6 +165,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("as_strided", AsStrided);
   m.impl("view", View);
   m.impl("_reshape_alias", ReshapeAlias);
+  m.impl("unfold", Unfold);
   m.impl("resize_", Resize);
   m.impl("_copy_from", CopyFrom);
   m.impl("_copy_from_and_resize", CopyFromAndResize);
