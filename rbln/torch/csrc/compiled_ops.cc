@@ -159,13 +159,6 @@ bool IsComparison(const std::string& op) {
   return op == "eq" || op == "ne" || op == "lt" || op == "le" || op == "gt" || op == "ge";
 }
 
-// Elements from element 0 of the view to its last element, inclusive.
-int64_t SpanElements(const at::Tensor& t) {
-  int64_t last = 0;
-  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
-  return last + 1;
-}
-
 // A view input the program reads from its storage (SPEC G3, H7): the graph
 // input is the span of the storage the view covers, and the program's first
 // node replays the view on it (strided_view), so no contiguous copy is made

@@ -14,23 +14,19 @@
 #include "rbln/torch/csrc/device_dtypes.h"
 #include "rbln/torch/csrc/device_state.h"
 #include "rbln/torch/csrc/streams.h"
+#include "rbln/torch/csrc/tensor_transfer.h"
 
 namespace rbln::torch_backend {
 namespace {
 
+// The IR and runtime dtypes of a compiled-kernel dtype (the only ones
+// TryFillOnDevice compiles for).
 compiler::ir::DType IrDType(at::ScalarType t) {
   return t == at::kHalf ? compiler::ir::FLOAT16 : compiler::ir::BFLOAT16;
 }
 
 DType RuntimeDType(at::ScalarType t) {
   return t == at::kHalf ? DType::kFloat16 : DType::kBFloat16;
-}
-
-// Elements from element 0 of the view to its last element, inclusive.
-int64_t SpanElements(const at::Tensor& t) {
-  int64_t last = 0;
-  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
-  return last + 1;
 }
 
 // The program that fills `self`'s box within its span. The value is an
