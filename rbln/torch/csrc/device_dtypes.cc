@@ -1,9 +1,5 @@
 #include "rbln/torch/csrc/device_dtypes.h"
 
-#include <vector>
-
-#include "absl/strings/str_join.h"
-
 namespace rbln::torch_backend {
 
 std::string TorchDtypeName(c10::ScalarType t) {
@@ -26,15 +22,6 @@ std::string TorchDtypeName(c10::ScalarType t) {
     default:
       return c10::toString(t);
   }
-}
-
-const std::string& CompiledKernelDtypeNames() {
-  static const auto* names = [] {
-    std::vector<std::string> parts;
-    for (c10::ScalarType t : kCompiledKernelDtypes) parts.push_back(TorchDtypeName(t));
-    return new std::string(absl::StrJoin(parts, ", "));
-  }();
-  return *names;
 }
 
 }  // namespace rbln::torch_backend

@@ -1,7 +1,7 @@
 // The dtypes compiled kernels compute in (SPEC G1, H1's dtype check), in one
-// table: the shim's and the wrapper's dtype checks, the fill kernel, the
-// messages that name them and torch.rbln.get_amp_supported_dtype() all read
-// it, so adding a dtype is one edit.
+// table: the shim's and the wrapper's dtype checks, the device fill and
+// torch.rbln.get_amp_supported_dtype() (by PyTorch name, through
+// torch_rbln._C) all read it, so adding a dtype is one edit.
 #ifndef RBLN_TORCH_CSRC_DEVICE_DTYPES_H_
 #define RBLN_TORCH_CSRC_DEVICE_DTYPES_H_
 
@@ -23,9 +23,6 @@ constexpr bool IsCompiledKernelDtype(c10::ScalarType t) {
   }
   return false;
 }
-
-// "float16, bfloat16": the table as messages name it (PyTorch's names).
-const std::string& CompiledKernelDtypeNames();
 
 // PyTorch's name of `t` ("float16", "float32", ...).
 std::string TorchDtypeName(c10::ScalarType t);
