@@ -22,19 +22,22 @@ class RunWorkspace {
   explicit RunWorkspace(PhysicalMemory* physical) : physical_(physical) {}
   ~RunWorkspace() {
     for (const DeviceAllocation& block : blocks_) {
+      physical_->SetProgramOwned(block, false).IgnoreError();
       physical_->FreePhysical(block).IgnoreError();
     }
   }
   RunWorkspace(const RunWorkspace&) = delete;
   RunWorkspace& operator=(const RunWorkspace&) = delete;
 
-  // `bytes` on the unit's own chiplet.
+  // `bytes` on the unit's own chiplet, counted as the program's memory
+  // (reserved, not allocated: SPEC E2); cached on that chiplet after the run.
   absl::StatusOr<void*> Allocate(const ComputeUnit& unit, int64_t bytes) {
     RBLN_ASSIGN_OR_RETURN(
         DeviceAllocation block,
         physical_->AllocatePhysical(unit.npu, static_cast<uint64_t>(bytes),
                                     unit.chiplet));
     blocks_.push_back(block);
+    RBLN_RETURN_IF_ERROR(physical_->SetProgramOwned(block, true));
     return physical_->HostView(block);
   }
 
