@@ -397,7 +397,12 @@ class CompiledGraph:
                 t = args[src]
                 originals.append(t)
                 if t.device != device and t.device.type != "meta":
-                    t = t.to(device)  # CPU call arguments are uploaded each call.
+                    # CPU call arguments (and host-op results, e.g. nonzero's
+                    # column-major indices) are uploaded each call, laid out
+                    # contiguously on the host: programs take contiguous
+                    # buffers, and a strided upload would cost a device copy
+                    # (runtime/v2v_slow) to make it contiguous there.
+                    t = t.to(device, memory_format=torch.contiguous_format)
             else:
                 t0 = time.perf_counter()
                 new = self._constant_key(kind, src, device) not in self._constants
