@@ -283,7 +283,8 @@ absl::Status CompiledProgram::RunOnHost(absl::Span<const runtime::BufferView> ar
   context.slices = slices;
   context.workers.resize(layout_.partitions);
   std::vector<std::unique_ptr<void, FreeDeleter>> segments;
-  for (size_t w = 0; w < layout_.segment_bytes.size() && w < context.workers.size(); ++w) {
+  const size_t workers = std::min(layout_.segment_bytes.size(), context.workers.size());
+  for (size_t w = 0; w < workers; ++w) {
     const int64_t bytes = layout_.segment_bytes[w];
     if (bytes == 0) continue;
     segments.emplace_back(std::aligned_alloc(64, (bytes + 63) / 64 * 64));

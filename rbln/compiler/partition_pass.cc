@@ -309,10 +309,9 @@ class PartitionPass
       // Worker 0 alone touches it: its own chiplet. Shared by slices: the
       // least-filled segment, so the workspace spreads over the chiplets.
       const bool is_shared = shared.contains(top.op) || shared.contains(kUnknown);
-      const int home =
-          is_shared ? static_cast<int>(std::min_element(segments.begin(), segments.end()) -
-                                       segments.begin())
-                    : 0;
+      const int least_filled = static_cast<int>(
+          std::min_element(segments.begin(), segments.end()) - segments.begin());
+      const int home = is_shared ? least_filled : 0;
       llvm::SmallVector<int64_t> entry = {home, segments[home],
                                           is_shared ? kAllWorkers : int64_t{1}};
       entry.append(type.getShape().begin(), type.getShape().end());

@@ -24,9 +24,10 @@
 // the chiplet that worker runs on: a buffer only worker 0 touches (written
 // and read by chiplet-0 ops) lives in worker 0's segment, a buffer that split
 // slices share goes to the least-filled segment. The access table (each
-// buffer's home and the workers that touch it) is recorded with the layout. Between two top-level ops that touch the same buffer
-// (read after write, write after read or write; all kernel arguments are
-// treated as one buffer) every worker calls rbln_chiplet_barrier().
+// buffer's home and the workers that touch it) is recorded with the layout.
+// Between two top-level ops that touch the same buffer (read after write,
+// write after read or write; all kernel arguments are treated as one
+// buffer) every worker calls rbln_chiplet_barrier().
 //
 // Programs whose total work (iterations of their top-level linalg ops) is
 // below `min_work` are left unpartitioned: waking the team costs more than

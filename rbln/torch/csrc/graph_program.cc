@@ -262,8 +262,9 @@ class GraphProgram {
 // compiler of its own (its own in-memory LRU; other options from the
 // environment). A program for N NPUs is split over N times the workers of
 // one NPU (its chiplets, or RBLN_COMPILER_PARTITIONS). No cache_dir, or the
-// one RBLN_COMPILER_CACHE_DIR names, with one NPU is the global compiler. Kept for the process: a compiler holds MLIR contexts
-// and cached programs, which _graph_clear_caches() drops; the disk stays.
+// one RBLN_COMPILER_CACHE_DIR names, with one NPU is the global compiler.
+// Kept for the process: a compiler holds MLIR contexts and cached programs,
+// which _graph_clear_caches() drops; the disk stays.
 class CacheDirCompilers {
  public:
   static CacheDirCompilers& Get() {

@@ -97,10 +97,13 @@ def test_second_logical_device_splits_over_its_own_npus():
         "after = _C._counters()\n"
         "print(json.dumps(sorted(k.split('/')[-1] for k in after\n"
         "                        if k.startswith('runtime/slices/') and after[k] != c.get(k, 0))))\n"
+        "g = [p for p in torch.rbln.compiled_programs() if p.inspect()['programs']][-1]\n"
+        "print(json.dumps(g.inspect()['programs'][0]['partitioning']['workers_per_npu']))\n"
     ), env)
     lines = r.stdout.splitlines()
     assert lines[0] == "True rbln:1", r.stdout
     assert json.loads(lines[1]) == ["npu.2.chiplet.0", "npu.3.chiplet.0"], r.stdout
+    assert json.loads(lines[2]) == {"npu.2": 1, "npu.3": 1}, r.stdout
 
 
 def test_num_devices_the_group_cannot_run_is_a_clear_error():

@@ -473,7 +473,7 @@ class CompiledGraph:
                 # A graph without host ops is one program; graphs with host
                 # ops are SegmentedGraphs (host_ops.py).
                 "host_ops": [],
-                "partitioning": partitioning(program, self.num_npus),
+                "partitioning": partitioning(program, self.num_npus, self._device_index()),
             })
         buffers = device_buffers_per_chiplet({
             "inputs": [r() for r in self._last_inputs],
@@ -493,6 +493,14 @@ class CompiledGraph:
             "compile_seconds": self.compile_seconds,
         }
 
+    def _device_index(self):
+        """The logical device of the latest run (else the current one)."""
+        for ref in self._last_inputs + self._last_outputs:
+            t = ref()
+            if t is not None:
+                return t.device.index
+        return _C._current_device()
+
     def __repr__(self):
         ops = sum(len(ir.nodes) for ir, _ in self._programs.values())
         return f"<rbln CompiledGraph {self.name}: {len(self._programs)} program(s), {ops} ops>"
@@ -501,12 +509,13 @@ class CompiledGraph:
 _BUFFER_KINDS = ("inputs", "outputs", "constants")
 
 
-def partitioning(program, num_npus) -> dict:
-    """How `program` is split over the current logical device's RSD group
-    (SPEC A2, A7): its workers, how many run on each NPU, and the workspace
-    bytes (its internal buffers) each run places on each chiplet."""
+def partitioning(program, num_npus, device_index) -> dict:
+    """How `program` is split over the RSD group of logical device
+    `device_index` (SPEC A2, A7): its workers, how many run on each NPU, and
+    the workspace bytes (its internal buffers) each run places on each
+    chiplet."""
     chiplets = _C._device_profile()["chiplets_per_npu"]
-    group = _C._device_map()["devices"][_C._current_device()]
+    group = _C._device_map()["devices"][device_index]
     workers = program.num_workers
     per_npu = {}
     workspace = {}
