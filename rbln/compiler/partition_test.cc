@@ -442,6 +442,25 @@ TEST(ChipletTeamTest, ForkedChildRebuildsItsTeam) {
   EXPECT_TRUE(RunRaw(**parts, {a, b, c}) == want);  // The parent's still works.
 }
 
+// spec: A2 -- a worker per chiplet at most: more workers per NPU than the
+// profile has chiplets could not be placed, so the setting is refused up
+// front, naming the variable and the valid range.
+TEST(PartitionTest, PartitionsSettingIsBoundedByTheChiplets) {
+  setenv("RBLN_SIM_PROFILE", "rebel100", 1);
+  setenv("RBLN_COMPILER_PARTITIONS", "8", 1);
+  absl::StatusOr<CompilerOptions> options = CompilerOptions::FromEnv();
+  EXPECT_FALSE(options.ok());
+  EXPECT_NE(options.status().message().find("RBLN_COMPILER_PARTITIONS"), std::string::npos)
+      << options.status();
+  EXPECT_NE(options.status().message().find("[1, 4]"), std::string::npos) << options.status();
+  setenv("RBLN_COMPILER_PARTITIONS", "2", 1);
+  options = CompilerOptions::FromEnv();
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->partition.partitions, 2);
+  unsetenv("RBLN_COMPILER_PARTITIONS");
+  unsetenv("RBLN_SIM_PROFILE");
+}
+
 TEST(PartitionTest, GatherOutOfRangeStillRaises) {
   HostTensor w = Random(ir::FLOAT32, {10, 4}, 40);
   HostTensor ids = Tensor(ir::INT64, {8}, {0, 1, 2, 3, 4, 5, 12, 7});
