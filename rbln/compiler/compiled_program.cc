@@ -21,6 +21,7 @@
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "rbln/compiler/aliased_inputs.h"
 #include "rbln/compiler/blas_loader.h"
 #include "rbln/compiler/blas_rewrite_pass.h"
 #include "rbln/compiler/chiplet_team.h"
@@ -364,6 +365,16 @@ absl::Status CompiledProgram::Run(absl::Span<const runtime::BufferView> args,
     }
     descriptor_ptrs[i] = desc.data();
     packed[i] = &descriptor_ptrs[i];
+  }
+  // Inputs that share bytes with an output are read from copies (SPEC P4);
+  // the copies live until the kernel returns.
+  absl::StatusOr<AliasedInputCopies> aliased =
+      AliasedInputCopies::Make(args, num_inputs(), graph_.name());
+  if (!aliased.ok()) return aliased.status();
+  for (int i = 0; aliased->num_copies() > 0 && i < num_inputs(); ++i) {
+    const int64_t data = reinterpret_cast<int64_t>(aliased->Data(args, i));
+    descriptors[i][0] = data;
+    descriptors[i][1] = data;
   }
   if (layout_.partitions > 1) return ExecutePartitioned(packed, context);
   ClearKernelError();
