@@ -2,6 +2,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Interfaces/DestinationStyleOpInterface.h"
 #include "mlir/Pass/Pass.h"
@@ -62,13 +63,19 @@ class BindOutputsPass
     return copy.getResult(0);
   }
 
-  // Follows result -> tied init through DPS ops to the tensor.empty at the
-  // root and binds that operand to `out_arg`.
+  // Follows result -> tied init through DPS ops (and scf.for iter args) to
+  // the tensor.empty at the root and binds that operand to `out_arg`.
   static mlir::LogicalResult Bind(mlir::Value result, mlir::Value out_arg) {
     while (true) {
       if (result == out_arg) return mlir::success();  // Already bound.
       auto op_result = result.dyn_cast<mlir::OpResult>();
       if (!op_result) return mlir::failure();
+      // A loop that updates a tensor (index_copy's slices) computes its
+      // result in the buffer of its init.
+      if (auto loop = llvm::dyn_cast<mlir::scf::ForOp>(op_result.getOwner())) {
+        result = loop.getInitArgs()[op_result.getResultNumber()];
+        continue;
+      }
       auto dps = llvm::dyn_cast<mlir::DestinationStyleOpInterface>(
           op_result.getOwner());
       if (!dps) return mlir::failure();

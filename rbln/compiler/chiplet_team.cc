@@ -1,5 +1,7 @@
 #include "rbln/compiler/chiplet_team.h"
 
+#include <pthread.h>
+
 #include <chrono>
 #include <map>
 #include <memory>
@@ -63,11 +65,44 @@ ChipletTeam::~ChipletTeam() {
   for (std::thread& t : threads_) t.join();
 }
 
+namespace {
+
+// The process's teams, by size. A forked child has none of the parent's
+// worker threads, and a team or this registry may have been locked by a
+// thread that does not exist there: the child abandons the parent's
+// registry (leaked: destroying it would join threads that do not exist) and
+// builds teams of its own at their first use.
+struct TeamRegistry {
+  absl::Mutex mu;
+  std::map<int, std::unique_ptr<ChipletTeam>> teams ABSL_GUARDED_BY(mu);
+};
+
+std::atomic<TeamRegistry*> registry{nullptr};
+
+void AbandonTeamsInChild() { registry.store(nullptr, std::memory_order_release); }
+
+TeamRegistry& Registry() {
+  TeamRegistry* r = registry.load(std::memory_order_acquire);
+  if (r != nullptr) return *r;
+  static const bool installed = [] {
+    pthread_atfork(nullptr, nullptr, &AbandonTeamsInChild);
+    return true;
+  }();
+  (void)installed;
+  auto* fresh = new TeamRegistry();
+  if (registry.compare_exchange_strong(r, fresh, std::memory_order_acq_rel)) {
+    return *fresh;
+  }
+  delete fresh;  // Another thread won.
+  return *r;
+}
+
+}  // namespace
+
 ChipletTeam& ChipletTeam::Shared(int size) {
-  static absl::Mutex mu(absl::kConstInit);
-  static auto* teams = new std::map<int, std::unique_ptr<ChipletTeam>>();
-  absl::MutexLock lock(&mu);
-  std::unique_ptr<ChipletTeam>& team = (*teams)[size];
+  TeamRegistry& r = Registry();
+  absl::MutexLock lock(&r.mu);
+  std::unique_ptr<ChipletTeam>& team = r.teams[size];
   if (team == nullptr) team = std::make_unique<ChipletTeam>(size);
   return *team;
 }

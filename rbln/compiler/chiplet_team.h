@@ -30,7 +30,8 @@ class ChipletTeam {
   ChipletTeam& operator=(const ChipletTeam&) = delete;
 
   // The process's team of `size` workers (created on first use, never
-  // destroyed: kernels may still run at exit).
+  // destroyed: kernels may still run at exit). Fork-safe: a forked child
+  // builds teams of its own instead of waiting for the parent's threads.
   static ChipletTeam& Shared(int size);
 
   int size() const { return size_; }

@@ -21,6 +21,7 @@
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "rbln/compiler/aliased_inputs.h"
 #include "rbln/compiler/blas_loader.h"
 #include "rbln/compiler/blas_rewrite_pass.h"
 #include "rbln/compiler/chiplet_team.h"
@@ -259,16 +260,61 @@ absl::Status CompiledProgram::IndexErrorStatus(const IndexError& e) const {
 
 absl::Status CompiledProgram::Execute(
     absl::Span<const runtime::BufferView> args) const {
-  return Run(args, nullptr);
+  return RunOnHost(args, nullptr);
 }
 
 absl::Status CompiledProgram::ExecuteProfiled(absl::Span<const runtime::BufferView> args,
                                               runtime::ComputeSliceSink* slices) const {
-  return Run(args, slices);
+  return RunOnHost(args, slices);
+}
+
+absl::Status CompiledProgram::ExecutePlaced(
+    absl::Span<const runtime::BufferView> args,
+    const runtime::ExecutionContext& context) const {
+  return Run(args, context);
+}
+
+absl::Status CompiledProgram::RunOnHost(absl::Span<const runtime::BufferView> args,
+                                        runtime::ComputeSliceSink* slices) const {
+  struct FreeDeleter {
+    void operator()(void* p) const { std::free(p); }
+  };
+  runtime::ExecutionContext context;
+  context.slices = slices;
+  context.workers.resize(layout_.partitions);
+  std::vector<std::unique_ptr<void, FreeDeleter>> segments;
+  const size_t workers = std::min(layout_.segment_bytes.size(), context.workers.size());
+  for (size_t w = 0; w < workers; ++w) {
+    const int64_t bytes = layout_.segment_bytes[w];
+    if (bytes == 0) continue;
+    segments.emplace_back(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+    if (segments.back() == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "program %s: cannot allocate %d bytes of workspace for worker %d",
+          graph_.name(), bytes, w));
+    }
+    context.workers[w].workspace = segments.back().get();
+    context.workers[w].workspace_bytes = bytes;
+  }
+  return Run(args, context);
 }
 
 absl::Status CompiledProgram::Run(absl::Span<const runtime::BufferView> args,
-                                  runtime::ComputeSliceSink* slices) const {
+                                  const runtime::ExecutionContext& context) const {
+  if (static_cast<int>(context.workers.size()) != layout_.partitions) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "program %s runs on %d workers, but the run placed %d", graph_.name(),
+        layout_.partitions, context.workers.size()));
+  }
+  for (size_t w = 0; w < layout_.segment_bytes.size(); ++w) {
+    const runtime::WorkerContext& worker = context.workers[w];
+    if (worker.workspace_bytes < layout_.segment_bytes[w] ||
+        (layout_.segment_bytes[w] > 0 && worker.workspace == nullptr)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "program %s: worker %d needs %d bytes of workspace, got %d",
+          graph_.name(), w, layout_.segment_bytes[w], worker.workspace_bytes));
+    }
+  }
   if (args.size() != arg_types_.size()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "program %s takes %d buffers, got %d", graph_.name(), arg_types_.size(),
@@ -319,7 +365,17 @@ absl::Status CompiledProgram::Run(absl::Span<const runtime::BufferView> args,
     descriptor_ptrs[i] = desc.data();
     packed[i] = &descriptor_ptrs[i];
   }
-  if (layout_.partitions > 1) return ExecutePartitioned(packed, slices);
+  // Inputs that share bytes with an output are read from copies (SPEC P4);
+  // the copies live until the kernel returns.
+  absl::StatusOr<AliasedInputCopies> aliased =
+      AliasedInputCopies::Make(args, num_inputs(), graph_.name());
+  if (!aliased.ok()) return aliased.status();
+  for (int i = 0; aliased->num_copies() > 0 && i < num_inputs(); ++i) {
+    const int64_t data = reinterpret_cast<int64_t>(aliased->Data(args, i));
+    descriptors[i][0] = data;
+    descriptors[i][1] = data;
+  }
+  if (layout_.partitions > 1) return ExecutePartitioned(packed, context);
   ClearKernelError();
   entry_(packed.data());
   if (std::optional<IndexError> e = TakeKernelError()) return IndexErrorStatus(*e);
@@ -327,21 +383,10 @@ absl::Status CompiledProgram::Run(absl::Span<const runtime::BufferView> args,
 }
 
 absl::Status CompiledProgram::ExecutePartitioned(
-    const std::vector<void*>& packed, runtime::ComputeSliceSink* slices) const {
-  // One arena per call holds the internal buffers the workers share; each is
-  // a contiguous memref argument {allocated, aligned, offset, sizes,
-  // strides}.
-  struct FreeDeleter {
-    void operator()(void* p) const { std::free(p); }
-  };
-  const int64_t bytes = layout_.scratch_bytes;
-  std::unique_ptr<void, FreeDeleter> arena(
-      bytes > 0 ? std::aligned_alloc(64, (bytes + 63) / 64 * 64) : nullptr);
-  if (bytes > 0 && arena == nullptr) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "program %s: cannot allocate %d bytes of scratch memory", graph_.name(),
-        bytes));
-  }
+    const std::vector<void*>& packed, const runtime::ExecutionContext& context) const {
+  runtime::ComputeSliceSink* const slices = context.slices;
+  // Each internal buffer is a contiguous memref argument {allocated, aligned,
+  // offset, sizes, strides} in its home worker's workspace segment.
   const size_t num_scratch = layout_.scratch.size();
   std::vector<std::vector<int64_t>> scratch_desc(num_scratch);
   std::vector<void*> scratch_desc_ptr(num_scratch);
@@ -350,8 +395,8 @@ absl::Status CompiledProgram::ExecutePartitioned(
     const int rank = static_cast<int>(buffer.shape.size());
     std::vector<int64_t>& desc = scratch_desc[i];
     desc.resize(3 + 2 * rank);
-    const int64_t address =
-        reinterpret_cast<int64_t>(static_cast<char*>(arena.get()) + buffer.offset);
+    const int64_t address = reinterpret_cast<int64_t>(
+        static_cast<char*>(context.workers[buffer.home].workspace) + buffer.offset);
     desc[0] = desc[1] = address;
     desc[2] = 0;
     int64_t stride = 1;

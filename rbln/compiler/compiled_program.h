@@ -64,11 +64,20 @@ class CompiledProgram : public runtime::Executable {
   // reports none.
   absl::Status ExecuteProfiled(absl::Span<const runtime::BufferView> args,
                                runtime::ComputeSliceSink* slices) const override;
+  // The run with the workers placed by the runtime: each worker's workspace
+  // segment (partition_layout().segment_bytes) in its chiplet's memory.
+  // Execute() and ExecuteProfiled() allocate host segments themselves.
+  absl::Status ExecutePlaced(absl::Span<const runtime::BufferView> args,
+                             const runtime::ExecutionContext& context) const override;
+  int num_workers() const override { return layout_.partitions; }
+  std::vector<int64_t> WorkspaceBytes() const override {
+    return layout_.segment_bytes;
+  }
 
   const ir::Graph& graph() const { return graph_; }
   bool uses_blas() const { return uses_blas_; }
-  // Chiplet workers that run each call (1: the calling thread alone), and
-  // the bytes of the scratch arena they share.
+  // Workers that run each call (1: the calling thread alone), their
+  // workspace segments and the access table of the internal buffers.
   const PartitionLayout& partition_layout() const { return layout_; }
   // Per worker, the time spent in its slice in the latest call (empty before
   // the first partitioned call), barrier waits included.
@@ -83,10 +92,13 @@ class CompiledProgram : public runtime::Executable {
   CompiledProgram(std::unique_ptr<mlir::ExecutionEngine> engine,
                   std::unique_ptr<llvm::orc::LLJIT> jit, void (*entry)(void**),
                   ir::Graph graph, bool uses_blas, PartitionLayout layout);
+  // Without a context: host memory for the workspace, workers unplaced.
+  absl::Status RunOnHost(absl::Span<const runtime::BufferView> args,
+                         runtime::ComputeSliceSink* slices) const;
   absl::Status Run(absl::Span<const runtime::BufferView> args,
-                   runtime::ComputeSliceSink* slices) const;
+                   const runtime::ExecutionContext& context) const;
   absl::Status ExecutePartitioned(const std::vector<void*>& packed,
-                                  runtime::ComputeSliceSink* slices) const;
+                                  const runtime::ExecutionContext& context) const;
 
   // One of the two owns the code: the engine after codegen, the JIT after
   // loading an object.

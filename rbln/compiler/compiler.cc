@@ -26,7 +26,9 @@ absl::StatusOr<CompilerOptions> CompilerOptions::FromEnv() {
   RBLN_ASSIGN_OR_RETURN(DeviceProfile profile, DeviceProfile::FromEnvironment());
   RBLN_ASSIGN_OR_RETURN(
       int64_t partitions,
-      env::GetInt("RBLN_COMPILER_PARTITIONS", profile.chiplets_per_npu, 1, 64));
+      // A worker per chiplet at most: the runtime places each on its own.
+      env::GetInt("RBLN_COMPILER_PARTITIONS", profile.chiplets_per_npu, 1,
+                  profile.chiplets_per_npu));
   options.partition.partitions = static_cast<int>(partitions);
   RBLN_ASSIGN_OR_RETURN(
       options.partition.min_work,

@@ -15,9 +15,10 @@
 // Environment (read when the compiler is constructed from the environment):
 //   RBLN_COMPILER_CACHE_SIZE  programs kept in memory (default 512, >= 1)
 //   RBLN_COMPILER_CACHE_DIR   directory of the on-disk cache (unset: none)
-//   RBLN_COMPILER_PARTITIONS  chiplet workers per program (default: the
-//                             device profile's chiplets, 4 on rebel100, 1 on
-//                             atom; SPEC A2 needs no setting)
+//   RBLN_COMPILER_PARTITIONS  workers per NPU of a program, 1 to the device
+//                             profile's chiplets (default: all of them, 4 on
+//                             rebel100, 1 on atom; SPEC A2 needs no setting):
+//                             each worker runs on a chiplet of its own
 //   RBLN_COMPILER_PARTITION_MIN_WORK  loop iterations below which a program
 //                             runs on one worker (default 1048576)
 // Counters:

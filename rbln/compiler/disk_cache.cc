@@ -133,9 +133,12 @@ DiskCache::LoadResult DiskCache::Load(const ir::Graph& graph,
   layout.scratch_bytes = manifest.scratch_bytes();
   for (const CacheManifest::ScratchBuffer& buffer : manifest.scratch()) {
     layout.scratch.push_back(ScratchBuffer{
-        buffer.offset(),
-        std::vector<int64_t>(buffer.shape().begin(), buffer.shape().end())});
+        buffer.home(), buffer.offset(),
+        std::vector<int64_t>(buffer.shape().begin(), buffer.shape().end()),
+        buffer.accessors()});
   }
+  layout.segment_bytes.assign(manifest.segment_bytes().begin(),
+                              manifest.segment_bytes().end());
   absl::StatusOr<std::unique_ptr<CompiledProgram>> program =
       CompiledProgram::LoadObject(*object, graph, manifest.uses_blas(),
                                   std::move(layout));
@@ -172,7 +175,10 @@ absl::Status DiskCache::Store(const ir::Graph& graph, uint64_t key,
     CacheManifest::ScratchBuffer* entry = manifest.add_scratch();
     entry->set_offset(buffer.offset);
     for (int64_t d : buffer.shape) entry->add_shape(d);
+    entry->set_home(buffer.home);
+    entry->set_accessors(buffer.accessors);
   }
+  for (int64_t bytes : layout.segment_bytes) manifest.add_segment_bytes(bytes);
   if (std::rename(object_path.c_str(), PathOf(key, ".o").c_str()) != 0) {
     std::remove(object_path.c_str());
     return absl::InternalError("cannot move the object into " + dir_);

@@ -40,6 +40,7 @@ const OpConverterTable& Converters() {
     RegisterMatmulOps(*t);
     RegisterDataMovementOps(*t);
     RegisterAttentionOps(*t);
+    RegisterStridedBoxOps(*t);
     return t;
   }();
   return *table;

@@ -125,6 +125,7 @@ void RegisterReductionOps(OpConverterTable& table);
 void RegisterMatmulOps(OpConverterTable& table);
 void RegisterDataMovementOps(OpConverterTable& table);
 void RegisterAttentionOps(OpConverterTable& table);
+void RegisterStridedBoxOps(OpConverterTable& table);
 
 }  // namespace rbln::compiler
 

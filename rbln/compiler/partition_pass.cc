@@ -290,23 +290,35 @@ class PartitionPass
         loc, kChipletBarrierSymbol, b.getFunctionType({}, {}));
     barrier_decl.setPrivate();
 
-    // Scratch buffers: one argument each, laid out in one arena by the
-    // caller. (Not memref.view of one i8 arena: MLIR 16's
-    // expand-strided-metadata folds extract_aligned_pointer_as_index through
-    // a memref.view and drops its byte shift, which breaks the BLAS rewrite's
-    // pointers.)
+    // Scratch buffers: one argument each, placed in the per-worker segments
+    // of the workspace by the caller. (Not memref.view of one i8 arena: MLIR
+    // 16's expand-strided-metadata folds extract_aligned_pointer_as_index
+    // through a memref.view and drops its byte shift, which breaks the BLAS
+    // rewrite's pointers.)
+    const int workers = options_.partitions;
+    llvm::SmallPtrSet<const void*, 8> shared = SharedScratch(plan);
+    std::vector<int64_t> segments(workers, 0);
     int64_t scratch_bytes = 0;
     llvm::SmallVector<mlir::Attribute> scratch_attrs;
     for (const TopLevelOp& top : plan) {
       if (top.placement != Placement::kScratch) continue;
       auto type = llvm::cast<mlir::memref::AllocOp>(top.op).getType();
-      llvm::SmallVector<int64_t> entry = {scratch_bytes};
+      const int64_t bytes = (type.getNumElements() *
+                                 *ElementBytes(type.getElementType()) +
+                             kScratchAlignment - 1) /
+                            kScratchAlignment * kScratchAlignment;
+      // Worker 0 alone touches it: its own chiplet. Shared by slices: the
+      // least-filled segment, so the workspace spreads over the chiplets.
+      const bool is_shared = shared.contains(top.op) || shared.contains(kUnknown);
+      const int least_filled = static_cast<int>(
+          std::min_element(segments.begin(), segments.end()) - segments.begin());
+      const int home = is_shared ? least_filled : 0;
+      llvm::SmallVector<int64_t> entry = {home, segments[home],
+                                          is_shared ? kAllWorkers : int64_t{1}};
       entry.append(type.getShape().begin(), type.getShape().end());
       scratch_attrs.push_back(b.getDenseI64ArrayAttr(entry));
-      const int64_t bytes =
-          type.getNumElements() * *ElementBytes(type.getElementType());
-      scratch_bytes += (bytes + kScratchAlignment - 1) / kScratchAlignment *
-                       kScratchAlignment;
+      segments[home] += bytes;
+      scratch_bytes += bytes;
       func.insertArgument(func.getNumArguments(), type, {}, loc);
       top.op->getResult(0).replaceAllUsesWith(
           func.getArgument(func.getNumArguments() - 1));
@@ -355,6 +367,20 @@ class PartitionPass
                     b.getI64IntegerAttr(options_.partitions));
     module->setAttr(kScratchBytesAttr, b.getI64IntegerAttr(scratch_bytes));
     module->setAttr(kScratchBuffersAttr, b.getArrayAttr(scratch_attrs));
+    module->setAttr(kWorkspaceSegmentsAttr, b.getDenseI64ArrayAttr(segments));
+  }
+
+  // The scratch buffers (their allocs) that a split op touches, so more
+  // than worker 0; kUnknown if some split op's accesses are unknown.
+  static llvm::SmallPtrSet<const void*, 8> SharedScratch(
+      const std::vector<TopLevelOp>& plan) {
+    llvm::SmallPtrSet<const void*, 8> shared;
+    for (const TopLevelOp& top : plan) {
+      if (top.placement != Placement::kSplit) continue;
+      shared.insert(top.access.reads.begin(), top.access.reads.end());
+      shared.insert(top.access.writes.begin(), top.access.writes.end());
+    }
+    return shared;
   }
 
   // Replaces `op` by its slice for worker `slice`:
@@ -431,12 +457,19 @@ PartitionLayout ReadPartitionLayout(mlir::ModuleOp module) {
   if (auto s = module->getAttrOfType<mlir::IntegerAttr>(kScratchBytesAttr)) {
     layout.scratch_bytes = s.getInt();
   }
+  // Entries: home worker, offset in its segment, accessor mask, shape.
   if (auto buffers = module->getAttrOfType<mlir::ArrayAttr>(kScratchBuffersAttr)) {
     for (mlir::Attribute a : buffers) {
       llvm::ArrayRef<int64_t> entry = a.cast<mlir::DenseI64ArrayAttr>().asArrayRef();
-      layout.scratch.push_back(
-          ScratchBuffer{entry[0], std::vector<int64_t>(entry.begin() + 1, entry.end())});
+      layout.scratch.push_back(ScratchBuffer{
+          static_cast<int>(entry[0]), entry[1],
+          std::vector<int64_t>(entry.begin() + 3, entry.end()), entry[2]});
     }
+  }
+  if (auto segments =
+          module->getAttrOfType<mlir::DenseI64ArrayAttr>(kWorkspaceSegmentsAttr)) {
+    layout.segment_bytes.assign(segments.asArrayRef().begin(),
+                                segments.asArrayRef().end());
   }
   return layout;
 }

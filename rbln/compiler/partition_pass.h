@@ -19,10 +19,15 @@
 //    every worker.
 // Internal buffers (top-level memref.alloc) must be shared by the team, so
 // they become kernel arguments (after the outputs, before the slice index)
-// that the caller carves out of one arena per call; their deallocs are
-// dropped. Between two top-level ops that touch the same buffer
-// (read after write, write after read or write; all kernel arguments are
-// treated as one buffer) every worker calls rbln_chiplet_barrier().
+// that the caller places in the program's workspace; their deallocs are
+// dropped. The workspace is one segment per worker, homed in the memory of
+// the chiplet that worker runs on: a buffer only worker 0 touches (written
+// and read by chiplet-0 ops) lives in worker 0's segment, a buffer that split
+// slices share goes to the least-filled segment. The access table (each
+// buffer's home and the workers that touch it) is recorded with the layout.
+// Between two top-level ops that touch the same buffer (read after write,
+// write after read or write; all kernel arguments are treated as one
+// buffer) every worker calls rbln_chiplet_barrier().
 //
 // Programs whose total work (iterations of their top-level linalg ops) is
 // below `min_work` are left unpartitioned: waking the team costs more than
@@ -43,6 +48,7 @@ namespace rbln::compiler {
 inline constexpr char kPartitionsAttr[] = "rbln.partitions";
 inline constexpr char kScratchBytesAttr[] = "rbln.scratch_bytes";
 inline constexpr char kScratchBuffersAttr[] = "rbln.scratch_buffers";
+inline constexpr char kWorkspaceSegmentsAttr[] = "rbln.workspace_segments";
 inline constexpr char kChipletBarrierSymbol[] = "rbln_chiplet_barrier";
 
 // Below this many loop iterations (~1 ms of element-wise work) a program
@@ -52,21 +58,32 @@ inline constexpr char kChipletBarrierSymbol[] = "rbln_chiplet_barrier";
 inline constexpr int64_t kDefaultPartitionMinWork = int64_t{1} << 20;
 
 struct PartitionOptions {
-  int partitions = 1;  // 1: no partitioning (ATOM, or switched off)
+  // Workers of the target: NPUs x chiplets per NPU of the group a program
+  // is compiled for (any count >= 1; 1: no partitioning).
+  int partitions = 1;
   int64_t min_work = kDefaultPartitionMinWork;
 };
 
-// An internal buffer shared by the workers: contiguous, at `offset` bytes
-// into the arena.
+// Accessor mask of a buffer every worker may touch.
+inline constexpr int64_t kAllWorkers = -1;
+
+// An internal buffer of the workspace: contiguous, at `offset` bytes into
+// the segment of worker `home`; `accessors` is a bit mask of the workers
+// whose slices touch it (kAllWorkers: any).
 struct ScratchBuffer {
+  int home = 0;
   int64_t offset = 0;
   std::vector<int64_t> shape;
+  int64_t accessors = kAllWorkers;
+
+  bool TouchedOnlyByHome() const { return accessors == (int64_t{1} << home); }
 };
 
 // How a compiled module expects to be called.
 struct PartitionLayout {
   int partitions = 1;
-  int64_t scratch_bytes = 0;  // arena size
+  int64_t scratch_bytes = 0;  // all segments
+  std::vector<int64_t> segment_bytes;  // per worker (empty: no workspace)
   std::vector<ScratchBuffer> scratch;  // one kernel argument each
 };
 

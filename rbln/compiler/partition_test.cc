@@ -4,6 +4,9 @@
 //
 // partition_no_blas_test runs the same file with RBLN_COMPILER_BLAS=0, so
 // matmuls are checked on both paths of the BLAS switch.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstring>
 #include <filesystem>
@@ -301,6 +304,161 @@ TEST(PartitionTest, TransformerBlock) {
     }
     ExpectSameSplit(g, inputs, true, absl::StrCat("transformer block seq=", seq));
   }
+}
+
+// softmax then mm: barriers and internal buffers.
+ir::Graph SoftmaxMmGraph(const ir::TensorType& x, const ir::TensorType& w) {
+  ir::Graph g = OneOpGraph("softmax", {x}, {x}, {{"dim", IntA(-1)}});
+  g.mutable_nodes(0)->mutable_outputs(0)->set_name("s");
+  g.clear_outputs();
+  AddInput(g, "w", w);
+  AddNode(g, "mm", {"s", "w"}, "out", x);
+  g.add_outputs("out");
+  return g;
+}
+
+std::vector<HostTensor> RandomInputs(const ir::Graph& g, uint32_t seed) {
+  std::vector<HostTensor> inputs;
+  for (const ir::Value& in : g.inputs()) {
+    Shape shape(in.type().shape().begin(), in.type().shape().end());
+    inputs.push_back(Random(in.type().dtype(), shape, seed++, -0.5, 0.5));
+  }
+  return inputs;
+}
+
+// spec: A2, A7 -- the target's worker count is any number (the NPUs x
+// chiplets of an RSD group): 1, 2, 4, 8 and 16 workers give the bytes of
+// the unpartitioned program, with more workers than rows too.
+TEST(PartitionTest, AnyWorkerCountIsBitIdentical) {
+  std::vector<std::pair<std::string, ir::Graph>> graphs;
+  graphs.emplace_back("add_chain f16[13x7]",
+                      AddChainGraph(Type(ir::FLOAT16, {13, 7})));
+  graphs.emplace_back("add_chain f32[37x5]",
+                      AddChainGraph(Type(ir::FLOAT32, {37, 5})));
+  graphs.emplace_back("softmax+mm f32[19x8]",
+                      SoftmaxMmGraph(Type(ir::FLOAT32, {19, 8}), Type(ir::FLOAT32, {8, 8})));
+  graphs.emplace_back("transformer block seq=16", TransformerBlock(16, 32, 4));
+  for (const auto& [what, g] : graphs) {
+    const std::vector<HostTensor> inputs = RandomInputs(g, 60);
+    auto whole = Whole().Compile(g);
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    const auto want = RunRaw(**whole, inputs);
+    for (int workers : {1, 2, 4, 8, 16}) {
+      SCOPED_TRACE(absl::StrCat(what, ", ", workers, " workers"));
+      Compiler compiler(
+          CompilerOptions{.partition = {.partitions = workers, .min_work = 0}});
+      auto parts = compiler.Compile(g);
+      ASSERT_TRUE(parts.ok()) << parts.status();
+      const PartitionLayout& layout = (*parts)->partition_layout();
+      EXPECT_EQ(layout.partitions, workers);
+      EXPECT_EQ((*parts)->num_workers(), workers);
+      for (int run = 0; run < 2; ++run) {
+        EXPECT_TRUE(RunRaw(**parts, inputs) == want) << "run " << run;
+      }
+      if (workers > 1) {
+        EXPECT_EQ((*parts)->LastSliceTimes().size(), workers);
+      }
+    }
+  }
+}
+
+// spec: A2 -- the workspace is one segment per worker; every internal
+// buffer lies inside its home segment, buffers only worker 0 touches are
+// homed on worker 0, and shared buffers spread over the segments.
+TEST(PartitionTest, WorkspaceSegmentsAndAccessTable) {
+  ir::Graph g = TransformerBlock(16, 32, 4);
+  Compiler compiler(CompilerOptions{.partition = {.partitions = 4, .min_work = 0}});
+  auto p = compiler.Compile(g);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const PartitionLayout& layout = (*p)->partition_layout();
+  ASSERT_EQ(layout.partitions, 4);
+  ASSERT_EQ(layout.segment_bytes.size(), 4u);
+  EXPECT_EQ((*p)->WorkspaceBytes(), layout.segment_bytes);
+  int64_t total = 0;
+  for (int64_t bytes : layout.segment_bytes) total += bytes;
+  EXPECT_EQ(total, layout.scratch_bytes);
+  ASSERT_FALSE(layout.scratch.empty());
+  std::vector<bool> used(4, false);
+  for (const ScratchBuffer& buffer : layout.scratch) {
+    ASSERT_GE(buffer.home, 0);
+    ASSERT_LT(buffer.home, 4);
+    int64_t bytes = 4;  // float32 at most here
+    for (int64_t d : buffer.shape) bytes *= d;
+    EXPECT_LE(buffer.offset + bytes, layout.segment_bytes[buffer.home] + 64);
+    if (buffer.accessors != kAllWorkers) {
+      EXPECT_EQ(buffer.home, 0);
+      EXPECT_TRUE(buffer.TouchedOnlyByHome());
+    }
+    used[buffer.home] = true;
+  }
+  EXPECT_GT(std::count(used.begin(), used.end(), true), 1)
+      << "shared buffers should spread over the workers' segments";
+  // A run given too little workspace is refused, not run out of bounds.
+  runtime::ExecutionContext context;
+  context.workers.resize(4);
+  for (int w = 0; w < 4; ++w) context.workers[w].workspace_bytes = 0;
+  const std::vector<HostTensor> inputs = RandomInputs(g, 70);
+  std::vector<std::vector<uint8_t>> buffers;
+  std::vector<runtime::BufferView> args;
+  for (size_t i = 0; i < (*p)->arg_types().size(); ++i) {
+    const ir::TensorType& t = (*p)->arg_types()[i];
+    Shape shape(t.shape().begin(), t.shape().end());
+    buffers.push_back(i < inputs.size() ? Encode(inputs[i])
+                                        : std::vector<uint8_t>(NumElements(shape) *
+                                                               ElementSize(t.dtype())));
+  }
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const ir::TensorType& t = (*p)->arg_types()[i];
+    Shape shape(t.shape().begin(), t.shape().end());
+    args.push_back({buffers[i].data(), RuntimeDType(t.dtype()), shape,
+                    ContiguousStrides(shape)});
+  }
+  absl::Status s = (*p)->ExecutePlaced(args, context);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("needs"), std::string::npos) << s;
+}
+
+// A forked child has none of the team's threads: it builds a team of its
+// own rather than waiting forever for the parent's workers.
+TEST(ChipletTeamTest, ForkedChildRebuildsItsTeam) {
+  HostTensor a = Random(ir::FLOAT32, {64, 8}, 80), b = Random(ir::FLOAT32, {64, 8}, 81),
+             c = Random(ir::FLOAT32, {64, 8}, 82);
+  auto parts = Split().Compile(AddChainGraph(a.type()));
+  ASSERT_TRUE(parts.ok()) << parts.status();
+  ASSERT_EQ((*parts)->partition_layout().partitions, 4);
+  const auto want = RunRaw(**parts, {a, b, c});  // The parent's team exists.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(30);  // A deadlock ends the child with SIGALRM.
+    const bool same = RunRaw(**parts, {a, b, c}) == want;
+    _exit(same ? 0 : 3);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "child killed by signal "
+                                 << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_TRUE(RunRaw(**parts, {a, b, c}) == want);  // The parent's still works.
+}
+
+// spec: A2 -- a worker per chiplet at most: more workers per NPU than the
+// profile has chiplets could not be placed, so the setting is refused up
+// front, naming the variable and the valid range.
+TEST(PartitionTest, PartitionsSettingIsBoundedByTheChiplets) {
+  setenv("RBLN_SIM_PROFILE", "rebel100", 1);
+  setenv("RBLN_COMPILER_PARTITIONS", "8", 1);
+  absl::StatusOr<CompilerOptions> options = CompilerOptions::FromEnv();
+  EXPECT_FALSE(options.ok());
+  EXPECT_NE(options.status().message().find("RBLN_COMPILER_PARTITIONS"), std::string::npos)
+      << options.status();
+  EXPECT_NE(options.status().message().find("[1, 4]"), std::string::npos) << options.status();
+  setenv("RBLN_COMPILER_PARTITIONS", "2", 1);
+  options = CompilerOptions::FromEnv();
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->partition.partitions, 2);
+  unsetenv("RBLN_COMPILER_PARTITIONS");
+  unsetenv("RBLN_SIM_PROFILE");
 }
 
 TEST(PartitionTest, GatherOutOfRangeStillRaises) {

@@ -23,6 +23,29 @@ struct BufferView {
   std::vector<int64_t> strides;
 };
 
+// Where one worker of a program runs: an NPU of the logical device's RSD
+// group and one of that NPU's chiplets (SPEC A2, A7).
+struct ComputeUnit {
+  int npu = 0;
+  int chiplet = 0;
+};
+
+// One worker's share of a run: its compute unit and its workspace segment,
+// memory homed on that unit's chiplet (null when the program asked for
+// none).
+struct WorkerContext {
+  ComputeUnit unit;
+  void* workspace = nullptr;
+  int64_t workspace_bytes = 0;
+};
+
+// A run placed on compute units: one WorkerContext per worker of the
+// program, and the profiler's slice sink (null when it does not record).
+struct ExecutionContext {
+  std::vector<WorkerContext> workers;
+  ComputeSliceSink* slices = nullptr;
+};
+
 class Executable {
  public:
   virtual ~Executable() = default;
@@ -41,6 +64,20 @@ class Executable {
     return Execute(args);
   }
   virtual std::string DebugName() const = 0;
+
+  // Workers the program is split over (1: it runs on the calling thread).
+  virtual int num_workers() const { return 1; }
+  // Bytes of workspace each worker needs on its own chiplet (num_workers()
+  // entries, or empty when the program needs none).
+  virtual std::vector<int64_t> WorkspaceBytes() const { return {}; }
+  // Runs with the workers placed and their workspace provided by the
+  // caller (`context.workers` has num_workers() entries). The default is for
+  // single-worker programs without workspace.
+  virtual absl::Status ExecutePlaced(absl::Span<const BufferView> args,
+                                     const ExecutionContext& context) const {
+    return context.slices != nullptr ? ExecuteProfiled(args, context.slices)
+                                     : Execute(args);
+  }
 };
 
 }  // namespace rbln::runtime

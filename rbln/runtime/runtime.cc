@@ -104,7 +104,7 @@ Runtime::Runtime(const DeviceProfile& profile, RuntimeOptions options,
       dma_(&address_space_, profile.host_dma_bytes_per_second),
       storage_(profile.num_npus, kVirtualRangeFactor * profile.memory_per_npu(),
                this, &dma_, options.eager_malloc),
-      executor_(&storage_),
+      executor_(&storage_, this, profile.chiplets_per_npu),
       totals_(profile.num_npus),
       chiplet_stats_(profile.num_npus) {
   if (options.publish_stats) {

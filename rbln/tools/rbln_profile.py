@@ -59,6 +59,8 @@ _SCHEMA = {
         1: ("worker", "sint"),
         2: ("start_ns", "sint"),
         3: ("end_ns", "sint"),
+        4: ("npu", "sint"),
+        5: ("chiplet", "sint"),
     },
 }
 _REPEATED = {("Profile", "executions"), ("Execution", "stages"), ("Stage", "workers")}
@@ -190,7 +192,8 @@ def to_chrome_trace(profile):
                     complete("compute_slice", f"i{e['id']}_{s['name']}_W{w['worker']}", pid, 3 + w["worker"],
                              w["start_ns"], w["end_ns"],
                              {"execution": e["id"], "program": e["program"], "phase": s["phase"],
-                              "worker": w["worker"]})
+                              "worker": w["worker"], "npu": w.get("npu", 0),
+                              "chiplet": w.get("chiplet", 0)})
                 )
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"pid": profile["pid"]}}
 

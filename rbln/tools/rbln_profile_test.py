@@ -164,11 +164,14 @@ def test_phases_get_the_compute_row_and_worker_slices_one_row_each():
         ["mm", "W2", "2"],
         ["mm", "W3", "2"],
     ]
-    # The wire fields decode: Stage{phase: 2, workers: [{worker: 3}]} inside
-    # Execution{stages} inside Profile{executions}.
-    encoded = bytes([0x22, 0x08, 0x32, 0x06, 0x38, 0x02, 0x42, 0x02, 0x08, 0x03])
+    # The wire fields decode: Stage{phase: 2, workers: [{worker: 3, npu: 1,
+    # chiplet: 2}]} inside Execution{stages} inside Profile{executions}; a
+    # worker slice names its compute unit (SPEC A7).
+    encoded = bytes([0x22, 0x0C, 0x32, 0x0A, 0x38, 0x02, 0x42, 0x06,
+                     0x08, 0x03, 0x20, 0x01, 0x28, 0x02])
     decoded = rbln_profile.decode(encoded)["executions"][0]["stages"][0]
-    assert decoded["phase"] == 2 and decoded["workers"] == [{"worker": 3, "start_ns": 0, "end_ns": 0}]
+    assert decoded["phase"] == 2 and decoded["workers"] == [
+        {"worker": 3, "start_ns": 0, "end_ns": 0, "npu": 1, "chiplet": 2}]
 
 
 if __name__ == "__main__":

@@ -2,7 +2,10 @@
 //  - the chiplet team's dispatch cost (an empty job, a job with a barrier);
 //  - element-wise add over n elements, whole vs split over 4 workers, for
 //    the size threshold (kDefaultPartitionMinWork);
-//  - a large fused element-wise chain and a 512^3 f32 matmul, 1 vs 4 workers.
+//  - a large fused element-wise chain and a 512^3 f32 matmul, 1 vs 4 workers;
+//  - a worker sweep (1, 4, 8 workers: one NPU's chiplets, two NPUs' of an
+//    RSD group) of the chain and of softmax(x) @ w, whose internal buffers
+//    live in the per-worker workspace segments.
 // Speedups are bounded by the host's cores (this machine: 2, shared).
 //
 //   bazel run -c opt //rbln/compiler:partition_bench [-- --quick]
@@ -98,6 +101,61 @@ ir::Graph Matmul(int64_t n) {
   return g;
 }
 
+// softmax(x, -1) @ w on [n, k] x [k, k]: a barrier and internal buffers.
+ir::Graph SoftmaxMm(int64_t n, int64_t k) {
+  ir::Graph g;
+  g.set_name("softmax_mm");
+  const ir::TensorType x = Type(ir::FLOAT32, {n, k});
+  testing::AddInput(g, "x", x);
+  testing::AddInput(g, "w", Type(ir::FLOAT32, {k, k}));
+  ir::Node* softmax = g.add_nodes();
+  softmax->set_op("softmax");
+  softmax->add_inputs("x");
+  (*softmax->mutable_attrs())["dim"].set_i(-1);
+  ir::Value* s = softmax->add_outputs();
+  s->set_name("s");
+  *s->mutable_type() = x;
+  testing::AddNode(g, "mm", {"s", "w"}, "out", x);
+  g.add_outputs("out");
+  return g;
+}
+
+// 1, 4 and 8 workers (the target's worker count: NPUs x chiplets).
+void WorkerSweep(bool quick) {
+  const int reps = quick ? 3 : 20;
+  const int64_t n = quick ? 1 << 14 : 1 << 22;
+  const int64_t rows = quick ? 64 : 1024, k = quick ? 32 : 256;
+  std::printf("\n%-34s %8s %12s %16s %10s\n", "program", "workers", "us/call",
+              "vs 1 worker", "workspace");
+  double chain1 = 0, softmax1 = 0;
+  for (int workers : {1, 4, 8}) {
+    Compiler c(CompilerOptions{.partition = {.partitions = workers, .min_work = 0}});
+    {
+      auto p = MustCompile(c, Chain(n));
+      std::vector<float> x(n, 1.5f), gain(n, 0.5f), bias(n, 2.0f), out(n);
+      std::vector<runtime::BufferView> args = {View(x, {n}), View(gain, {n}),
+                                               View(bias, {n}), View(out, {n})};
+      const double t = TimeUs(reps, [&] { MustRun(*p, args); });
+      if (workers == 1) chain1 = t;
+      std::printf("%-34s %8d %12.1f %16.2f %10lld\n",
+                  absl::StrFormat("chain n=%d", n).c_str(), workers, t, chain1 / t,
+                  static_cast<long long>(p->partition_layout().scratch_bytes));
+    }
+    {
+      auto p = MustCompile(c, SoftmaxMm(rows, k));
+      std::vector<float> x(rows * k, 0.25f), w(k * k, 0.5f), out(rows * k);
+      std::vector<runtime::BufferView> args = {View(x, {rows, k}), View(w, {k, k}),
+                                               View(out, {rows, k})};
+      const double t = TimeUs(reps, [&] { MustRun(*p, args); });
+      if (workers == 1) softmax1 = t;
+      std::printf("%-34s %8d %12.1f %16.2f %10lld\n",
+                  absl::StrFormat("softmax(x)@w %dx%d @ %dx%d", rows, k, k, k).c_str(),
+                  workers, t, softmax1 / t,
+                  static_cast<long long>(p->partition_layout().scratch_bytes));
+    }
+  }
+}
+
 int Main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   const int reps = quick ? 20 : 2000;
@@ -161,6 +219,7 @@ int Main(int argc, char** argv) {
                 t1, flop / (t1 * 1e3), t4, flop / (t4 * 1e3), t1 / t4,
                 p4->partition_layout().partitions);
   }
+  WorkerSweep(quick);
   return 0;
 }
 

@@ -830,10 +830,57 @@ absl::Status ConvertEmbedding(GraphImporter& im, const ir::Node& node) {
   return absl::OkStatus();
 }
 
+// for i in [0, k): into[.., index[i], ..] = source[.., i, ..] along `dim`,
+// in order (the last repeated index wins); index[i] is range-checked
+// against `bound` (SPEC P8).
+Value CopySlices(GraphImporter& im, Value into, const std::string& index,
+                 const std::string& source, int dim, int64_t bound) {
+  OpBuilder& b = im.builder();
+  Location l = im.loc();
+  const Shape shape = ShapeOf(into);
+  const int rank = shape.size();
+  const Shape idx = ShapeOf(im.TypeOf(index));
+  const int64_t k = NumElements(idx);
+  Shape slice_shape = shape;
+  slice_shape[dim] = 1;
+  auto slice_type = mlir::RankedTensorType::get(
+      slice_shape,
+      into.getType().cast<mlir::RankedTensorType>().getElementType());
+  auto loop = b.create<mlir::scf::ForOp>(
+      l, IndexConst(b, l, 0), IndexConst(b, l, k), IndexConst(b, l, 1),
+      ValueRange{into},
+      [&](OpBuilder& lb, Location ll, Value i, ValueRange iter) {
+        Value raw = lb.create<mlir::tensor::ExtractOp>(
+            ll, im.ValueOf(index), idx.empty() ? ValueRange{} : ValueRange{i});
+        Value target = im.CheckedIndex(lb, raw, bound);
+        auto offsets = [&](Value at) {
+          std::vector<mlir::OpFoldResult> o(rank, lb.getIndexAttr(0));
+          o[dim] = at;
+          return o;
+        };
+        std::vector<mlir::OpFoldResult> sizes;
+        std::vector<mlir::OpFoldResult> strides(rank, lb.getIndexAttr(1));
+        for (int64_t n : slice_shape) sizes.push_back(lb.getIndexAttr(n));
+        Value from = lb.create<mlir::tensor::ExtractSliceOp>(
+            ll, slice_type, im.ValueOf(source), offsets(i), sizes, strides);
+        Value dest = lb.create<mlir::tensor::ExtractSliceOp>(
+            ll, slice_type, iter[0], offsets(target), sizes, strides);
+        Value copied = lb.create<mlir::linalg::CopyOp>(ll, ValueRange{from},
+                                                       ValueRange{dest})
+                           .getResult(0);
+        Value updated = lb.create<mlir::tensor::InsertSliceOp>(
+            ll, copied, iter[0], offsets(target), sizes, strides);
+        lb.create<mlir::scf::YieldOp>(ll, updated);
+      });
+  return loop.getResult(0);
+}
+
 // index_copy(x, index[k], source) along "dim": out = x with
 // out[.., index[i], ..] = source[.., i, ..]; the last of repeated indices
-// wins, as PyTorch's serial CPU kernel. Each output element scans the k
-// indices (k is small in practice: cache updates).
+// wins, as PyTorch's serial CPU kernel. O(numel + k * slice): a copy of x,
+// then a loop over the k indices that writes one slice each (an
+// extract_slice / linalg.copy / insert_slice chain that one-shot
+// bufferization does in place in the output).
 absl::Status ConvertIndexCopy(GraphImporter& im, const ir::Node& node) {
   if (absl::Status s = CheckArity(node, 3, 1); !s.ok()) return s;
   const std::string &x = node.inputs(0), &index = node.inputs(1),
@@ -873,6 +920,21 @@ absl::Status ConvertIndexCopy(GraphImporter& im, const ir::Node& node) {
   const int d = *dim;
   const int64_t bound = in.empty() ? 1 : in[d];
   AffineMap identity = im.builder().getMultiDimIdentityMap(rank);
+  if (rank > 0) {
+    // Named copies: canonicalization erases identity generics, and then
+    // neither the output binding nor the slices would be in place.
+    mlir::RankedTensorType type = im.TensorTypeOf(OutType(node));
+    Value copy = im.builder()
+                     .create<mlir::linalg::CopyOp>(
+                         im.loc(), ValueRange{im.ValueOf(x)},
+                         ValueRange{im.builder().create<mlir::tensor::EmptyOp>(
+                             im.loc(), type.getShape(), type.getElementType())})
+                     .getResult(0);
+    if (k > 0) copy = CopySlices(im, copy, index, source, d, bound);
+    im.Define(node.outputs(0), copy);
+    return absl::OkStatus();
+  }
+  // A 0-d x: out = source when there is an index (checked), else x.
   im.Define(node.outputs(0), OutputGeneric(
       im, node, im.ValueOf(x), identity,
       [&](OpBuilder& b, Location l, ValueRange e) -> Value {

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "llvm/ADT/APFloat.h"
@@ -481,20 +482,77 @@ absl::Status EmitUnary(GraphImporter& im, const ir::Node& node,
 
 // --- Arithmetic. ---
 
-// add(a, b, alpha) = a + alpha * b; sub(a, b, alpha) = a - alpha * b, which
-// is bit-identical to PyTorch's a + (-alpha) * b.
+// Bool add: logical or of the operands (a scalar operand tested for
+// nonzero), the second one first and-ed with a bool alpha.
+absl::Status ConvertBoolAdd(GraphImporter& im, const ir::Node& node,
+                            const ir::Attribute* alpha) {
+  for (ir::DType t : InputDTypes(im, node)) {
+    if (t != ir::BOOL) return NotImplementedFor(node, t);
+  }
+  if (alpha != nullptr && alpha->value_case() != ir::Attribute::kB &&
+      AsDouble(*alpha) != 1.0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "add: boolean inputs take a boolean alpha, got %g",
+        AsDouble(*alpha)));
+  }
+  const bool keep_rhs = alpha == nullptr || AsDouble(*alpha) != 0;
+  const ir::Attribute* other = FindAttr(node, "other");
+  return Emit(im, node, InputDTypes(im, node),
+              [&](OpBuilder& b, Location l, ValueRange x) {
+                Value rhs = other != nullptr
+                                ? IntConstant(b, l, b.getI1Type(),
+                                              AsDouble(*other) != 0)
+                                : NonZero(b, l, x[1]);
+                rhs = b.create<arith::AndIOp>(
+                    l, rhs, IntConstant(b, l, b.getI1Type(), keep_rhs));
+                Value r = b.create<arith::OrIOp>(l, NonZero(b, l, x[0]), rhs);
+                return FromBool(im, b, l, r, ir::BOOL);
+              });
+}
+
+// add(a, b, alpha) = a + alpha * b and sub(a, b, alpha) = a - alpha * b as
+// ATen's CPU kernels compute them (sub is add with -alpha):
+// - half types cast alpha and a Python scalar operand to the dtype first;
+//   the product of two half values is exact in f32, and the sum rounds once;
+// - float32 fuses alpha * b + a into one rounding (ATen's vec::fmadd), so
+//   the product is an explicit math.fma, never a contraction left to LLVM;
+// - integers take an integral alpha only (a + alpha * b, wrapping);
+// - bool add is logical or (with a bool alpha: a | (alpha & b)); bool sub is
+//   not implemented (PyTorch raises).
 absl::Status ConvertAddOrSub(GraphImporter& im, const ir::Node& node,
                              bool subtract) {
   if (absl::Status s = CheckBinary(node); !s.ok()) return s;
   const ir::DType out = OutDType(node);
-  if (out == ir::BOOL) return NotImplementedFor(node, out);
-  const double alpha = FloatAttr(node, "alpha", 1.0);
-  return EmitArithmetic(
-      im, node, [&](OpBuilder& b, Location l, Value x, Value y) {
-        if (alpha != 1.0) {
-          y = Mul(b, l, y, Constant(b, l, y.getType(), alpha));
-        }
-        return subtract ? Sub(b, l, x, y) : Add(b, l, x, y);
+  const ir::Attribute* alpha_attr = FindAttr(node, "alpha");
+  // PyTorch rejects any Python float alpha here; IR producers write
+  // integral alphas as floats too (test_graphs.h), so only a fractional one
+  // is an error.
+  const bool fractional_alpha =
+      alpha_attr != nullptr && alpha_attr->value_case() == ir::Attribute::kF &&
+      alpha_attr->f() != std::trunc(alpha_attr->f());
+  if (!IsFloat(out) && out != ir::BOOL && fractional_alpha) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: for integral input tensors, argument alpha must not be a "
+        "floating point number (got alpha=%g on %s)",
+        node.op(), alpha_attr->f(), DTypeText(out)));
+  }
+  if (out == ir::BOOL || (subtract && absl::c_linear_search(
+                                          InputDTypes(im, node), ir::BOOL))) {
+    // PyTorch raises for it; callers that fall back to ATen get its message.
+    if (subtract) return NotImplementedFor(node, ir::BOOL);
+    return ConvertBoolAdd(im, node, alpha_attr);
+  }
+  double alpha = FloatAttr(node, "alpha", 1.0);
+  if (subtract) alpha = -alpha;
+  if (IsFloat(out)) alpha = RoundToDType(alpha, out);
+  return EmitBinary(
+      im, node, out, /*round_scalar=*/true,
+      [&](OpBuilder& b, Location l, Value x, Value y) -> Value {
+        if (alpha == 1.0) return Add(b, l, x, y);
+        if (alpha == -1.0) return Sub(b, l, x, y);
+        Value a = Constant(b, l, y.getType(), alpha);
+        if (IsFp(x)) return b.create<math::FmaOp>(l, a, y, x);
+        return Add(b, l, x, Mul(b, l, a, y));
       });
 }
 
@@ -542,34 +600,62 @@ Value FloorDivInt(OpBuilder& b, Location l, Value x, Value y) {
   return Select(b, l, Compare(b, l, Cmp::kEq, y, zero), zero, floor);
 }
 
+// Rounds an f32 compute value to the half type the op computes in, or
+// leaves it alone (identity) where ATen computes in float32.
+using RoundFn = std::function<Value(OpBuilder&, Value)>;
+
 // c10::div_floor_floating: floor of the exact quotient, computed from fmod so
-// that it is right where floor(a / b) is off by one after rounding.
-Value FloorDivFloat(OpBuilder& b, Location l, Value x, Value y) {
+// that it is right where floor(a / b) is off by one after rounding. `round`
+// is applied after every step that ATen evaluates in the tensor's dtype
+// (fmod is exact in any format, floor of a representable value too).
+Value FloorDivFloat(OpBuilder& b, Location l, Value x, Value y,
+                    const RoundFn& round) {
   Type f32 = b.getF32Type();
   Value zero = Constant(b, l, f32, 0), one = Constant(b, l, f32, 1);
   Value quotient = b.create<arith::DivFOp>(l, x, y);
   Value mod = b.create<arith::RemFOp>(l, x, y);
-  Value div = b.create<arith::DivFOp>(l, Sub(b, l, x, mod), y);
+  Value div =
+      round(b, b.create<arith::DivFOp>(l, round(b, Sub(b, l, x, mod)), y));
   Value mod_sign_differs = b.create<arith::AndIOp>(
       l, Compare(b, l, Cmp::kNe, mod, zero),
       b.create<arith::XOrIOp>(l, Compare(b, l, Cmp::kLt, y, zero),
                               Compare(b, l, Cmp::kLt, mod, zero)));
-  div = Select(b, l, mod_sign_differs, Sub(b, l, div, one), div);
+  div = Select(b, l, mod_sign_differs, round(b, Sub(b, l, div, one)), div);
   Value floor = b.create<math::FloorOp>(l, div);
   Value half = Constant(b, l, f32, 0.5);
-  floor = Select(b, l, Compare(b, l, Cmp::kGt, Sub(b, l, div, floor), half),
-                 Add(b, l, floor, one), floor);
+  floor = Select(b, l,
+                 Compare(b, l, Cmp::kGt, round(b, Sub(b, l, div, floor)), half),
+                 round(b, Add(b, l, floor, one)), floor);
   Value signed_zero = b.create<math::CopySignOp>(l, zero, quotient);
   Value result =
       Select(b, l, Compare(b, l, Cmp::kNe, div, zero), floor, signed_zero);
   return Select(b, l, Compare(b, l, Cmp::kEq, y, zero), quotient, result);
 }
 
-// div: true division, or "rounding_mode" = "trunc" / "floor".
+// Whether the divisor of a div node is one value: a Python scalar or a
+// one-element tensor. ATen then takes the divisor out of the loop
+// (TensorIterator's is_scalar) and computes a half-precision rounding
+// division entirely in float32; otherwise its Vectorized<Half> arithmetic
+// rounds every step to the tensor's dtype.
+bool HasScalarDivisor(const GraphImporter& im, const ir::Node& node) {
+  if (FindAttr(node, "other") != nullptr) return true;
+  int64_t n = 1;
+  for (int64_t d : im.TypeOf(node.inputs(1)).shape()) n *= d;
+  return n == 1;
+}
+
+// div: true division, or "rounding_mode" = "trunc" / "floor". For half
+// types the rounding modes follow ATen's two CPU paths (HasScalarDivisor).
 absl::Status ConvertDiv(GraphImporter& im, const ir::Node& node) {
   if (absl::Status s = CheckBinary(node); !s.ok()) return s;
   const ir::DType out = OutDType(node);
   const std::string mode = StringAttr(node, "rounding_mode", "");
+  RoundFn round = [](OpBuilder&, Value v) { return v; };
+  if (IsHalf(out) && !HasScalarDivisor(im, node)) {
+    round = [&im, out](OpBuilder& b, Value v) {
+      return im.ToCompute(b, im.FromCompute(b, v, out), out);
+    };
+  }
   BinaryFn fn;
   if (mode.empty()) {
     if (!IsFloat(out)) {
@@ -582,19 +668,16 @@ absl::Status ConvertDiv(GraphImporter& im, const ir::Node& node) {
       return b.create<arith::DivFOp>(l, x, y);
     };
   } else if (mode == "trunc") {
-    fn = [&im, out](OpBuilder& b, Location l, Value x, Value y) -> Value {
+    fn = [&round](OpBuilder& b, Location l, Value x, Value y) -> Value {
       if (!IsFp(x)) return TruncDivInt(b, l, x, y);
-      Value quotient = b.create<arith::DivFOp>(l, x, y);
-      if (out == ir::FLOAT16 || out == ir::BFLOAT16) {
-        // ATen's CPU kernel rounds the quotient to the half type before
-        // truncating (138.95 -> 139.0 -> 139, not 138): do the same.
-        quotient = im.ToCompute(b, im.FromCompute(b, quotient, out), out);
-      }
+      // E.g. f16 138.95 / 1 -> 139.0 -> 139, not 138.
+      Value quotient = round(b, b.create<arith::DivFOp>(l, x, y));
       return b.create<math::TruncOp>(l, quotient);
     };
   } else if (mode == "floor") {
-    fn = [](OpBuilder& b, Location l, Value x, Value y) -> Value {
-      return IsFp(x) ? FloorDivFloat(b, l, x, y) : FloorDivInt(b, l, x, y);
+    fn = [&round](OpBuilder& b, Location l, Value x, Value y) -> Value {
+      return IsFp(x) ? FloorDivFloat(b, l, x, y, round)
+                     : FloorDivInt(b, l, x, y);
     };
   } else {
     return absl::InvalidArgumentError(absl::StrFormat(

@@ -15,7 +15,9 @@
 // the output's dtype):
 //   mm(a[M,K], b[K,N]), bmm(a[B,M,K], b[B,K,N]), matmul(a, b)
 //   addmm(bias, a[M,K], b[K,N])  attrs "beta", "alpha" (default 1; beta 0
-//                                ignores bias, NaN included, as PyTorch)
+//                                ignores bias, NaN included, as PyTorch;
+//                                alpha 0 ignores the product on float32 and
+//                                integers, as ATen's gemm)
 //   linear(x[...,K], weight[N,K] or [K][, bias])
 #include <cstdint>
 #include <optional>
@@ -442,6 +444,48 @@ absl::Status ConvertMatmul(GraphImporter& im, const ir::Node& node) {
                             /*b_transposed=*/false));
 }
 
+// addmm with alpha = 0 on float32 and integers: beta * bias (0 when beta is
+// 0), without the product. ATen's gemm has BLAS semantics there and never
+// reads mat1 @ mat2, so inf and NaN in it do not reach the result.
+absl::Status EmitScaledBias(GraphImporter& im, const ir::Node& node,
+                            const Epilogue& e) {
+  const ir::TensorType& out = node.outputs(0).type();
+  const Shape a = ShapeOf(im.TypeOf(node.inputs(1)));
+  const Shape b = ShapeOf(im.TypeOf(node.inputs(2)));
+  const Shape out_shape = {a[0], b[1]};
+  if (a[1] != b[0] || ShapeOf(out) != out_shape) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "op addmm: mat1 [%s] and mat2 [%s] cannot be multiplied into output "
+        "%s",
+        absl::StrJoin(a, ","), absl::StrJoin(b, ","), ir::TypeToText(out)));
+  }
+  const ir::DType dtype = out.dtype();
+  const Type storage = im.StorageType(dtype);
+  if (e.beta == 0.0) {
+    im.Define(node.outputs(0), Zeros(im, out_shape, storage));
+    return absl::OkStatus();
+  }
+  const Shape bias_shape = ShapeOf(im.TypeOf(e.bias));
+  std::optional<AffineMap> map = BroadcastMap(im, bias_shape, out_shape);
+  if (!map) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "op addmm: bias of shape [%s] does not broadcast to [%s]",
+        absl::StrJoin(bias_shape, ","), absl::StrJoin(out_shape, ",")));
+  }
+  Value result = ParallelGeneric(
+      im, ValueRange{im.ValueOf(e.bias)}, {*map}, out_shape, storage,
+      [&](OpBuilder& b, Location l, ValueRange args) {
+        Value v = im.ToCompute(b, args[0], dtype);
+        Value beta = im.ComputeConstant(b, e.beta, dtype);
+        v = IsFloat(dtype)
+                ? b.create<mlir::arith::MulFOp>(l, v, beta).getResult()
+                : b.create<mlir::arith::MulIOp>(l, v, beta).getResult();
+        return im.FromCompute(b, v, dtype);
+      });
+  im.Define(node.outputs(0), result);
+  return absl::OkStatus();
+}
+
 absl::Status ConvertAddmm(GraphImporter& im, const ir::Node& node) {
   if (absl::Status s = CheckArity(node, 3, 1); !s.ok()) return s;
   if (absl::Status s = CheckOperands(im, node, {-1, 2, 2}); !s.ok()) return s;
@@ -449,6 +493,12 @@ absl::Status ConvertAddmm(GraphImporter& im, const ir::Node& node) {
   e.bias = node.inputs(0);
   e.alpha = FloatAttr(node, "alpha", 1.0);
   e.beta = FloatAttr(node, "beta", 1.0);
+  // ATen's half-precision addmm does multiply the float32 product by 0, so
+  // there 0 * inf gives NaN, as the epilogue below does.
+  const ir::DType dtype = node.outputs(0).type().dtype();
+  if (e.alpha == 0.0 && dtype != ir::FLOAT16 && dtype != ir::BFLOAT16) {
+    return EmitScaledBias(im, node, e);
+  }
   return Finish(im, node,
                 EmitProduct(im, node, node.inputs(1), node.inputs(2),
                             /*b_transposed=*/false),

@@ -215,6 +215,73 @@ TEST(MatmulOpsTest, AddmmAppliesAlphaAndBeta) {
   }
 }
 
+// alpha = 0 and beta = 0 with inf and NaN in the operands, as torch 2.13 CPU
+// prints them: beta = 0 ignores the bias in every dtype; alpha = 0 ignores
+// the product on float32 and integers (ATen's gemm has BLAS semantics), but
+// ATen's half kernels compute 0 * product, so inf or NaN there give NaN.
+TEST(MatmulOpsTest, AddmmWithZeroAlphaOrBetaAsATen) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  for (ir::DType dtype : {ir::FLOAT32, ir::FLOAT16, ir::BFLOAT16}) {
+    const bool half = dtype != ir::FLOAT32;
+    const HostTensor bias = Tensor(dtype, {2, 2}, {1, kNan, kInf, 2});
+    const HostTensor a = Tensor(dtype, {2, 2}, {kInf, 1, 1, kNan});
+    const HostTensor b = Tensor(dtype, {2, 2}, {1, 1, 1, 1});
+    struct Case {
+      double alpha, beta;
+      std::vector<double> want;
+    };
+    const std::vector<Case> cases = {
+        {0, 1, half ? std::vector<double>{kNan, kNan, kNan, kNan}
+                    : std::vector<double>{1, kNan, kInf, 2}},
+        {1, 0, {kInf, kInf, kNan, kNan}},
+        {0, 0, half ? std::vector<double>{kNan, kNan, kNan, kNan}
+                    : std::vector<double>{0, 0, 0, 0}},
+        {0, 2, half ? std::vector<double>{kNan, kNan, kNan, kNan}
+                    : std::vector<double>{2, kNan, kInf, 4}},
+    };
+    for (const Case& c : cases) {
+      const std::string what = "addmm " + DTypeText(dtype) + " alpha=" +
+                               std::to_string(c.alpha) +
+                               " beta=" + std::to_string(c.beta);
+      ExpectBothPaths(
+          OneOpGraph("addmm", {bias.type(), a.type(), b.type()},
+                     {Type(dtype, {2, 2})},
+                     {{"alpha", FloatA(c.alpha)}, {"beta", FloatA(c.beta)}}),
+          {bias, a, b}, c.want, std::vector<double>(4, 0.0), what);
+    }
+  }
+  // Finite operands: alpha = 0 leaves beta * bias in every dtype.
+  for (ir::DType dtype : {ir::FLOAT32, ir::FLOAT16, ir::BFLOAT16, ir::INT32,
+                          ir::INT64}) {
+    const HostTensor bias = Tensor(dtype, {2, 1}, {3, -5});
+    const HostTensor a = Tensor(dtype, {2, 3}, {1, 2, 3, 4, 5, 6});
+    const HostTensor b = Tensor(dtype, {3, 2}, {1, 0, 0, 1, 1, 1});
+    ExpectBothPaths(
+        OneOpGraph("addmm", {bias.type(), a.type(), b.type()},
+                   {Type(dtype, {2, 2})},
+                   {{"alpha", FloatA(0)}, {"beta", FloatA(2)}}),
+        {bias, a, b}, {6, 6, -10, -10}, std::vector<double>(4, 0.0),
+        "addmm alpha=0 " + DTypeText(dtype));
+  }
+}
+
+// Half types accumulate in f32 and round once: a row of 4096 ones times a
+// column of ones is 4096 (an f16 accumulator stops at 2048, bf16 at 256),
+// and 4097 ones give 4096 in f16 (4097 rounded once) -- on both paths.
+TEST(MatmulOpsTest, HalfProductsAccumulateInF32) {
+  for (ir::DType dtype : {ir::FLOAT16, ir::BFLOAT16}) {
+    for (int64_t k : {4096, 4097}) {
+      const HostTensor a{dtype, {2, k}, std::vector<double>(2 * k, 1.0)};
+      const HostTensor b{dtype, {k, 3}, std::vector<double>(k * 3, 1.0)};
+      const double want = RoundTo(dtype, static_cast<double>(k));
+      ExpectBothPaths(
+          OneOpGraph("mm", {a.type(), b.type()}, {Type(dtype, {2, 3})}),
+          {a, b}, std::vector<double>(6, want), std::vector<double>(6, 0.0),
+          "mm " + DTypeText(dtype) + " k=" + std::to_string(k));
+    }
+  }
+}
+
 // beta = 0 ignores the bias, NaN included (PyTorch).
 TEST(MatmulOpsTest, AddmmWithBetaZeroIgnoresNanBias) {
   const HostTensor bias = Tensor(ir::FLOAT32, {2}, {kNan, 1});

@@ -230,6 +230,26 @@ absl::Status CheckFloat(const ir::Node& node, ir::DType t) {
   return absl::OkStatus();
 }
 
+// c10's name of a dtype, as PyTorch's messages print it.
+const char* ScalarTypeName(ir::DType t) {
+  switch (t) {
+    case ir::FLOAT16:
+      return "Half";
+    case ir::BFLOAT16:
+      return "BFloat16";
+    case ir::FLOAT32:
+      return "Float";
+    case ir::INT32:
+      return "Int";
+    case ir::INT64:
+      return "Long";
+    case ir::BOOL:
+      return "Bool";
+    default:
+      return "unknown";
+  }
+}
+
 absl::Status CheckNonEmptyReduction(const ir::Node& node, const Shape& shape,
                                     const std::vector<bool>& reduced) {
   for (size_t d = 0; d < shape.size(); ++d) {
@@ -342,12 +362,6 @@ absl::Status ConvertReduce(GraphImporter& im, const ir::Node& node,
       !s.ok()) {
     return s;
   }
-  if (in.dtype() == ir::BOOL &&
-      (kind == ReduceKind::kMax || kind == ReduceKind::kMin)) {
-    return absl::UnimplementedError(absl::StrFormat(
-        "The following operators are not implemented: ['%s' on bool]",
-        node.op()));
-  }
   const bool is_max_min = kind == ReduceKind::kMax || kind == ReduceKind::kMin;
   if (is_max_min) {
     if (out_dtype != in.dtype()) {
@@ -359,10 +373,16 @@ absl::Status ConvertReduce(GraphImporter& im, const ir::Node& node,
       return s;
     }
   }
-  if (kind == ReduceKind::kMean) {
-    if (absl::Status s = CheckFloat(node, out_dtype); !s.ok()) return s;
+  // mean(int_tensor) raises in PyTorch; mean(int_tensor, dtype=float32) is
+  // a float output here and fine.
+  if (kind == ReduceKind::kMean && !IsFloat(out_dtype)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "mean(): could not infer output dtype. Input dtype must be either a "
+        "floating point or complex dtype. Got: %s (op %s, output %%%s)",
+        ScalarTypeName(in.dtype()), node.op(), node.outputs(0).name()));
   }
-  if (out_dtype == ir::BOOL) {
+  // Bool max/min (any/all of 0/1 bytes) reduce like integers.
+  if (out_dtype == ir::BOOL && !is_max_min) {
     return absl::InvalidArgumentError(
         absl::StrFormat("op %s: bool output is not supported", node.op()));
   }

@@ -299,6 +299,66 @@ TEST(ReductionOpsTest, MaxOfIntegers) {
   }
 }
 
+// Bool max/min are any/all (PyTorch allows them); empty reduced dims give 0
+// for sum and NaN for mean (0 / 0), as torch 2.13 CPU prints them.
+TEST(ReductionOpsTest, BoolMaxMinAndEmptySumMean) {
+  const HostTensor b = Tensor(ir::BOOL, {2, 2}, {1, 0, 0, 0});
+  struct Case {
+    std::string op;
+    Shape out;
+    Attrs attrs;
+    std::vector<double> want;
+  };
+  const std::vector<Case> cases = {{"amax", {2}, {{"dim", IntA(1)}}, {1, 0}},
+                                   {"amin", {2}, {{"dim", IntA(1)}}, {0, 0}},
+                                   {"max", {}, {}, {1}},
+                                   {"min", {}, {}, {0}}};
+  for (const Case& c : cases) {
+    auto out = CompileAndRun(
+        OneOpGraph(c.op, {b.type()}, {Type(ir::BOOL, c.out)}, c.attrs), {b});
+    ASSERT_TRUE(out.ok()) << c.op << ": " << out.status();
+    ExpectExact((*out)[0], c.want, c.op + " of bool");
+  }
+  for (ir::DType t : {ir::FLOAT16, ir::BFLOAT16, ir::FLOAT32}) {
+    const HostTensor empty{t, {2, 0}, {}};
+    auto sum = CompileAndRun(
+        OneOpGraph("sum", {empty.type()}, {Type(t, {2})}, {{"dim", IntA(1)}}),
+        {empty});
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    ExpectExact((*sum)[0], {0, 0}, "sum over an empty dim");
+    auto mean = CompileAndRun(
+        OneOpGraph("mean", {empty.type()}, {Type(t, {2})}, {{"dim", IntA(1)}}),
+        {empty});
+    ASSERT_TRUE(mean.ok()) << mean.status();
+    ExpectExact((*mean)[0], {kNan, kNan}, "mean over an empty dim");
+  }
+  const HostTensor ints{ir::INT32, {2, 0}, {}};
+  auto int_sum = CompileAndRun(
+      OneOpGraph("sum", {ints.type()}, {Type(ir::INT64, {2})},
+                 {{"dim", IntA(1)}}),
+      {ints});
+  ASSERT_TRUE(int_sum.ok()) << int_sum.status();
+  ExpectExact((*int_sum)[0], {0, 0}, "int sum over an empty dim");
+}
+
+// mean of an integer tensor raises with PyTorch's message; with a float
+// output (mean(x, dtype=torch.float32)) it is the float mean.
+TEST(ReductionOpsTest, MeanOfIntegersAsPyTorch) {
+  const HostTensor x = Tensor(ir::INT32, {3}, {1, 2, 4});
+  auto bad =
+      CompileAndRun(OneOpGraph("mean", {x.type()}, {Type(ir::INT32, {})}), {x});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("mean(): could not infer output dtype. Input dtype "
+                        "must be either a floating point or complex dtype. "
+                        "Got: Int"));
+  auto good = CompileAndRun(
+      OneOpGraph("mean", {x.type()}, {Type(ir::FLOAT32, {})}), {x});
+  ASSERT_TRUE(good.ok()) << good.status();
+  ExpectExact((*good)[0], {static_cast<float>(7.0f / 3.0f)}, "mean as float32");
+}
+
 // --- argmax, argmin, max/min with indices.
 // ---------------------------------------
 

@@ -6,20 +6,24 @@
 //   2. on a miss reads the arguments by the op's schema (device tensors become
 //      graph inputs, Python scalars and other arguments node attributes),
 //      runs the pre-dispatch checks in the spec's order (dtype, scalar,
-//      NaN/Inf; then alignment and storage offset), infers the output on the
-//      meta device, builds the graph IR and compiles it (the compiler's own
-//      cache answers repeats without codegen);
+//      NaN/Inf; then alignment, attention length and storage offset),
+//      infers the output on the meta device, builds the graph IR and
+//      compiles it (the compiler's own cache answers repeats without
+//      codegen);
 //   3. fills the warm cache unless the call is one of G3's wrapper-path cases
 //      (a view input, a Python-scalar operand, or the same tensor twice),
 //      which take step 2 on every call without recompiling;
-//   4. in-place and out= variants compute into a fresh buffer and copy into
-//      their destination (SPEC K4).
+//   4. a contiguous out= is the program's output buffer; in-place variants
+//      and other out= destinations compute into a fresh buffer and copy into
+//      it (SPEC K4).
 // Calls that fail a check, or whose compile fails, run on the CPU through
 // the boxed fallback; every decision is counted.
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/SDPBackend.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/Resize.h>
 #include <ATen/native/transformers/attention.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
@@ -39,6 +43,7 @@
 #include "rbln/core/counters.h"
 #include "rbln/torch/csrc/cpu_fallback.h"
 #include "rbln/torch/csrc/device_allocator.h"
+#include "rbln/torch/csrc/device_dtypes.h"
 #include "rbln/torch/csrc/device_state.h"
 #include "rbln/torch/csrc/dispatch_config.h"
 #include "rbln/torch/csrc/explain_signals.h"
@@ -69,6 +74,10 @@ struct DispatchCounters {
   Counter* warm_misses = CounterRegistry::Global().Get("dispatch/warm_misses");
   Counter* wrapper_path = CounterRegistry::Global().Get("dispatch/wrapper_path");
   Counter* compiled_runs = CounterRegistry::Global().Get("dispatch/compiled_runs");
+  // out= destinations used as the program's output / through a temporary
+  // and a copy (SPEC K4).
+  Counter* out_in_place = CounterRegistry::Global().Get("dispatch/out_in_place");
+  Counter* out_via_temporary = CounterRegistry::Global().Get("dispatch/out_via_temporary");
 };
 
 const DispatchCounters& Counters() {
@@ -128,8 +137,6 @@ runtime::DeviceBuffer Buffer(const at::Tensor& t) {
   return b;
 }
 
-bool IsHalf(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
-
 // One call, read by the op's schema (the slow path).
 struct Call {
   std::string op;        // Graph op: the schema's base name ("mul").
@@ -147,6 +154,19 @@ struct Call {
 constexpr char kSdpaOverload[] = "aten::_scaled_dot_product_fused_attention_overrideable";
 
 bool IsSdpa(const Call& call) { return call.op == "scaled_dot_product_attention"; }
+
+bool IsComparison(const std::string& op) {
+  return op == "eq" || op == "ne" || op == "lt" || op == "le" || op == "gt" || op == "ge";
+}
+
+// A view input the program reads from its storage (SPEC G3, H7): the graph
+// input is the span of the storage the view covers, and the program's first
+// node replays the view on it (strided_view), so no contiguous copy is made
+// on the device. Comparison ops keep materializing views with .contiguous()
+// as H7 says.
+bool ReadsViewFromSpan(const std::string& op, const at::Tensor& t) {
+  return !t.is_contiguous() && t.numel() > 0 && !IsComparison(op);
+}
 
 // Ops whose results are indices: an int64 result is their nature, not a
 // dtype the device lacks.
@@ -337,7 +357,9 @@ std::optional<std::vector<at::Tensor>> InferOutputs(const c10::OperatorHandle& o
 bool HasNanOrInf(const std::vector<at::Tensor>& inputs, bool sdpa) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     const at::Tensor& t = inputs[i];
-    if (!IsHalf(t.scalar_type()) || t.numel() == 0) continue;
+    // Every floating input: with the dtype check switched off (H2) a
+    // float32 call still gets its NaN/Inf check.
+    if (!at::isFloatingType(t.scalar_type()) || t.numel() == 0) continue;
     const auto [min, max] = at::aminmax(DownloadSpan(t));
     const at::Tensor peak = at::maximum(max, min.neg());
     const bool inf_is_valid = sdpa && i == 3;
@@ -365,8 +387,11 @@ std::optional<Check> FailedShimCheck(const Call& call) {
           (t.scalar_type() == at::kLong || t.scalar_type() == at::kInt)) {
         continue;
       }
-      if (!IsHalf(t.scalar_type()) && t.scalar_type() != at::kBool) return Check::kDtype;
-      if (IsHalf(t.scalar_type()) && IsHalf(call.inputs[0].scalar_type()) &&
+      const bool data = IsCompiledKernelDtype(t.scalar_type());
+      if (!data && t.scalar_type() != at::kBool) return Check::kDtype;
+      // One data dtype per call: float16 with bfloat16 would need a
+      // promotion the kernels do not do.
+      if (data && IsCompiledKernelDtype(call.inputs[0].scalar_type()) &&
           t.scalar_type() != call.inputs[0].scalar_type()) {
         return Check::kDtype;
       }
@@ -395,7 +420,9 @@ std::optional<std::string> FailedWrapperCheck(const Call& call,
     for (const at::Tensor& out : outs) {
       const at::ScalarType t = out.scalar_type();
       const bool index = t == at::kLong && ProducesIndices(call.op);
-      if (!IsHalf(t) && t != at::kBool && !index) return std::string(CheckName(Check::kDtype));
+      if (!IsCompiledKernelDtype(t) && t != at::kBool && !index) {
+        return std::string(CheckName(Check::kDtype));
+      }
     }
   }
   if (config.Runs(Check::kAlignment)) {
@@ -408,9 +435,9 @@ std::optional<std::string> FailedWrapperCheck(const Call& call,
     for (const at::Tensor& out : outs) {
       if (misaligned(out)) return std::string(CheckName(Check::kAlignment));
     }
-    if (IsSdpa(call) && call.inputs[0].size(-2) % 32 != 0) {
-      return SdpaMisalignedReason(call.inputs[0].size(-2));
-    }
+  }
+  if (config.Runs(Check::kAttention) && IsSdpa(call) && call.inputs[0].size(-2) % 32 != 0) {
+    return SdpaMisalignedReason(call.inputs[0].size(-2));
   }
   if (config.Runs(Check::kStorageOffset)) {
     for (const at::Tensor& t : call.inputs) {
@@ -435,7 +462,8 @@ void CountFallback(const Call& call, absl::string_view why) {
 }
 
 // SPEC G3: calls that re-enter the wrapper every time instead of filling the
-// warm cache -- a view input (the kernel runs on a materialized copy, whose
+// warm cache -- a view input (the program replays the view on the
+// storage span, or for comparisons runs on a materialized copy, whose
 // key differs from the view's), a Python-scalar operand, or one tensor in
 // two operands. They reuse the compiled program, never recompile.
 bool TakesWrapperPath(const Call& call) {
@@ -455,10 +483,28 @@ std::shared_ptr<const WarmEntry> Compile(const Call& call,
                                          std::string* error) {
   compiler::ir::Graph graph;
   graph.set_name(call.op);
+  std::vector<bool> reads_span(call.inputs.size(), false);
   for (size_t i = 0; i < call.inputs.size(); ++i) {
+    const at::Tensor& t = call.inputs[i];
     compiler::ir::Value* v = graph.add_inputs();
-    v->set_name(call.input_names[i]);
-    *v->mutable_type() = IrType(call.inputs[i].scalar_type(), call.inputs[i].sizes());
+    *v->mutable_type() = IrType(t.scalar_type(), t.sizes());
+    if (!ReadsViewFromSpan(call.op, t)) {
+      v->set_name(call.input_names[i]);
+      continue;
+    }
+    // The storage span as the input, the view replayed as the first node.
+    reads_span[i] = true;
+    const std::string span_name = absl::StrCat(call.input_names[i], ".span");
+    v->set_name(span_name);
+    *v->mutable_type() = IrType(t.scalar_type(), {SpanElements(t)});
+    compiler::ir::Node* view = graph.add_nodes();
+    view->set_op("strided_view");
+    view->add_inputs(span_name);
+    (*view->mutable_attrs())["sizes"].set_s(absl::StrJoin(t.sizes(), ","));
+    (*view->mutable_attrs())["strides"].set_s(absl::StrJoin(t.strides(), ","));
+    compiler::ir::Value* replayed = view->add_outputs();
+    replayed->set_name(call.input_names[i]);
+    *replayed->mutable_type() = IrType(t.scalar_type(), t.sizes());
   }
   compiler::ir::Node* node = graph.add_nodes();
   *node = call.node;
@@ -479,6 +525,7 @@ std::shared_ptr<const WarmEntry> Compile(const Call& call,
   auto entry = std::make_shared<WarmEntry>();
   entry->program = *program;
   entry->inputs = call.slots;
+  entry->reads_span = std::move(reads_span);
   for (const at::Tensor& out : outs) {
     entry->outputs.push_back(
         WarmOutput{std::vector<int64_t>(out.sizes().begin(), out.sizes().end()),
@@ -530,12 +577,20 @@ void Run(const c10::OperatorHandle& op, torch::jit::Stack* stack,
          const WarmEntry& entry, const std::vector<at::Tensor>& inputs, bool sdpa) {
   const size_t n = op.schema().arguments().size();
   const size_t first = stack->size() - n;
-  // The compiled kernel reads dense row-major buffers.
+  // The compiled kernel reads dense row-major buffers: a view input is its
+  // storage span (the program replays the view) or, for comparisons, a
+  // contiguous copy (SPEC H7).
   std::vector<runtime::DeviceBuffer> buffers;
   buffers.reserve(inputs.size() + 1);
   std::vector<at::Tensor> materialized;
-  for (const at::Tensor& t : inputs) {
-    if (t.is_contiguous()) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const at::Tensor& t = inputs[i];
+    if (i < entry.reads_span.size() && entry.reads_span[i]) {
+      runtime::DeviceBuffer span = Buffer(t);
+      span.sizes = {SpanElements(t)};
+      span.strides = {1};
+      buffers.push_back(std::move(span));
+    } else if (t.is_contiguous()) {
       buffers.push_back(Buffer(t));
     } else {
       materialized.push_back(t.contiguous());
@@ -543,12 +598,38 @@ void Run(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     }
   }
   const c10::Device device = CallDevice(op, *stack, inputs);
+  // In place or out=: the destination (SPEC K4). A contiguous out= of the
+  // result's shape and dtype that overlaps no input is the program's output
+  // buffer; any other destination gets a temporary and a copy.
+  const std::optional<int> dst_arg = sdpa ? std::nullopt : DestinationArg(op.schema());
+  const bool is_out = dst_arg && op.schema().arguments()[*dst_arg].is_out();
+  at::Tensor dst;
+  bool direct = false;
+  if (dst_arg) {
+    dst = (*stack)[first + *dst_arg].toTensor();
+    const WarmOutput& out = entry.outputs[0];
+    if (is_out && dst.sizes() != c10::IntArrayRef(out.sizes)) {
+      // As on the CPU: a non-empty out= is resized with PyTorch's warning
+      // (arange's out= is resized silently, as the CPU's arange does).
+      if (op.schema().name() == "aten::arange") {
+        dst.resize_(out.sizes);
+      } else {
+        at::native::resize_output(dst, out.sizes);
+      }
+    }
+    direct = is_out && entry.outputs.size() == 1 && dst.is_contiguous() &&
+             dst.scalar_type() == out.dtype && dst.sizes() == c10::IntArrayRef(out.sizes);
+    for (size_t i = 0; direct && i < inputs.size(); ++i) {
+      direct = at::get_overlap_status(dst, inputs[i]) == at::MemOverlapStatus::No;
+    }
+  }
   // Allocates without a dispatcher round trip (a lazy virtual storage).
   std::vector<at::Tensor> results;
   results.reserve(entry.outputs.size());
   for (const WarmOutput& out : entry.outputs) {
-    results.push_back(at::detail::empty_generic(out.sizes, GetDeviceAllocator(), kRblnKeys,
-                                                out.dtype, std::nullopt));
+    results.push_back(direct ? dst
+                             : at::detail::empty_generic(out.sizes, GetDeviceAllocator(),
+                                                         kRblnKeys, out.dtype, std::nullopt));
     buffers.push_back(Buffer(results.back()));
   }
   // Kernels run on this thread: earlier work queued on the current stream
@@ -564,11 +645,14 @@ void Run(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   }
   at::Tensor& result = results[0];
 
-  if (std::optional<int> dst_arg = DestinationArg(op.schema())) {
-    // In place or out=: the result lands in the destination (SPEC K4).
-    at::Tensor dst = (*stack)[first + *dst_arg].toTensor();
-    if (dst.sizes() != result.sizes()) dst.resize_(result.sizes());
-    CopyWithDevice(result, dst);
+  if (dst_arg) {
+    if (direct) {
+      Counters().out_in_place->Increment();
+    } else {
+      if (is_out) Counters().out_via_temporary->Increment();
+      if (dst.sizes() != result.sizes()) dst.resize_(result.sizes());
+      CopyWithDevice(result, dst);
+    }
     torch::jit::drop(*stack, n);
     torch::jit::push(*stack, dst);
     return;

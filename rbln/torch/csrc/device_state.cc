@@ -169,6 +169,19 @@ int PhysicalNpu(c10::DeviceIndex device) {
   return plan->map.visible_npus[plan->map.devices[device].npus[0]];
 }
 
+std::vector<int> PhysicalNpus(c10::DeviceIndex device) {
+  CheckDeviceIndex(device);
+  auto physical = [device](const DeviceMap& map) {
+    std::vector<int> npus;
+    for (int index : map.devices[device].npus) npus.push_back(map.visible_npus[index]);
+    return npus;
+  };
+  if (g_committed.load() != nullptr) return physical(g_committed_plan->map);
+  absl::StatusOr<DevicePlan> plan = CurrentPlan();
+  if (!plan.ok()) ThrowStatus(plan.status());
+  return physical(plan->map);
+}
+
 c10::DeviceIndex LogicalDeviceOfNpu(int physical_npu) {
   absl::StatusOr<DevicePlan> plan = CurrentPlan();
   if (!plan.ok()) return -1;

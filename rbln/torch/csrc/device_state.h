@@ -8,6 +8,8 @@
 
 #include <c10/core/Device.h>
 
+#include <vector>
+
 #include <functional>
 
 #include "absl/status/status.h"
@@ -27,6 +29,9 @@ absl::StatusOr<DevicePlan> CurrentPlan();
 
 // Physical NPU id that holds eager allocations of a logical device.
 int PhysicalNpu(c10::DeviceIndex device);
+// Physical NPU ids of a logical device's RSD group, in group order (the
+// NPUs compiled programs are split over, SPEC A7).
+std::vector<int> PhysicalNpus(c10::DeviceIndex device);
 // Logical device whose group holds `physical_npu`, or -1.
 c10::DeviceIndex LogicalDeviceOfNpu(int physical_npu);
 

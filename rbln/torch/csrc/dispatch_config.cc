@@ -20,6 +20,8 @@ absl::string_view CheckName(Check check) {
       return "nan_inf";
     case Check::kAlignment:
       return "alignment";
+    case Check::kAttention:
+      return "attention";
     case Check::kStorageOffset:
       return "storage_offset";
   }
@@ -35,7 +37,7 @@ absl::StatusOr<DispatchConfig> DispatchConfig::FromEnvironment() {
   for (absl::string_view item : absl::StrSplit(*raw, ',', absl::SkipWhitespace())) {
     const std::string name = absl::AsciiStrToLower(absl::StripAsciiWhitespace(item));
     bool known = false;
-    for (int c = 0; c < 5; ++c) {
+    for (int c = 0; c < kNumChecks; ++c) {
       if (name == "all" || name == CheckName(static_cast<Check>(c))) {
         config.skip[c] = true;
         known = true;
@@ -45,7 +47,7 @@ absl::StatusOr<DispatchConfig> DispatchConfig::FromEnvironment() {
       return absl::InvalidArgumentError(absl::StrFormat(
           "environment variable %s has invalid value '%s': unknown check '%s'; "
           "expected a comma list of dtype, scalar, nan_inf, alignment, "
-          "storage_offset, all",
+          "attention, storage_offset, all",
           kVar, *raw, name));
     }
   }

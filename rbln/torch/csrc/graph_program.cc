@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -131,7 +132,8 @@ std::string DTypeName(compiler::ir::DType t) {
   return "?";
 }
 
-// One compiled graph: runs on the device of its inputs.
+// One compiled graph: runs on the device of its inputs, its workers placed
+// on the compute units of that device's RSD group (SPEC A2, A7).
 class GraphProgram {
  public:
   explicit GraphProgram(std::shared_ptr<const compiler::CompiledProgram> program)
@@ -172,6 +174,7 @@ class GraphProgram {
     const c10::Device dev = device.value_or(c10::Device(c10::DeviceType::PrivateUse1,
                                                         CurrentDevice()));
     const c10::DeviceGuard guard(dev);
+    const std::vector<int> group = PhysicalNpus(dev.index());
     std::vector<at::Tensor> keep_alive;
     std::vector<runtime::DeviceBuffer> buffers;
     keep_alive.reserve(inputs.size());
@@ -190,7 +193,7 @@ class GraphProgram {
       absl::Status status;
       {
         py::gil_scoped_release no_gil;
-        status = RuntimeOrThrow().executor().Run(*program_, buffers);
+        status = RuntimeOrThrow().executor().Run(*program_, buffers, group);
       }
       ThrowIfErrorOn(dev, status);
     }
@@ -204,6 +207,13 @@ class GraphProgram {
     return ops;
   }
   std::string Text() const { return compiler::ir::ToText(program_->graph()); }
+  // Workers the program is split over, and each one's workspace bytes.
+  int NumWorkers() const { return program_->num_workers(); }
+  std::vector<int64_t> WorkspaceBytes() const {
+    std::vector<int64_t> bytes = program_->WorkspaceBytes();
+    bytes.resize(program_->num_workers(), 0);
+    return bytes;
+  }
   std::string Name() const { return program_->graph().name(); }
   uint64_t Fingerprint() const { return compiler::ir::Fingerprint(program_->graph()); }
   // (dtype, shape) of each input / output.
@@ -246,12 +256,15 @@ class GraphProgram {
   std::vector<Spec> specs_out_;
 };
 
-// The compilers of torch.compile(options={"cache_dir": ...}) (SPEC J5): the
-// compiler's disk cache is fixed at construction, so each distinct directory
-// gets a compiler of its own (its own in-memory LRU; other options from the
-// environment). No cache_dir, or the one RBLN_COMPILER_CACHE_DIR names, is
-// the global compiler. Kept for the process: a compiler holds MLIR contexts
-// and cached programs, which _graph_clear_caches() drops; the disk stays.
+// The compilers of torch.compile(options={"cache_dir": ..., "num_devices":
+// N}) (SPEC J5, A7): the compiler's disk cache and target (its worker count)
+// are fixed at construction, so each distinct (directory, NPU count) gets a
+// compiler of its own (its own in-memory LRU; other options from the
+// environment). A program for N NPUs is split over N times the workers of
+// one NPU (its chiplets, or RBLN_COMPILER_PARTITIONS). No cache_dir, or the
+// one RBLN_COMPILER_CACHE_DIR names, with one NPU is the global compiler.
+// Kept for the process: a compiler holds MLIR contexts and cached programs,
+// which _graph_clear_caches() drops; the disk stays.
 class CacheDirCompilers {
  public:
   static CacheDirCompilers& Get() {
@@ -259,19 +272,22 @@ class CacheDirCompilers {
     return *compilers;
   }
 
-  compiler::Compiler& For(const std::string& cache_dir) ABSL_LOCKS_EXCLUDED(mu_) {
+  compiler::Compiler& For(const std::string& cache_dir, int num_npus)
+      ABSL_LOCKS_EXCLUDED(mu_) {
     compiler::Compiler& global = compiler::Compiler::Global();
-    if (cache_dir.empty() || cache_dir == global.options().cache_dir) return global;
+    const std::string dir = cache_dir.empty() ? global.options().cache_dir : cache_dir;
+    if (dir == global.options().cache_dir && num_npus <= 1) return global;
     absl::MutexLock lock(&mu_);
-    std::unique_ptr<compiler::Compiler>& c = by_dir_[cache_dir];
+    std::unique_ptr<compiler::Compiler>& c = by_target_[{dir, num_npus}];
     if (c == nullptr) {
       absl::StatusOr<compiler::CompilerOptions> options = compiler::CompilerOptions::FromEnv();
       if (!options.ok()) {
-        by_dir_.erase(cache_dir);
-        throw std::runtime_error(absl::StrCat("rbln: compiler options for cache_dir ", cache_dir,
+        by_target_.erase({dir, num_npus});
+        throw std::runtime_error(absl::StrCat("rbln: compiler options for cache_dir ", dir,
                                               ": ", options.status().message()));
       }
-      options->cache_dir = cache_dir;
+      options->cache_dir = dir;
+      options->partition.partitions *= std::max(1, num_npus);
       c = std::make_unique<compiler::Compiler>(*std::move(options));
     }
     return *c;
@@ -282,22 +298,23 @@ class CacheDirCompilers {
   void ClearCaches() ABSL_LOCKS_EXCLUDED(mu_) {
     compiler::Compiler::Global().ClearCache();
     absl::MutexLock lock(&mu_);
-    for (auto& [dir, c] : by_dir_) c->ClearCache();
+    for (auto& [target, c] : by_target_) c->ClearCache();
   }
 
  private:
   absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::unique_ptr<compiler::Compiler>> by_dir_
-      ABSL_GUARDED_BY(mu_);
+  // By (cache directory, NPUs).
+  absl::flat_hash_map<std::pair<std::string, int>, std::unique_ptr<compiler::Compiler>>
+      by_target_ ABSL_GUARDED_BY(mu_);
 };
 
 std::shared_ptr<GraphProgram> CompileGraph(const std::string& name,
                                            const std::vector<ValueSpec>& inputs,
                                            const std::vector<NodeSpec>& nodes,
                                            const std::vector<std::string>& outputs,
-                                           const std::string& cache_dir) {
+                                           const std::string& cache_dir, int num_npus) {
   const compiler::ir::Graph graph = BuildGraph(name, inputs, nodes, outputs);
-  compiler::Compiler& graph_compiler = CacheDirCompilers::Get().For(cache_dir);
+  compiler::Compiler& graph_compiler = CacheDirCompilers::Get().For(cache_dir, num_npus);
   absl::StatusOr<std::shared_ptr<const compiler::CompiledProgram>> program;
   {
     py::gil_scoped_release no_gil;
@@ -334,6 +351,8 @@ void RegisterGraphProgramBindings(py::module_& m) {
       .def_property_readonly("name", &GraphProgram::Name)
       .def_property_readonly("ops", &GraphProgram::Ops)
       .def_property_readonly("text", &GraphProgram::Text)
+      .def_property_readonly("num_workers", &GraphProgram::NumWorkers)
+      .def_property_readonly("workspace_bytes", &GraphProgram::WorkspaceBytes)
       .def_property_readonly("fingerprint", &GraphProgram::Fingerprint)
       .def_property_readonly("input_specs", &GraphProgram::InputSpecs)
       .def_property_readonly("output_specs", &GraphProgram::OutputSpecs);
@@ -348,7 +367,8 @@ void RegisterGraphProgramBindings(py::module_& m) {
     if (!status.ok()) throw std::runtime_error(std::string(status.message()));
   });
   m.def("_graph_compile", &CompileGraph, py::arg("name"), py::arg("inputs"),
-        py::arg("nodes"), py::arg("outputs"), py::arg("cache_dir") = std::string());
+        py::arg("nodes"), py::arg("outputs"), py::arg("cache_dir") = std::string(),
+        py::arg("num_npus") = 1);
   // torch._dynamo.reset(): programs cached by the compilers in memory go too
   // (running programs keep theirs alive until they finish); on-disk caches
   // stay (SPEC J5).

@@ -9,11 +9,13 @@
 #include <ATen/ops/as_strided_cpu_dispatch.h>
 #include <ATen/ops/set_cpu_dispatch.h>
 #include <ATen/ops/set_native.h>
+#include <ATen/ops/unfold_native.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
 #include "rbln/torch/csrc/device_allocator.h"
+#include "rbln/torch/csrc/device_fill.h"
 #include "rbln/torch/csrc/device_state.h"
 #include "rbln/torch/csrc/storage_resize.h"
 #include "rbln/torch/csrc/tensor_transfer.h"
@@ -78,6 +80,12 @@ at::Tensor ReshapeAlias(const at::Tensor& self, c10::SymIntArrayRef size,
                                     C10_AS_INTARRAYREF_SLOW(stride));
 }
 
+// unfold has backend kernels rather than a composite one; ATen's native
+// kernel only computes sizes and strides and calls as_strided (SPEC K1).
+at::Tensor Unfold(const at::Tensor& self, int64_t dimension, int64_t size, int64_t step) {
+  return at::native::unfold(self, dimension, size, step);
+}
+
 const at::Tensor& Resize(const at::Tensor& self, c10::SymIntArrayRef size,
                          std::optional<at::MemoryFormat> memory_format) {
   c10::TensorImpl* impl = self.unsafeGetTensorImpl();
@@ -113,14 +121,25 @@ at::Scalar LocalScalarDense(const at::Tensor& self) {
   return at::native::_local_scalar_dense_cpu(DownloadSpan(self));
 }
 
-// fill_ and zero_ write through the host copy: a tensor made by
-// torch.ones/zeros/full is host work that touches no device memory until a
-// device op uses it (SPEC D1, D4).
+// fill_ and zero_ of a storage whose latest bytes are on the device run on
+// the device (device_fill.h). Otherwise they write through the host copy: a
+// tensor made by torch.ones/zeros/full is host work that touches no device
+// memory until a device op uses it (SPEC D1, D4).
 at::Tensor& FillScalar(at::Tensor& self, const at::Scalar& value) {
   if (self.numel() == 0) return self;
-  at::Tensor host = at::empty(self.sizes(), self.options().device(at::kCPU));
-  host.fill_(value);
-  CopyWithDevice(host, self);
+  if (TryFillOnDevice(self, value)) return self;
+  if (self.is_non_overlapping_and_dense()) {
+    at::Tensor host = at::empty(self.sizes(), self.options().device(at::kCPU));
+    host.fill_(value);
+    CopyWithDevice(host, self);
+    return self;
+  }
+  // A view with gaps or repeated elements (x[:, ::2], an expand): fill its
+  // span's host copy through the same view, as the CPU's fill_ allows
+  // either, keeping the bytes between its elements.
+  at::Tensor span = DownloadSpan(self);
+  span.fill_(value);
+  UploadSpan(span, self);
   return self;
 }
 
@@ -146,6 +165,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("as_strided", AsStrided);
   m.impl("view", View);
   m.impl("_reshape_alias", ReshapeAlias);
+  m.impl("unfold", Unfold);
   m.impl("resize_", Resize);
   m.impl("_copy_from", CopyFrom);
   m.impl("_copy_from_and_resize", CopyFromAndResize);

@@ -16,6 +16,7 @@
 #include "rbln/compiler/compiler.h"
 #include "rbln/core/counters.h"
 #include "rbln/core/device_profile.h"
+#include "rbln/torch/csrc/device_dtypes.h"
 #include "rbln/torch/csrc/device_state.h"
 #include "rbln/torch/csrc/streams.h"
 #include "rbln/runtime/device_event.h"
@@ -186,6 +187,12 @@ PYBIND11_MODULE(_C, m) {
           }
           return out;
         }));
+  // The compiled-kernel dtypes by PyTorch name ("float16", ...).
+  m.def("_compiled_kernel_dtypes", [] {
+    std::vector<std::string> names;
+    for (c10::ScalarType t : kCompiledKernelDtypes) names.push_back(TorchDtypeName(t));
+    return names;
+  });
   m.def("_counters", [] {
     std::map<std::string, int64_t> snapshot = CounterRegistry::Global().Snapshot();
     return snapshot;

@@ -14,14 +14,6 @@
 namespace rbln::torch_backend {
 namespace {
 
-// Elements from element 0 of the view to its last element, inclusive.
-int64_t SpanElements(const at::Tensor& t) {
-  if (t.numel() == 0) return 0;
-  int64_t last = 0;
-  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
-  return last + 1;
-}
-
 bool SameLayout(const at::Tensor& a, const at::Tensor& b) {
   return a.scalar_type() == b.scalar_type() && a.sizes() == b.sizes() &&
          a.strides() == b.strides() && a.is_non_overlapping_and_dense();
@@ -87,6 +79,13 @@ at::Tensor ReadSpanFromDevice(const at::Tensor& device_tensor) {
 }
 
 }  // namespace
+
+int64_t SpanElements(const at::Tensor& t) {
+  if (t.numel() == 0) return 0;
+  int64_t last = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  return last + 1;
+}
 
 at::Tensor DownloadSpan(const at::Tensor& device_tensor) {
   at::Tensor flat = at::empty({SpanElements(device_tensor)},

@@ -7,6 +7,10 @@
 
 namespace rbln::torch_backend {
 
+// Elements from element 0 of the view to its last element, inclusive (0 for
+// an empty tensor): the storage span a strided view covers.
+int64_t SpanElements(const at::Tensor& t);
+
 // A CPU tensor with the same sizes/strides/dtype holding a copy of the bytes
 // `device_tensor` spans (one D2H of that span).
 at::Tensor DownloadSpan(const at::Tensor& device_tensor);

@@ -60,6 +60,9 @@ struct WarmOutput {
 struct WarmEntry {
   std::shared_ptr<const compiler::CompiledProgram> program;
   std::vector<InputSlot> inputs;
+  // Per input: a view the program reads from its storage span, replaying
+  // the view as its first node (SPEC G3, H7).
+  std::vector<bool> reads_span;
   std::vector<WarmOutput> outputs;  // In the op's return order.
 };
 

@@ -152,3 +152,22 @@ def test_mismatched_devices_raise():
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))
+
+
+def test_compiled_kernel_dtype_table_decides_what_compiles():
+    # spec: G1, H1 -- one dtype table (device_dtypes.h): the dtypes
+    # get_amp_supported_dtype() names are exactly the ones whose add runs as
+    # a compiled kernel; the others fall back with why: dtype.
+    table = torch.rbln.get_amp_supported_dtype()
+    assert table == [torch.float16, torch.bfloat16]
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32):
+        a = (torch.randn(4, 64) * 8).to(dtype)
+        before = counters()
+        got = (a.to("rbln") + a.to("rbln")).cpu()
+        after = counters()
+        torch.testing.assert_close(got, a + a)
+        runs = after.get("dispatch/compiled_runs", 0) - before.get("dispatch/compiled_runs", 0)
+        dtype_fallbacks = after.get("dispatch/cpu_fallback_why/add/dtype", 0) - before.get(
+            "dispatch/cpu_fallback_why/add/dtype", 0
+        )
+        assert (runs, dtype_fallbacks) == ((1, 0) if dtype in table else (0, 1)), dtype

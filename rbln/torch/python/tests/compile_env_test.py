@@ -1,7 +1,7 @@
 """torch.compile(backend="rbln") in fresh processes: entry-point autoload
 and TORCH_RBLN_DISABLE_FALLBACK (read at process start), progress logs and
 the backend's process-wide Dynamo settings."""
-# spec: J1, J2, J4, J5, J6, G4, I6, A7, J8
+# spec: J1, J2, J4, J5, J6, G4, I6 (splitting over RSD groups, A7/J8: compile_rsd_test.py)
 
 import sys
 
@@ -170,35 +170,6 @@ def test_process_wide_dynamo_settings_respect_the_user_and_the_opt_out():
     off = rbln_test_util.run_python(SETTINGS, {"TORCH_RBLN_DYNAMO_PROCESS_CONFIG": "0"})
     assert off.returncode == 0, off.stderr
     assert off.stdout.split() == ["False", "True"]
-
-
-GROUP_OF_TWO = (
-    "import torch\n"
-    "x = torch.randn(32, 32, dtype=torch.float16)\n"
-    "f = torch.compile(lambda a: torch.relu(a + a), backend='rbln', dynamic=False)\n"
-    "print(torch.equal(f(x.to('rbln')).cpu(), torch.relu(x + x)))\n"
-    "one = torch.compile(lambda a: a * 3, backend='rbln', options={'num_devices': 1})\n"
-    "print(torch.equal(one(x.to('rbln')).cpu(), x * 3))\n"
-    "two = torch.compile(lambda a: a * 2, backend='rbln', options={'num_devices': 2})\n"
-    "try:\n"
-    "    two(x.to('rbln'))\n"
-    "except Exception as e:\n"
-    "    print('ERROR', e)\n"
-)
-
-
-def test_num_devices_over_one_is_an_explicit_limitation():
-    # spec: A7, J5, J8 -- programs are not split over the NPUs of an RSD group:
-    # num_devices=2 is a clear error; without the option a 2-NPU group runs
-    # programs on its first NPU and says so once.
-    r = rbln_test_util.run_python(GROUP_OF_TWO, {
-        "RBLN_SIM_PROFILE": "atom", "RBLN_SIM_NPUS": "2", "RBLN_NPUS_PER_DEVICE": "2"})
-    assert r.returncode == 0, r.stderr
-    lines = r.stdout.splitlines()
-    assert lines[:2] == ["True", "True"], r.stdout
-    assert "option num_devices=2 asks to split each program over 2 NPUs" in lines[2]
-    assert "cannot partition programs over NPUs yet (SPEC A7)" in lines[2]
-    assert r.stderr.count("compiled programs are not split over NPUs yet") == 1, r.stderr
 
 
 if __name__ == "__main__":

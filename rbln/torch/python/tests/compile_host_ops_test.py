@@ -82,12 +82,20 @@ def test_host_op_transfers_show_in_explain():
     xd = x.to(DEV)
     torch.rbln.bind_device_memory(xd)
     f(xd)  # Compiles; the second call runs the cached programs.
+    copies = ("storage/d2d_same_chiplet_copies", "storage/d2d_cross_chiplet_copies")
+    before = torch_rbln._C._counters()
     with torch.rbln.explain() as r:
         a, b = f(xd)
+    after = torch_rbln._C._counters()
     rt = r.to_dict()["runtime"]
     assert rt["physical_d2h"]["count"] >= 1
     assert rt["physical_d2h"]["bytes"] >= 32 * 16 * 2  # relu's result, for nonzero
     assert rt["push"]["count"] >= 1  # nonzero's indices, uploaded for segment 1
+    # The upload is a plain upload: nonzero's (column-major) indices are laid
+    # out contiguously on the host, so no device copy makes them contiguous
+    # on the device (no runtime/v2v_slow).
+    assert "runtime/v2v_slow" not in r.to_dict()["signals"], r.report()
+    assert all(after.get(k, 0) == before.get(k, 0) for k in copies), r.report()
     torch.testing.assert_close(b.cpu(), nonzero_in_the_middle(x)[1])
 
 

@@ -1,5 +1,5 @@
 """Pre-dispatch checks, their order and switches, compiled-kernel ops."""
-# spec: G1, G2, G3, H1, H2, H3, H6, H8
+# spec: G1, G2, G3, H1, H2, H3, H4, H6, H8
 
 import sys
 
@@ -236,3 +236,51 @@ def test_reductions_softmax_and_matmul_compile(dtype):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))
+
+
+# One attention call that fails every pre-dispatch check: float32 (dtype), a
+# 0-dim device mask (scalar), a NaN in the query (NaN/Inf), head dim 32
+# (alignment, H3), query length 5 (attention, H4) and a query at storage
+# offset 32 (H6). The child prints which checks fired, as counter deltas.
+_H1_SEQUENCE_CALL = (
+    "import torch, torch.nn.functional as F\n"
+    "base = torch.randn(1, 6, 32)\n"
+    "base[0, 2, 3] = float('nan')\n"
+    "k, v = torch.randn(1, 7, 32), torch.randn(1, 7, 32)\n"
+    "mask = torch.tensor(0.5)\n"
+    "want = F.scaled_dot_product_attention(base[:, 1:], k, v, attn_mask=mask)\n"
+    "dq = base.to('rbln')[:, 1:]\n"
+    "assert dq.is_contiguous() and dq.storage_offset() == 32\n"
+    "before = torch.rbln.counters()\n"
+    "got = F.scaled_dot_product_attention(dq, k.to('rbln'), v.to('rbln'),"
+    " attn_mask=mask.to('rbln'))\n"
+    "after = torch.rbln.counters()\n"
+    "torch.testing.assert_close(got.cpu(), want, equal_nan=True)\n"
+    "prefix = 'dispatch/cpu_fallback_why/'\n"
+    "fired = sorted(k[len(prefix):].split('/', 1)[1] for k in after"
+    " if k.startswith(prefix) and after[k] != before.get(k, 0))\n"
+    "print(fired, after.get('dispatch/compiled_runs', 0) - before.get('dispatch/compiled_runs', 0))\n"
+)
+
+
+def test_checks_fire_in_the_spec_order():
+    # spec: H1, H2, H3, H4, H6 -- disabling the checks one by one in the
+    # spec's order (dtype, scalar, NaN/Inf, alignment, attention length,
+    # storage offset) makes the next one fire; every result equals the CPU's.
+    order = ["dtype", "scalar", "nan_inf", "alignment", "attention", "storage_offset"]
+    reasons = dict(zip(order, order))
+    reasons["attention"] = "query sequence length 5 not aligned to 32"
+    for i, check in enumerate(order):
+        disabled = ",".join(order[:i])
+        r = rbln_test_util.run_python(
+            _H1_SEQUENCE_CALL, {"TORCH_RBLN_DEV_DISABLE_OP_CPU_FALLBACK": disabled or None}
+        )
+        assert r.returncode == 0, (disabled, r.stderr)
+        assert r.stdout.strip() == f"[{reasons[check]!r}] 0", (disabled, r.stdout)
+    # With every check off the call compiles as it is (its compile may still
+    # fall back, but no check decides it).
+    r = rbln_test_util.run_python(
+        _H1_SEQUENCE_CALL, {"TORCH_RBLN_DEV_DISABLE_OP_CPU_FALLBACK": "all"}
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().split("] ")[0] in ("[", "['compile_error'"), r.stdout

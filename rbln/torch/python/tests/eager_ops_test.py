@@ -93,10 +93,10 @@ def test_sdpa_misaligned_query_message_at_info():
     assert r.stdout.strip() == "(1, 2, 17, 64)"
     assert ("[TORCH-RBLN][INFO] sdpa_overrideable (query sequence length 17 not aligned "
             "to 32) op ran on CPU (at <string>:4(<module>))") in r.stderr
-    # TORCH_RBLN_DEV_DISABLE_OP_CPU_FALLBACK=alignment skips the check (H2).
+    # TORCH_RBLN_DEV_DISABLE_OP_CPU_FALLBACK=attention skips the check (H2).
     r = rbln_test_util.run_python(
         code + "print(torch.rbln.counters().get('dispatch/compiled_runs', 0) > 0)\n",
-        {"TORCH_RBLN_LOG_LEVEL": "INFO", "TORCH_RBLN_DEV_DISABLE_OP_CPU_FALLBACK": "alignment"})
+        {"TORCH_RBLN_LOG_LEVEL": "INFO", "TORCH_RBLN_DEV_DISABLE_OP_CPU_FALLBACK": "attention"})
     assert r.returncode == 0, r.stderr
     assert "sdpa_overrideable" not in r.stderr and r.stdout.split()[-1] == "True", r.stdout
 

@@ -6,7 +6,7 @@ input of its OpInfo entries (`torch.testing._internal.common_methods_invocations
 match within tolerance, or rbln must raise the same exception type as CPU. The
 per-op table (samples, passed, ran compiled, fell back) is printed.
 
-The alignment and storage-offset checks are switched off
+The alignment, attention-length and storage-offset checks are switched off
 (TORCH_RBLN_DEV_DISABLE_OP_CPU_FALLBACK) so that OpInfo's odd shapes reach the
 compiled kernels instead of the CPU fallback; the checks themselves are tested
 in dispatch_test.py.
@@ -15,7 +15,7 @@ in dispatch_test.py.
 
 import os
 
-os.environ.setdefault("TORCH_RBLN_DEV_DISABLE_OP_CPU_FALLBACK", "alignment,storage_offset")
+os.environ.setdefault("TORCH_RBLN_DEV_DISABLE_OP_CPU_FALLBACK", "alignment,attention,storage_offset")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

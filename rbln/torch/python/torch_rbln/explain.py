@@ -17,6 +17,10 @@ What the report counts, mapped to the runtime's real events:
   rebel runtime: N program runs, T in librbln
       programs the executor ran (runtime/executions) and the time spent inside
       them (runtime/execution_ns), excluding argument mapping and transfers.
+  inter-NPU link: N split runs, workers on npu.A (W), npu.B (W)
+      only when programs split over several NPUs of an RSD group ran
+      (runtime/multi_npu_executions): how many, and the worker slices each
+      NPU ran (runtime/slices/npu.N.chiplet.C) -- the work across NPUs.
   v2h BYTES/N
       host reads of rbln ("virtual") storage: .cpu(), .item(), the inputs of
       CPU fallbacks and of the NaN/Inf check (storage/host_reads). Served from
@@ -256,6 +260,18 @@ class ExplainRegion:
                     entry["why"].append(why)
         return sorted(ops.values(), key=lambda e: (-e["count"], e["op"]))
 
+    def _slices_per_npu(self) -> dict:
+        """{"npu.N": worker slices run on that NPU's compute units}."""
+        out = {}
+        for key in self._after:
+            if not key.startswith("runtime/slices/npu."):
+                continue
+            n = self._d(key)
+            if n:
+                npu = ".".join(key.split("/")[-1].split(".")[:2])
+                out[npu] = out.get(npu, 0) + n
+        return dict(sorted(out.items()))
+
     def verdict(self) -> str:
         """"clean" when no signal fired in the region, else "overhead"."""
         self._check_done("verdict")
@@ -275,6 +291,8 @@ class ExplainRegion:
                 "program_runs": self._d("runtime/executions"),
                 "execution_seconds": self._d("runtime/execution_ns") * 1e-9,
                 "compiles": self._d("compiler/compiles"),
+                "multi_npu_runs": self._d("runtime/multi_npu_executions"),
+                "slices_per_npu": self._slices_per_npu(),
                 "v2h": {"count": self._d("storage/host_reads"), "bytes": self._d("storage/host_read_bytes")},
                 "h2v": {"count": self._d("storage/host_writes"), "bytes": self._d("storage/host_write_bytes")},
                 "push": {
@@ -316,6 +334,11 @@ class ExplainRegion:
             f"    v2h {_bytes(rt['v2h']['bytes'])}/{rt['v2h']['count']}  "
             f"h2v {_bytes(rt['h2v']['bytes'])}/{rt['h2v']['count']}",
         ]
+        if rt["multi_npu_runs"]:
+            # Programs split over several NPUs of the group ran (SPEC A7).
+            per_npu = ", ".join(f"{npu} ({n})" for npu, n in rt["slices_per_npu"].items())
+            lines.append(f"  inter-NPU link: {rt['multi_npu_runs']} split runs, "
+                         f"worker slices on {per_npu}")
         push = rt["push"]
         push_line = f"  host->device push (runtime): {push['count']} pushes, {_bytes(push['bytes'])}"
         if push["count"]:

@@ -258,7 +258,8 @@ def manual_seed_all(seed: int) -> None:
 
 
 def get_amp_supported_dtype():
-    return [torch.float16, torch.bfloat16]
+    # The dtypes compiled kernels compute in (one table, device_dtypes.h).
+    return [getattr(torch, name) for name in _C._compiled_kernel_dtypes()]
 
 
 def get_device_profile() -> dict:

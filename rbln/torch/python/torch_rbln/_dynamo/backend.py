@@ -74,8 +74,6 @@ _compiled_graphs = []
 # (graph name, exception) of every compile failure since the last reset.
 _compile_failures = []
 _graph_counter = 0
-# Logical devices whose multi-NPU group was reported as unsplit (A7).
-_warned_unsplit_groups = set()
 # IR ops the compiler's frontend converts (asked once).
 _implemented_ops = None
 
@@ -107,7 +105,9 @@ class _Options:
                 "(the RSD group size)"
             )
         self.npu = options.get("npu")
-        self._checked_devices = set()  # Logical devices check_num_devices() passed.
+        self._npus_by_device = {}  # Logical device index -> NPUs per program.
+        # The device the graph was captured on (from the example inputs).
+        self.compile_device = None
         self.host_ops = _host_ops.parse_mode(options.get("host_ops"))
         self.cache_dir = self._check_cache_dir(options.get("cache_dir"))
         self._check_npu()
@@ -149,41 +149,27 @@ class _Options:
                 "or run on a matching device"
             )
 
-    def check_num_devices(self, device: torch.device) -> None:
-        """num_devices must fit the logical device's RSD group (SPEC J5), and
-        programs cannot be split over NPUs yet (SPEC A7): an explicit
-        num_devices > 1 is an error; a group of several NPUs without the
-        option runs each program on the group's first NPU, said once."""
+    def npus_for(self, device: torch.device) -> int:
+        """The NPUs a program for `device` is split over (SPEC A7, J5): the
+        logical device's whole RSD group, or `num_devices` of it (its first
+        NPUs). More than the group has is an error naming the group and the
+        fix."""
         index = device.index if device.index is not None else _C._current_device()
-        if index in self._checked_devices:
-            return  # The device map is fixed once committed.
+        npus = self._npus_by_device.get(index)
+        if npus is not None:
+            return npus  # The device map is fixed once committed.
         group = _C._device_map()["devices"][index]
-        if self.num_devices is None:
-            if len(group) > 1 and index not in _warned_unsplit_groups:
-                _warned_unsplit_groups.add(index)
-                print(
-                    f"[TORCH-RBLN][WARNING] rbln backend: {device} groups {len(group)} NPUs "
-                    f"(physical {group}) but compiled programs are not split over NPUs yet "
-                    f"(SPEC A7); they run on NPU {group[0]} only. Pass options="
-                    "{'num_devices': 1} to say so, or use a logical device of one NPU",
-                    file=sys.stderr, flush=True)
-            self._checked_devices.add(index)
-            return
-        if self.num_devices > len(group):
+        npus = len(group) if self.num_devices is None else self.num_devices
+        if npus > len(group):
             raise ValueError(
                 f"rbln backend: option num_devices={self.num_devices} but {device} groups "
-                f"{len(group)} NPU(s) (physical {group}); use num_devices <= {len(group)} or a "
-                "logical device with a larger group (RBLN_NPUS_PER_DEVICE / RBLN_DEVICE_MAP)"
+                f"{len(group)} NPU(s) (physical {group}); use num_devices <= {len(group)} "
+                f"(or leave it out to split over the whole group), or a logical device with "
+                f"a larger group (RBLN_NPUS_PER_DEVICE / RBLN_DEVICE_MAP on ATOM; several "
+                "Rebel100 cards need torch.distributed with rbln-ccl)"
             )
-        if self.num_devices > 1:
-            raise ValueError(
-                f"rbln backend: option num_devices={self.num_devices} asks to split each program "
-                f"over {self.num_devices} NPUs of {device}'s group {group}, but the rbln compiler "
-                "cannot partition programs over NPUs yet (SPEC A7); use num_devices=1 (the "
-                f"program runs on NPU {group[0]}), or torch.distributed with rbln-ccl to use "
-                "several NPUs"
-            )
-        self._checked_devices.add(index)
+        self._npus_by_device[index] = npus
+        return npus
 
 
 class CompileFailure(RuntimeError):
@@ -257,13 +243,21 @@ class CompiledGraph:
         self._last_outputs = []
         self._last_inputs = []
         self.compile_seconds = 0.0
+        # NPUs of the RSD group each program is split over (SPEC A7).
+        self.num_npus = None
         # Compile each new input shape even if the graph reads sizes: set for
         # segments after data-dependent host ops (host_ops.SegmentedGraph).
         self.respecialize = False
 
     # -- compiling ----------------------------------------------------------
+    def _target_npus(self, device=None):
+        device = device or self.options.compile_device or torch.device(
+            "rbln", _C._current_device())
+        return self.options.npus_for(device)
+
     def compile_static(self):
         start = time.perf_counter()
+        self.num_npus = self._target_npus()
         try:
             ir = _fx_to_ir.fx_to_ir(self.gm, self.name, folded=self._folded)
         except _fx_to_ir.DynamicShapeError:
@@ -281,7 +275,9 @@ class CompiledGraph:
             return ir, None  # Only inputs and constants are returned.
         # A cache_dir is part of the key: compiling there must leave the
         # program on that disk even if it is already in memory elsewhere.
-        key = (ir.key(), self.options.cache_dir)
+        if self.num_npus is None:
+            self.num_npus = self._target_npus()
+        key = (ir.key(), self.options.cache_dir, self.num_npus)
         with _lock:
             program = _program_cache.get(key)
         if program is None:
@@ -292,7 +288,7 @@ class CompiledGraph:
             program_name = _content_name(ir)
             try:
                 program = _C._graph_compile(program_name, ir.inputs, ir.nodes, ir.outputs,
-                                            self.options.cache_dir)
+                                            self.options.cache_dir, self.num_npus)
             except (NotImplementedError, RuntimeError) as e:
                 # Messages name the graph as the user sees it.
                 try:
@@ -306,9 +302,20 @@ class CompiledGraph:
         self.compile_seconds += elapsed
         _log_info(
             f"graph {self.name}: compile {elapsed * 1e3:.1f} ms "
-            f"({len(ir.nodes)} ops, {len(ir.inputs)} inputs, {len(ir.outputs)} outputs)"
+            f"({len(ir.nodes)} ops, {len(ir.inputs)} inputs, {len(ir.outputs)} outputs, "
+            f"{program.num_workers} worker(s) on {self.num_npus} NPU(s))"
         )
         return ir, program
+
+    def _retarget(self, device):
+        """Recompiles the programs when `device`'s group takes another NPU
+        count than the one they were split for."""
+        npus = self._target_npus(device)
+        if npus == self.num_npus:
+            return
+        self.num_npus = npus
+        for key, (ir, _) in list(self._programs.items()):
+            self._programs[key] = self._compile_ir(ir)
 
     def _specialize(self, args):
         key = tuple(
@@ -371,7 +378,6 @@ class CompiledGraph:
         a call with CPU arguments only runs on the current device and returns
         CPU tensors)."""
         args = list(args)
-        ir, program = self._programs[None] if not self._dynamic else self._specialize(args)
         inputs = []
         on_host = False
         if device is None:
@@ -382,7 +388,8 @@ class CompiledGraph:
             on_host = device is None
             if on_host:
                 device = torch.device("rbln", _C._current_device())
-        self.options.check_num_devices(device)
+        self._retarget(device)
+        ir, program = self._programs[None] if not self._dynamic else self._specialize(args)
         originals = []  # What the graph was given, for returned inputs.
         uploaded = None  # (seconds, tensors, bytes) of constants uploaded now
         for kind, src in ir.input_sources:
@@ -390,7 +397,12 @@ class CompiledGraph:
                 t = args[src]
                 originals.append(t)
                 if t.device != device and t.device.type != "meta":
-                    t = t.to(device)  # CPU call arguments are uploaded each call.
+                    # CPU call arguments (and host-op results, e.g. nonzero's
+                    # column-major indices) are uploaded each call, laid out
+                    # contiguously on the host: programs take contiguous
+                    # buffers, and a strided upload would cost a device copy
+                    # (runtime/v2v_slow) to make it contiguous there.
+                    t = t.to(device, memory_format=torch.contiguous_format)
             else:
                 t0 = time.perf_counter()
                 new = self._constant_key(kind, src, device) not in self._constants
@@ -461,6 +473,7 @@ class CompiledGraph:
                 # A graph without host ops is one program; graphs with host
                 # ops are SegmentedGraphs (host_ops.py).
                 "host_ops": [],
+                "partitioning": partitioning(program, self.num_npus, self._device_index()),
             })
         buffers = device_buffers_per_chiplet({
             "inputs": [r() for r in self._last_inputs],
@@ -480,12 +493,43 @@ class CompiledGraph:
             "compile_seconds": self.compile_seconds,
         }
 
+    def _device_index(self):
+        """The logical device of the latest run (else the current one)."""
+        for ref in self._last_inputs + self._last_outputs:
+            t = ref()
+            if t is not None:
+                return t.device.index
+        return _C._current_device()
+
     def __repr__(self):
         ops = sum(len(ir.nodes) for ir, _ in self._programs.values())
         return f"<rbln CompiledGraph {self.name}: {len(self._programs)} program(s), {ops} ops>"
 
 
 _BUFFER_KINDS = ("inputs", "outputs", "constants")
+
+
+def partitioning(program, num_npus, device_index) -> dict:
+    """How `program` is split over the RSD group of logical device
+    `device_index` (SPEC A2, A7): its workers, how many run on each NPU, and
+    the workspace bytes (its internal buffers) each run places on each
+    chiplet."""
+    chiplets = _C._device_profile()["chiplets_per_npu"]
+    group = _C._device_map()["devices"][device_index]
+    workers = program.num_workers
+    per_npu = {}
+    workspace = {}
+    for w, nbytes in enumerate(program.workspace_bytes):
+        npu = group[w // chiplets] if w // chiplets < len(group) else None
+        key = f"npu.{npu}.chiplet.{w % chiplets}"
+        per_npu[f"npu.{npu}"] = per_npu.get(f"npu.{npu}", 0) + 1
+        workspace[key] = workspace.get(key, 0) + nbytes
+    return {
+        "num_npus": num_npus,
+        "workers": workers,
+        "workers_per_npu": per_npu,
+        "workspace_bytes_per_chiplet": workspace,
+    }
 
 
 def _chiplet_keys():
@@ -705,6 +749,10 @@ def rbln_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=No
 
     def compile_aten(aten_gm, aten_inputs, kind):
         t0 = time.perf_counter()
+        if opts.compile_device is None:
+            opts.compile_device = next(
+                (a.device for a in aten_inputs
+                 if isinstance(a, torch.Tensor) and a.device.type == "rbln"), None)
         graph = _graph_for(aten_gm, f"{name}_{kind}", opts)
         graph.compile_static()
         with _lock:
