@@ -81,14 +81,18 @@ constexpr PipelineTable kMlir16Pipelines = {
 // GEMMs from the BLAS rewrite), so fusion is our rbln-fuse-elementwise-ops
 // (elementwise_fusion_pass.h); buffer-deallocation became
 // buffer-deallocation-pipeline (18) and convert-memref-to-llvm
-// finalize-memref-to-llvm (17).
+// finalize-memref-to-llvm (17). 19's scf.for bufferization keeps memref
+// iter_args until canonicalize folds them, so canonicalize runs before
+// drop-equivalent-buffer-results (else an in-place loop result, e.g.
+// index_copy's, is returned as a clone the LLVM lowering cannot translate).
 constexpr PipelineTable kMlir19Pipelines = {
     19,
     "canonicalize,cse,rbln-fuse-elementwise-ops,canonicalize,cse",
     "empty-tensor-to-alloc-tensor,"
     "one-shot-bufferize{bufferize-function-boundaries "
     "function-boundary-type-conversion=identity-layout-map},"
-    "drop-equivalent-buffer-results,buffer-deallocation-pipeline,"
+    "canonicalize,drop-equivalent-buffer-results,"
+    "buffer-deallocation-pipeline,"
     "canonicalize",
     "func.func(convert-linalg-to-loops),expand-strided-metadata,"
     "lower-affine,func.func(convert-scf-to-cf)",
