@@ -570,23 +570,19 @@ absl::Status ConvertMul(GraphImporter& im, const ir::Node& node) {
   return EmitArithmetic(im, node, &Mul);
 }
 
-// Integer a / b rounded toward zero. Dividing by 0 gives 0 and INT_MIN / -1
-// wraps, where the hardware would trap.
+// Integer a / b rounded toward zero; `y` is never 0 (CheckedDivisor).
+// INT_MIN / -1 wraps, where the hardware would trap.
 Value TruncDivInt(OpBuilder& b, Location l, Value x, Value y) {
   Type t = x.getType();
   Value zero = IntConstant(b, l, t, 0), one = IntConstant(b, l, t, 1);
-  Value by_zero = Compare(b, l, Cmp::kEq, y, zero);
   Value by_minus_one = Compare(b, l, Cmp::kEq, y, IntConstant(b, l, t, -1));
-  Value safe =
-      Select(b, l, b.create<arith::OrIOp>(l, by_zero, by_minus_one), one, y);
-  Value q = b.create<arith::DivSIOp>(l, x, safe);
-  q = Select(b, l, by_minus_one, Sub(b, l, zero, x), q);
-  return Select(b, l, by_zero, zero, q);
+  Value q = b.create<arith::DivSIOp>(l, x, Select(b, l, by_minus_one, one, y));
+  return Select(b, l, by_minus_one, Sub(b, l, zero, x), q);
 }
 
 // Integer floor division: the truncated quotient, one less when the
-// remainder is nonzero and its sign differs from the divisor's (0 when
-// dividing by 0, like TruncDivInt).
+// remainder is nonzero and its sign differs from the divisor's. `y` is
+// never 0 (CheckedDivisor).
 Value FloorDivInt(OpBuilder& b, Location l, Value x, Value y) {
   Type t = x.getType();
   Value zero = IntConstant(b, l, t, 0);
@@ -596,8 +592,7 @@ Value FloorDivInt(OpBuilder& b, Location l, Value x, Value y) {
       l, Compare(b, l, Cmp::kNe, r, zero),
       Compare(b, l, Cmp::kNe, Compare(b, l, Cmp::kLt, r, zero),
               Compare(b, l, Cmp::kLt, y, zero)));
-  Value floor = Select(b, l, adjust, Sub(b, l, q, IntConstant(b, l, t, 1)), q);
-  return Select(b, l, Compare(b, l, Cmp::kEq, y, zero), zero, floor);
+  return Select(b, l, adjust, Sub(b, l, q, IntConstant(b, l, t, 1)), q);
 }
 
 // Rounds an f32 compute value to the half type the op computes in, or
@@ -668,16 +663,16 @@ absl::Status ConvertDiv(GraphImporter& im, const ir::Node& node) {
       return b.create<arith::DivFOp>(l, x, y);
     };
   } else if (mode == "trunc") {
-    fn = [&round](OpBuilder& b, Location l, Value x, Value y) -> Value {
-      if (!IsFp(x)) return TruncDivInt(b, l, x, y);
+    fn = [&im, &round](OpBuilder& b, Location l, Value x, Value y) -> Value {
+      if (!IsFp(x)) return TruncDivInt(b, l, x, im.CheckedDivisor(b, y));
       // E.g. f16 138.95 / 1 -> 139.0 -> 139, not 138.
       Value quotient = round(b, b.create<arith::DivFOp>(l, x, y));
       return b.create<math::TruncOp>(l, quotient);
     };
   } else if (mode == "floor") {
-    fn = [&round](OpBuilder& b, Location l, Value x, Value y) -> Value {
+    fn = [&im, &round](OpBuilder& b, Location l, Value x, Value y) -> Value {
       return IsFp(x) ? FloorDivFloat(b, l, x, y, round)
-                     : FloorDivInt(b, l, x, y);
+                     : FloorDivInt(b, l, x, im.CheckedDivisor(b, y));
     };
   } else {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -686,6 +681,19 @@ absl::Status ConvertDiv(GraphImporter& im, const ir::Node& node) {
         mode));
   }
   if (out == ir::BOOL) return NotImplementedFor(node, out);
+  // A zero Python-scalar divisor is known now: fail before native code runs,
+  // so nothing is written to the caller's output (an empty output divides
+  // nothing, and ATen does not raise for it either).
+  const ir::Attribute* other = FindAttr(node, "other");
+  const bool empty_output =
+      absl::c_linear_search(ShapeOf(node.outputs(0).type()), 0);
+  if (!mode.empty() && !IsFloat(out) && other != nullptr &&
+      AsDouble(*other) == 0 && !empty_output) {
+    return absl::UnknownError(absl::StrFormat(
+        "ZeroDivisionError: integer division by zero in div (output %%%s): "
+        "the divisor is the scalar 0",
+        node.outputs(0).name()));
+  }
   return EmitArithmetic(im, node, fn);
 }
 
