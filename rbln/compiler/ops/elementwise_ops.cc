@@ -483,18 +483,14 @@ absl::Status EmitUnary(GraphImporter& im, const ir::Node& node,
 // --- Arithmetic. ---
 
 // Bool add: logical or of the operands (a scalar operand tested for
-// nonzero), the second one first and-ed with a bool alpha.
+// nonzero), the second one dropped by a zero alpha.
 absl::Status ConvertBoolAdd(GraphImporter& im, const ir::Node& node,
                             const ir::Attribute* alpha) {
   for (ir::DType t : InputDTypes(im, node)) {
     if (t != ir::BOOL) return NotImplementedFor(node, t);
   }
-  if (alpha != nullptr && alpha->value_case() != ir::Attribute::kB &&
-      AsDouble(*alpha) != 1.0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "add: boolean inputs take a boolean alpha, got %g",
-        AsDouble(*alpha)));
-  }
+  // A bool or int alpha (a float one was refused): a + alpha * b stored as
+  // bool is a | b for a nonzero alpha, a for alpha 0.
   const bool keep_rhs = alpha == nullptr || AsDouble(*alpha) != 0;
   const ir::Attribute* other = FindAttr(node, "other");
   return Emit(im, node, InputDTypes(im, node),
@@ -516,32 +512,38 @@ absl::Status ConvertBoolAdd(GraphImporter& im, const ir::Node& node,
 //   the product of two half values is exact in f32, and the sum rounds once;
 // - float32 fuses alpha * b + a into one rounding (ATen's vec::fmadd), so
 //   the product is an explicit math.fma, never a contraction left to LLVM;
-// - integers take an integral alpha only (a + alpha * b, wrapping);
-// - bool add is logical or (with a bool alpha: a | (alpha & b)); bool sub is
+// - integers and bool take an int (or, bool only, a bool) alpha only;
+//   integers compute a + alpha * b, wrapping;
+// - bool add is logical or (a | (alpha != 0 & b)); bool sub is
 //   not implemented (PyTorch raises).
 absl::Status ConvertAddOrSub(GraphImporter& im, const ir::Node& node,
                              bool subtract) {
   if (absl::Status s = CheckBinary(node); !s.ok()) return s;
   const ir::DType out = OutDType(node);
-  const ir::Attribute* alpha_attr = FindAttr(node, "alpha");
-  // PyTorch rejects any Python float alpha here; IR producers write
-  // integral alphas as floats too (test_graphs.h), so only a fractional one
-  // is an error.
-  const bool fractional_alpha =
-      alpha_attr != nullptr && alpha_attr->value_case() == ir::Attribute::kF &&
-      alpha_attr->f() != std::trunc(alpha_attr->f());
-  if (!IsFloat(out) && out != ir::BOOL && fractional_alpha) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: for integral input tensors, argument alpha must not be a "
-        "floating point number (got alpha=%g on %s)",
-        node.op(), alpha_attr->f(), DTypeText(out)));
-  }
-  if (out == ir::BOOL || (subtract && absl::c_linear_search(
+  if (subtract && (out == ir::BOOL || absl::c_linear_search(
                                           InputDTypes(im, node), ir::BOOL))) {
-    // PyTorch raises for it; callers that fall back to ATen get its message.
-    if (subtract) return NotImplementedFor(node, ir::BOOL);
-    return ConvertBoolAdd(im, node, alpha_attr);
+    // PyTorch raises for it (before checking alpha); callers that fall back
+    // to ATen get its message.
+    return NotImplementedFor(node, ir::BOOL);
   }
+  const ir::Attribute* alpha_attr = FindAttr(node, "alpha");
+  // ATen's alpha_check, by the kind of Python scalar: producers write an int
+  // alpha as an int attribute and a float one (even 2.0) as a float one.
+  if (alpha_attr != nullptr &&
+      alpha_attr->value_case() == ir::Attribute::kB && out != ir::BOOL) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "Boolean alpha only supported for Boolean results. (%s on %s got "
+        "alpha=%s)",
+        node.op(), DTypeText(out), alpha_attr->b() ? "True" : "False"));
+  }
+  if (alpha_attr != nullptr &&
+      alpha_attr->value_case() == ir::Attribute::kF && !IsFloat(out)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "For integral input tensors, argument alpha must not be a floating "
+        "point number. (%s on %s got alpha=%g; pass an integer alpha)",
+        node.op(), DTypeText(out), alpha_attr->f()));
+  }
+  if (out == ir::BOOL) return ConvertBoolAdd(im, node, alpha_attr);
   double alpha = FloatAttr(node, "alpha", 1.0);
   if (subtract) alpha = -alpha;
   if (IsFloat(out)) alpha = RoundToDType(alpha, out);

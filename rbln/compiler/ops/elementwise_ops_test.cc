@@ -583,7 +583,7 @@ std::vector<BinaryCase> BinaryCases() {
        0.1},
       {"sub_alpha",
        "sub",
-       {{"alpha", F(2.0)}},
+       {{"alpha", I(2)}},  // a Python int: valid on every dtype
        K::kArithmetic,
        [](float a, float b) { return a - 2.0f * b; },
        [](int64_t a, int64_t b) { return WrapSub(a, WrapMul(2, b)); },
@@ -1901,6 +1901,76 @@ TEST(ElementwiseOpsTest, BoolAddAndAlphaErrors) {
   ASSERT_FALSE(float_alpha.ok());
   EXPECT_THAT(float_alpha.status().message(),
               HasSubstr("argument alpha must not be a floating point number"));
+}
+
+// ATen's alpha_check decides by the kind of Python scalar, not its value: a
+// float alpha (even 2.0) is refused on integer and bool results, a bool one
+// on non-bool results; an int alpha is valid everywhere. Producers carry the
+// kind as the attribute's type (an int alpha is an int attribute).
+// (Issue #4's PyTorch semantics; no SPEC item names alpha.)
+TEST(ElementwiseOpsTest, AlphaKindFollowsATensAlphaCheck) {
+  for (const char* op : {"add", "sub"}) {
+    for (ir::DType t : {ir::INT32, ir::INT64, ir::BOOL}) {
+      // Bool sub is refused first, whatever alpha (BoolAddAndAlphaErrors).
+      if (std::string(op) == "sub" && t == ir::BOOL) continue;
+      const ir::TensorType t4 = Type(t, {4});
+      const std::string what = absl::StrCat(op, " on ", ir::DType_Name(t));
+      for (const ir::Attribute& alpha : {F(2.0), F(1.0), F(0.0)}) {
+        absl::StatusOr<HostTensor> r =
+            RunGraph(OpGraph(op, {t4, t4}, t4, {{"alpha", alpha}}),
+                     {IntTensor(t4, {1, 0, 1, 0}), IntTensor(t4, {1, 1, 0, 0})});
+        ASSERT_FALSE(r.ok()) << what << " alpha=" << alpha.f();
+        EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+        EXPECT_THAT(std::string(r.status().message()),
+                    ::testing::StartsWith(
+                        "For integral input tensors, argument alpha must not "
+                        "be a floating point number."))
+            << what;
+      }
+      // The scalar form too.
+      absl::StatusOr<HostTensor> r = RunGraph(
+          OpGraph(op, {t4}, t4, {{"other", I(1)}, {"alpha", F(2.0)}}),
+          {IntTensor(t4, {1, 0, 1, 0})});
+      ASSERT_FALSE(r.ok()) << what;
+      EXPECT_THAT(r.status().message(),
+                  HasSubstr("argument alpha must not be a floating point"));
+    }
+    for (ir::DType t : {ir::INT32, ir::FLOAT16, ir::FLOAT32}) {
+      const ir::TensorType t4 = Type(t, {4});
+      absl::StatusOr<HostTensor> r =
+          RunGraph(OpGraph(op, {t4, t4}, t4, {{"alpha", B(true)}}),
+                   {IntTensor(t4, {1, 2, 3, 4}), IntTensor(t4, {1, 1, 1, 1})});
+      ASSERT_FALSE(r.ok()) << op << " " << ir::DType_Name(t);
+      EXPECT_THAT(std::string(r.status().message()),
+                  ::testing::StartsWith(
+                      "Boolean alpha only supported for Boolean results."));
+    }
+  }
+  // An int alpha: a + alpha * b on integers and floats, a | (alpha != 0 & b)
+  // on bool; a float alpha on floats.
+  const ir::TensorType i4 = Type(ir::INT64, {4});
+  absl::StatusOr<HostTensor> r =
+      RunGraph(OpGraph("sub", {i4, i4}, i4, {{"alpha", I(3)}}),
+               {IntTensor(i4, {10, 0, -5, 7}), IntTensor(i4, {1, 2, -3, 0})});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectMatches(*r, IntTensor(i4, {7, -6, 4, 7}), 0, "int64 sub alpha=3");
+  const ir::TensorType f4 = Type(ir::FLOAT32, {4});
+  for (const ir::Attribute& alpha : {I(2), F(2.0)}) {
+    r = RunGraph(OpGraph("add", {f4, f4}, f4, {{"alpha", alpha}}),
+                 {IntTensor(f4, {1, 2, 3, 4}), IntTensor(f4, {1, -1, 0, 2})});
+    ASSERT_TRUE(r.ok()) << r.status();
+    ExpectMatches(*r, IntTensor(f4, {3, 0, 3, 8}), 0, "float32 add alpha=2");
+  }
+  const ir::TensorType b4 = Type(ir::BOOL, {4});
+  for (int64_t alpha : {2, 0}) {
+    r = RunGraph(OpGraph("add", {b4, b4}, b4, {{"alpha", I(alpha)}}),
+                 {IntTensor(b4, {1, 0, 0, 1}), IntTensor(b4, {1, 1, 0, 0})});
+    ASSERT_TRUE(r.ok()) << r.status();
+    ExpectMatches(*r,
+                  IntTensor(b4, alpha != 0 ? std::vector<int64_t>{1, 1, 0, 1}
+                                           : std::vector<int64_t>{1, 0, 0, 1}),
+                  0, absl::StrCat("bool add alpha=", alpha));
+  }
 }
 
 // --- SPEC P1: (x * gain + bias) * 0.5. ---
