@@ -1,10 +1,11 @@
-"""Errors of rbln eager ops have the CPU's exception type and message.
+"""Errors of rbln ops have the CPU's exception type and message.
 
 Where a Python meta kernel (torch._refs) refuses the arguments with an error
 of its own -- amax/amin over an empty dim on the types the device computes,
 bool floor division -- the shim lets the CPU kernel decide, so the caller sees
-exactly what PyTorch CPU raises."""
-# spec: G1, I3
+exactly what PyTorch CPU raises. Integer division by zero inside a compiled
+graph raises RuntimeError("ZeroDivisionError ...") as the CPU does."""
+# spec: G1, I1, I3
 
 import sys
 
@@ -73,6 +74,24 @@ def test_bool_floor_division_raises_as_on_cpu(fn):
     with pytest.raises(NotImplementedError):
         fn(ar, b.to("rbln"))
     assert torch.equal(ar.cpu(), a)  # nothing written
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=str)
+@pytest.mark.parametrize("mode", ["floor", "trunc"])
+def test_compiled_integer_division_by_zero_raises_as_on_cpu(dtype, mode):
+    def compute(a, b):
+        return torch.div(a * 2, b, rounding_mode=mode) + 1
+
+    a = torch.tensor([7, -7, 3, 5], dtype=dtype)
+    zero = torch.tensor([2, 2, 0, 1], dtype=dtype)
+    with pytest.raises(RuntimeError, match="^ZeroDivisionError$"):
+        compute(a, zero)
+    f = torch.compile(compute, backend="rbln", dynamic=False)
+    with pytest.raises(RuntimeError, match=r"ZeroDivisionError: integer division by zero in div"):
+        f(a.to("rbln"), zero.to("rbln"))
+    # The same program divides when no divisor is zero.
+    nonzero = torch.tensor([2, 2, -3, 1], dtype=dtype)
+    assert torch.equal(f(a.to("rbln"), nonzero.to("rbln")).cpu(), compute(a, nonzero))
 
 
 if __name__ == "__main__":
