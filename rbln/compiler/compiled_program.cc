@@ -111,6 +111,8 @@ llvm::orc::SymbolMap RuntimeSymbols(llvm::orc::MangleAndInterner interner) {
   llvm::orc::SymbolMap symbols;
   symbols[interner(kReportIndexErrorSymbol)] =
       compat::ExportedSymbol(&rbln_report_index_error);
+  symbols[interner(kReportZeroDivisionSymbol)] =
+      compat::ExportedSymbol(&rbln_report_zero_division);
   symbols[interner(kChipletBarrierSymbol)] =
       compat::ExportedSymbol(&TimedChipletBarrier);
   return symbols;
@@ -238,7 +240,7 @@ CompiledProgram::CompiledProgram(std::unique_ptr<mlir::ExecutionEngine> engine,
 
 CompiledProgram::~CompiledProgram() = default;
 
-absl::Status CompiledProgram::IndexErrorStatus(const IndexError& e) const {
+absl::Status CompiledProgram::KernelErrorStatus(const KernelError& e) const {
   std::string where = "an unknown op";
   std::string dim = "?";
   if (e.site >= 0 && e.site < graph_.nodes_size()) {
@@ -250,6 +252,14 @@ absl::Status CompiledProgram::IndexErrorStatus(const IndexError& e) const {
           : it != node.attrs().end() && it->second.value_case() == ir::Attribute::kI
               ? absl::StrCat(it->second.i())
               : "0";
+  }
+  if (e.kind == KernelError::Kind::kZeroDivision) {
+    // ATen's integer division kernels raise RuntimeError("ZeroDivisionError")
+    // (a c10::Error, which ThrowStatus's default case raises too).
+    return absl::UnknownError(absl::StrFormat(
+        "ZeroDivisionError: integer division by zero in %s of program %s; "
+        "check the divisor for zeros (the outputs of this call are not valid)",
+        where, graph_.name()));
   }
   return absl::OutOfRangeError(absl::StrFormat(
       "index out of range in %s of program %s: index %d is not in the valid "
@@ -378,7 +388,7 @@ absl::Status CompiledProgram::Run(absl::Span<const runtime::BufferView> args,
   if (layout_.partitions > 1) return ExecutePartitioned(packed, context);
   ClearKernelError();
   entry_(packed.data());
-  if (std::optional<IndexError> e = TakeKernelError()) return IndexErrorStatus(*e);
+  if (std::optional<KernelError> e = TakeKernelError()) return KernelErrorStatus(*e);
   return absl::OkStatus();
 }
 
@@ -411,7 +421,7 @@ absl::Status CompiledProgram::ExecutePartitioned(
   const int workers = layout_.partitions;
   std::vector<int64_t> slice(workers);
   std::vector<std::vector<void*>> worker_packed(workers, packed);
-  std::vector<std::optional<IndexError>> errors(workers);
+  std::vector<std::optional<KernelError>> errors(workers);
   for (int w = 0; w < workers; ++w) {
     slice[w] = w;
     for (size_t i = 0; i < num_scratch; ++i) {
@@ -441,8 +451,8 @@ absl::Status CompiledProgram::ExecutePartitioned(
     absl::MutexLock lock(&times_mu_);
     last_slice_times_ = std::move(busy);
   }
-  for (const std::optional<IndexError>& e : errors) {
-    if (e.has_value()) return IndexErrorStatus(*e);
+  for (const std::optional<KernelError>& e : errors) {
+    if (e.has_value()) return KernelErrorStatus(*e);
   }
   return absl::OkStatus();
 }

@@ -28,7 +28,7 @@ class ModuleOp;
 
 namespace rbln::compiler {
 
-struct IndexError;
+struct KernelError;
 
 class CompiledProgram : public runtime::Executable {
  public:
@@ -55,7 +55,9 @@ class CompiledProgram : public runtime::Executable {
   // A gather index out of range fails with OutOfRange naming the op, the
   // index and the valid range (the kernel checks indices as it reads them,
   // clamps them so it never reads out of bounds, and reports the first bad
-  // one; see kernel_errors.h). A partitioned program runs its slices on the
+  // one; see kernel_errors.h). An integer division by zero fails with
+  // Unknown and the message ATen raises, "ZeroDivisionError" (outputs not
+  // valid). A partitioned program runs its slices on the
   // chiplet workers (see chiplet_team.h) with a scratch arena of this call.
   absl::Status Execute(absl::Span<const runtime::BufferView> args) const override;
   // Execute() that reports, for a partitioned program, one compute slice
@@ -87,7 +89,7 @@ class CompiledProgram : public runtime::Executable {
   const std::vector<ir::TensorType>& arg_types() const { return arg_types_; }
 
  private:
-  absl::Status IndexErrorStatus(const IndexError& e) const;
+  absl::Status KernelErrorStatus(const KernelError& e) const;
 
   CompiledProgram(std::unique_ptr<mlir::ExecutionEngine> engine,
                   std::unique_ptr<llvm::orc::LLJIT> jit, void (*entry)(void**),

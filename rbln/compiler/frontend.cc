@@ -254,20 +254,21 @@ absl::Status GraphImporter::EmitNode(const ir::Node& node) {
   return it->second(*this, node);
 }
 
+void GraphImporter::DeclareReportFunction(const char* name, int num_args) {
+  if (!declared_report_functions_.insert(name).second) return;
+  OpBuilder::InsertionGuard guard(builder_);
+  builder_.setInsertionPointToStart(module_.getBody());
+  auto decl = builder_.create<mlir::func::FuncOp>(
+      loc(), name,
+      builder_.getFunctionType(
+          llvm::SmallVector<Type>(num_args, builder_.getI64Type()), {}));
+  decl.setPrivate();
+}
+
 Value GraphImporter::CheckedIndex(OpBuilder& b, Value index, int64_t bound) {
   Location l = loc();
-  if (!declared_index_error_) {
-    // func.func private @rbln_report_index_error(i64, i64, i64)
-    OpBuilder::InsertionGuard guard(builder_);
-    builder_.setInsertionPointToStart(module_.getBody());
-    auto decl = builder_.create<mlir::func::FuncOp>(
-        l, kReportIndexErrorSymbol,
-        builder_.getFunctionType(
-            {builder_.getI64Type(), builder_.getI64Type(), builder_.getI64Type()},
-            {}));
-    decl.setPrivate();
-    declared_index_error_ = true;
-  }
+  // func.func private @rbln_report_index_error(i64, i64, i64)
+  DeclareReportFunction(kReportIndexErrorSymbol, 3);
   auto i64 = [&](int64_t v) -> Value {
     return b.create<mlir::arith::ConstantIntOp>(l, v, 64);
   };
@@ -291,6 +292,25 @@ Value GraphImporter::CheckedIndex(OpBuilder& b, Value index, int64_t bound) {
       l, below, i64(0),
       b.create<mlir::arith::SelectOp>(l, above, i64(bound - 1), v));
   return b.create<mlir::arith::IndexCastOp>(l, b.getIndexType(), clamped);
+}
+
+Value GraphImporter::CheckedDivisor(OpBuilder& b, Value divisor) {
+  Location l = loc();
+  // func.func private @rbln_report_zero_division(i64)
+  DeclareReportFunction(kReportZeroDivisionSymbol, 1);
+  Type t = divisor.getType();
+  Value zero = b.create<mlir::arith::ConstantOp>(l, b.getIntegerAttr(t, 0));
+  Value is_zero = b.create<mlir::arith::CmpIOp>(
+      l, mlir::arith::CmpIPredicate::eq, divisor, zero);
+  const int64_t site = current_node_;
+  b.create<mlir::scf::IfOp>(l, is_zero, [&](OpBuilder& then, Location tl) {
+    Value site_value = then.create<mlir::arith::ConstantIntOp>(tl, site, 64);
+    then.create<mlir::func::CallOp>(tl, kReportZeroDivisionSymbol,
+                                    mlir::TypeRange{}, ValueRange{site_value});
+    then.create<mlir::scf::YieldOp>(tl);
+  });
+  Value one = b.create<mlir::arith::ConstantOp>(l, b.getIntegerAttr(t, 1));
+  return b.create<mlir::arith::SelectOp>(l, is_zero, one, divisor);
 }
 
 absl::StatusOr<Value> GraphImporter::Elementwise(const ir::Node& node,

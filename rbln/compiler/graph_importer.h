@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "mlir/IR/Builders.h"
@@ -64,6 +65,11 @@ class GraphImporter {
   // `bound` must be positive.
   mlir::Value CheckedIndex(mlir::OpBuilder& b, mlir::Value index,
                            int64_t bound);
+  // An integer divisor checked for zero at run time: zero calls
+  // kReportZeroDivisionSymbol with the current node's position (ATen raises
+  // ZeroDivisionError there) and is replaced by 1, so the kernel never
+  // traps. Returns the divisor to divide by.
+  mlir::Value CheckedDivisor(mlir::OpBuilder& b, mlir::Value divisor);
   // Converts `node` with the registered converter of its op: composite ops
   // (attention) emit their steps as internal nodes with their own names.
   absl::Status EmitNode(const ir::Node& node);
@@ -90,11 +96,13 @@ class GraphImporter {
  private:
   mlir::Value Bf16ToF32(mlir::OpBuilder& b, mlir::Value bits) const;
   mlir::Value F32ToBf16(mlir::OpBuilder& b, mlir::Value f) const;
+  // Declares `func.func private @name(i64 x num_args)` once per module.
+  void DeclareReportFunction(const char* name, int num_args);
 
   const ir::Graph& graph_;
   mlir::MLIRContext* context_;
   mlir::ModuleOp module_;
-  bool declared_index_error_ = false;
+  absl::flat_hash_set<std::string> declared_report_functions_;
   int current_node_ = -1;
   mutable mlir::OpBuilder builder_;  // Type getters are non-const in MLIR.
   absl::flat_hash_map<std::string, mlir::Value> values_;

@@ -3,21 +3,29 @@
 namespace rbln::compiler {
 namespace {
 
-// Only the first report counts: later ones are usually the same bad index
+// Only the first report counts: later ones are usually the same bad value
 // seen again by another output element.
-thread_local std::optional<IndexError> first_error;
+thread_local std::optional<KernelError> first_error;
+
+void Report(const KernelError& e) {
+  if (!first_error.has_value()) first_error = e;
+}
 
 }  // namespace
 
 extern "C" void rbln_report_index_error(int64_t site, int64_t index,
                                         int64_t bound) {
-  if (!first_error.has_value()) first_error = IndexError{site, index, bound};
+  Report({KernelError::Kind::kIndexOutOfRange, site, index, bound});
+}
+
+extern "C" void rbln_report_zero_division(int64_t site) {
+  Report({KernelError::Kind::kZeroDivision, site, 0, 0});
 }
 
 void ClearKernelError() { first_error.reset(); }
 
-std::optional<IndexError> TakeKernelError() {
-  std::optional<IndexError> e = first_error;
+std::optional<KernelError> TakeKernelError() {
+  std::optional<KernelError> e = first_error;
   first_error.reset();
   return e;
 }

@@ -1,12 +1,14 @@
 // Errors that native kernels raise at run time (SPEC P8).
 //
-// A kernel cannot return a Status. A gather whose index is out of range calls
-// the C function kReportIndexErrorSymbol(site, index, bound) and goes on with
-// the index clamped into range, so it never reads out of bounds.
+// A kernel cannot return a Status. It calls one of the C functions below and
+// goes on so that it stays in bounds: a gather whose index is out of range
+// calls kReportIndexErrorSymbol(site, index, bound) and uses the index
+// clamped into range; an integer division by zero calls
+// kReportZeroDivisionSymbol(site) and divides by 1 instead.
 // CompiledProgram::Execute clears the calling thread's report slot before the
 // call and turns the first report of the call into an error Status afterwards
-// (kernels run on the calling thread). `site` is the gather node's position
-// in the graph, so the message can name the op.
+// (kernels run on the calling thread). `site` is the reporting node's
+// position in the graph, so the message can name the op.
 #ifndef RBLN_COMPILER_KERNEL_ERRORS_H_
 #define RBLN_COMPILER_KERNEL_ERRORS_H_
 
@@ -16,21 +18,26 @@
 namespace rbln::compiler {
 
 inline constexpr char kReportIndexErrorSymbol[] = "rbln_report_index_error";
+inline constexpr char kReportZeroDivisionSymbol[] =
+    "rbln_report_zero_division";
 
-struct IndexError {
+struct KernelError {
+  enum class Kind { kIndexOutOfRange, kZeroDivision };
+  Kind kind;
   int64_t site;   // node position in the graph
-  int64_t index;  // the offending index value
-  int64_t bound;  // valid indices are [0, bound)
+  int64_t index;  // kIndexOutOfRange: the offending index value
+  int64_t bound;  // kIndexOutOfRange: valid indices are [0, bound)
 };
 
-// The function kernels call; its address is given to the JIT by name.
+// The functions kernels call; their addresses are given to the JIT by name.
 extern "C" void rbln_report_index_error(int64_t site, int64_t index,
                                         int64_t bound);
+extern "C" void rbln_report_zero_division(int64_t site);
 
 // Forgets any report on the calling thread.
 void ClearKernelError();
 // The first report on the calling thread since ClearKernelError().
-std::optional<IndexError> TakeKernelError();
+std::optional<KernelError> TakeKernelError();
 
 }  // namespace rbln::compiler
 

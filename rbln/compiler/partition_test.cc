@@ -475,6 +475,25 @@ TEST(PartitionTest, GatherOutOfRangeStillRaises) {
       << out.status();
 }
 
+// Each chiplet worker reports into its own slot; a zero divisor in any
+// slice fails the call, as P8's gather range check does.
+TEST(PartitionTest, ZeroDivisionInOneSliceStillRaises) {
+  const ir::TensorType t = Type(ir::INT32, {64, 64});
+  HostTensor a = Tensor(ir::INT32, {64, 64}, std::vector<double>(64 * 64, 9));
+  std::vector<double> divisor(64 * 64, 2);
+  divisor[63 * 64 + 5] = 0;  // in the last worker's slice
+  HostTensor b = Tensor(ir::INT32, {64, 64}, divisor);
+  auto program = Split().Compile(OneOpGraph(
+      "div", {t, t}, {t}, {{"rounding_mode", StrA("floor")}}));
+  ASSERT_TRUE(program.ok()) << program.status();
+  ASSERT_EQ((*program)->partition_layout().partitions, 4);
+  auto out = RunProgram(**program, {a, b});
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kUnknown);
+  EXPECT_EQ(out.status().message().rfind("ZeroDivisionError", 0), 0)
+      << out.status();
+}
+
 TEST(PartitionTest, SmallProgramsStayWhole) {
   Compiler defaults(CompilerOptions{.partition = {.partitions = 4}});
   HostTensor small = Random(ir::FLOAT32, {8, 8}, 41);

@@ -2,6 +2,7 @@
 #ifndef RBLN_COMPILER_TEST_GRAPHS_H_
 #define RBLN_COMPILER_TEST_GRAPHS_H_
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
@@ -36,7 +37,16 @@ inline void AddNode(ir::Graph& g, const std::string& op,
   ir::Value* v = n->add_outputs();
   v->set_name(out);
   *v->mutable_type() = t;
-  if (alpha != 1.0) (*n->mutable_attrs())["alpha"].set_f(alpha);
+  // As the producers write a Python scalar: an integral alpha is an int
+  // (valid on every dtype), a fractional one a float.
+  if (alpha != 1.0) {
+    ir::Attribute& a = (*n->mutable_attrs())["alpha"];
+    if (alpha == std::trunc(alpha)) {
+      a.set_i(static_cast<int64_t>(alpha));
+    } else {
+      a.set_f(alpha);
+    }
+  }
 }
 
 // out = a + alpha * b, all of type `t` (or b of `b_type` when given).

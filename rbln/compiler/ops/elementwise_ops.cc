@@ -483,18 +483,14 @@ absl::Status EmitUnary(GraphImporter& im, const ir::Node& node,
 // --- Arithmetic. ---
 
 // Bool add: logical or of the operands (a scalar operand tested for
-// nonzero), the second one first and-ed with a bool alpha.
+// nonzero), the second one dropped by a zero alpha.
 absl::Status ConvertBoolAdd(GraphImporter& im, const ir::Node& node,
                             const ir::Attribute* alpha) {
   for (ir::DType t : InputDTypes(im, node)) {
     if (t != ir::BOOL) return NotImplementedFor(node, t);
   }
-  if (alpha != nullptr && alpha->value_case() != ir::Attribute::kB &&
-      AsDouble(*alpha) != 1.0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "add: boolean inputs take a boolean alpha, got %g",
-        AsDouble(*alpha)));
-  }
+  // A bool or int alpha (a float one was refused): a + alpha * b stored as
+  // bool is a | b for a nonzero alpha, a for alpha 0.
   const bool keep_rhs = alpha == nullptr || AsDouble(*alpha) != 0;
   const ir::Attribute* other = FindAttr(node, "other");
   return Emit(im, node, InputDTypes(im, node),
@@ -516,32 +512,38 @@ absl::Status ConvertBoolAdd(GraphImporter& im, const ir::Node& node,
 //   the product of two half values is exact in f32, and the sum rounds once;
 // - float32 fuses alpha * b + a into one rounding (ATen's vec::fmadd), so
 //   the product is an explicit math.fma, never a contraction left to LLVM;
-// - integers take an integral alpha only (a + alpha * b, wrapping);
-// - bool add is logical or (with a bool alpha: a | (alpha & b)); bool sub is
+// - integers and bool take an int (or, bool only, a bool) alpha only;
+//   integers compute a + alpha * b, wrapping;
+// - bool add is logical or (a | (alpha != 0 & b)); bool sub is
 //   not implemented (PyTorch raises).
 absl::Status ConvertAddOrSub(GraphImporter& im, const ir::Node& node,
                              bool subtract) {
   if (absl::Status s = CheckBinary(node); !s.ok()) return s;
   const ir::DType out = OutDType(node);
-  const ir::Attribute* alpha_attr = FindAttr(node, "alpha");
-  // PyTorch rejects any Python float alpha here; IR producers write
-  // integral alphas as floats too (test_graphs.h), so only a fractional one
-  // is an error.
-  const bool fractional_alpha =
-      alpha_attr != nullptr && alpha_attr->value_case() == ir::Attribute::kF &&
-      alpha_attr->f() != std::trunc(alpha_attr->f());
-  if (!IsFloat(out) && out != ir::BOOL && fractional_alpha) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: for integral input tensors, argument alpha must not be a "
-        "floating point number (got alpha=%g on %s)",
-        node.op(), alpha_attr->f(), DTypeText(out)));
-  }
-  if (out == ir::BOOL || (subtract && absl::c_linear_search(
+  if (subtract && (out == ir::BOOL || absl::c_linear_search(
                                           InputDTypes(im, node), ir::BOOL))) {
-    // PyTorch raises for it; callers that fall back to ATen get its message.
-    if (subtract) return NotImplementedFor(node, ir::BOOL);
-    return ConvertBoolAdd(im, node, alpha_attr);
+    // PyTorch raises for it (before checking alpha); callers that fall back
+    // to ATen get its message.
+    return NotImplementedFor(node, ir::BOOL);
   }
+  const ir::Attribute* alpha_attr = FindAttr(node, "alpha");
+  // ATen's alpha_check, by the kind of Python scalar: producers write an int
+  // alpha as an int attribute and a float one (even 2.0) as a float one.
+  if (alpha_attr != nullptr &&
+      alpha_attr->value_case() == ir::Attribute::kB && out != ir::BOOL) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "Boolean alpha only supported for Boolean results. (%s on %s got "
+        "alpha=%s)",
+        node.op(), DTypeText(out), alpha_attr->b() ? "True" : "False"));
+  }
+  if (alpha_attr != nullptr &&
+      alpha_attr->value_case() == ir::Attribute::kF && !IsFloat(out)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "For integral input tensors, argument alpha must not be a floating "
+        "point number. (%s on %s got alpha=%g; pass an integer alpha)",
+        node.op(), DTypeText(out), alpha_attr->f()));
+  }
+  if (out == ir::BOOL) return ConvertBoolAdd(im, node, alpha_attr);
   double alpha = FloatAttr(node, "alpha", 1.0);
   if (subtract) alpha = -alpha;
   if (IsFloat(out)) alpha = RoundToDType(alpha, out);
@@ -570,23 +572,19 @@ absl::Status ConvertMul(GraphImporter& im, const ir::Node& node) {
   return EmitArithmetic(im, node, &Mul);
 }
 
-// Integer a / b rounded toward zero. Dividing by 0 gives 0 and INT_MIN / -1
-// wraps, where the hardware would trap.
+// Integer a / b rounded toward zero; `y` is never 0 (CheckedDivisor).
+// INT_MIN / -1 wraps, where the hardware would trap.
 Value TruncDivInt(OpBuilder& b, Location l, Value x, Value y) {
   Type t = x.getType();
   Value zero = IntConstant(b, l, t, 0), one = IntConstant(b, l, t, 1);
-  Value by_zero = Compare(b, l, Cmp::kEq, y, zero);
   Value by_minus_one = Compare(b, l, Cmp::kEq, y, IntConstant(b, l, t, -1));
-  Value safe =
-      Select(b, l, b.create<arith::OrIOp>(l, by_zero, by_minus_one), one, y);
-  Value q = b.create<arith::DivSIOp>(l, x, safe);
-  q = Select(b, l, by_minus_one, Sub(b, l, zero, x), q);
-  return Select(b, l, by_zero, zero, q);
+  Value q = b.create<arith::DivSIOp>(l, x, Select(b, l, by_minus_one, one, y));
+  return Select(b, l, by_minus_one, Sub(b, l, zero, x), q);
 }
 
 // Integer floor division: the truncated quotient, one less when the
-// remainder is nonzero and its sign differs from the divisor's (0 when
-// dividing by 0, like TruncDivInt).
+// remainder is nonzero and its sign differs from the divisor's. `y` is
+// never 0 (CheckedDivisor).
 Value FloorDivInt(OpBuilder& b, Location l, Value x, Value y) {
   Type t = x.getType();
   Value zero = IntConstant(b, l, t, 0);
@@ -596,8 +594,7 @@ Value FloorDivInt(OpBuilder& b, Location l, Value x, Value y) {
       l, Compare(b, l, Cmp::kNe, r, zero),
       Compare(b, l, Cmp::kNe, Compare(b, l, Cmp::kLt, r, zero),
               Compare(b, l, Cmp::kLt, y, zero)));
-  Value floor = Select(b, l, adjust, Sub(b, l, q, IntConstant(b, l, t, 1)), q);
-  return Select(b, l, Compare(b, l, Cmp::kEq, y, zero), zero, floor);
+  return Select(b, l, adjust, Sub(b, l, q, IntConstant(b, l, t, 1)), q);
 }
 
 // Rounds an f32 compute value to the half type the op computes in, or
@@ -668,16 +665,16 @@ absl::Status ConvertDiv(GraphImporter& im, const ir::Node& node) {
       return b.create<arith::DivFOp>(l, x, y);
     };
   } else if (mode == "trunc") {
-    fn = [&round](OpBuilder& b, Location l, Value x, Value y) -> Value {
-      if (!IsFp(x)) return TruncDivInt(b, l, x, y);
+    fn = [&im, &round](OpBuilder& b, Location l, Value x, Value y) -> Value {
+      if (!IsFp(x)) return TruncDivInt(b, l, x, im.CheckedDivisor(b, y));
       // E.g. f16 138.95 / 1 -> 139.0 -> 139, not 138.
       Value quotient = round(b, b.create<arith::DivFOp>(l, x, y));
       return b.create<math::TruncOp>(l, quotient);
     };
   } else if (mode == "floor") {
-    fn = [&round](OpBuilder& b, Location l, Value x, Value y) -> Value {
+    fn = [&im, &round](OpBuilder& b, Location l, Value x, Value y) -> Value {
       return IsFp(x) ? FloorDivFloat(b, l, x, y, round)
-                     : FloorDivInt(b, l, x, y);
+                     : FloorDivInt(b, l, x, im.CheckedDivisor(b, y));
     };
   } else {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -686,6 +683,19 @@ absl::Status ConvertDiv(GraphImporter& im, const ir::Node& node) {
         mode));
   }
   if (out == ir::BOOL) return NotImplementedFor(node, out);
+  // A zero Python-scalar divisor is known now: fail before native code runs,
+  // so nothing is written to the caller's output (an empty output divides
+  // nothing, and ATen does not raise for it either).
+  const ir::Attribute* other = FindAttr(node, "other");
+  const bool empty_output =
+      absl::c_linear_search(ShapeOf(node.outputs(0).type()), 0);
+  if (!mode.empty() && !IsFloat(out) && other != nullptr &&
+      AsDouble(*other) == 0 && !empty_output) {
+    return absl::UnknownError(absl::StrFormat(
+        "ZeroDivisionError: integer division by zero in div (output %%%s): "
+        "the divisor is the scalar 0",
+        node.outputs(0).name()));
+  }
   return EmitArithmetic(im, node, fn);
 }
 

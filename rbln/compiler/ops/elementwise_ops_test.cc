@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -442,15 +443,14 @@ int64_t WrapSub(int64_t a, int64_t b) {
   return static_cast<int64_t>(static_cast<uint64_t>(a) -
                               static_cast<uint64_t>(b));
 }
-// Division by zero gives 0 (the kernel cannot raise); MIN / -1 wraps.
+// MIN / -1 wraps; b is never 0 here (IntegerDivisionByZeroRaises).
 int64_t TruncDiv(int64_t a, int64_t b) {
-  if (b == 0) return 0;
   if (b == -1) return WrapNeg(a);
   return a / b;
 }
 int64_t FloorDiv(int64_t a, int64_t b) {
   const int64_t q = TruncDiv(a, b);
-  if (b == 0 || b == -1) return q;
+  if (b == -1) return q;
   const int64_t r = a % b;
   return (r != 0 && (r < 0) != (b < 0)) ? q - 1 : q;
 }
@@ -583,7 +583,7 @@ std::vector<BinaryCase> BinaryCases() {
        0.1},
       {"sub_alpha",
        "sub",
-       {{"alpha", F(2.0)}},
+       {{"alpha", I(2)}},  // a Python int: valid on every dtype
        K::kArithmetic,
        [](float a, float b) { return a - 2.0f * b; },
        [](int64_t a, int64_t b) { return WrapSub(a, WrapMul(2, b)); },
@@ -743,6 +743,12 @@ class BinaryOpTest : public ::testing::TestWithParam<BinaryCase> {
         OpGraph(c.op, {Type(t, a), Type(t, b)}, Type(out_dtype, out), c.attrs);
     HostTensor lhs = EdgeTensor(Type(t, a));
     HostTensor rhs = EdgeTensor(Type(t, b));
+    if (c.op == "div" && !IsFloatDType(t)) {
+      // An integer 0 divisor raises (IntegerDivisionByZeroRaises).
+      for (int64_t i = 0; i < rhs.numel(); ++i) {
+        if (rhs.GetInt(i) == 0) rhs.SetInt(i, 5);
+      }
+    }
     Check(g, {lhs, rhs}, Float2(t, rhs.numel() == 1), Int2(), Ulps(t));
   }
 
@@ -1695,19 +1701,80 @@ TEST(ElementwiseOpsTest, UnsupportedDTypesAndAttributesAreErrors) {
   }
 }
 
-// Integer division by zero does not trap: it gives 0 (PyTorch raises).
-TEST(ElementwiseOpsTest, IntegerDivisionByZeroGivesZero) {
-  for (const char* mode : {"trunc", "floor"}) {
-    ir::Graph g = OpGraph("div", {Type(ir::INT32, {3}), Type(ir::INT32, {3})},
-                          Type(ir::INT32, {3}), {{"rounding_mode", S(mode)}});
-    absl::StatusOr<HostTensor> r =
-        RunGraph(g, {IntTensor(Type(ir::INT32, {3}), {7, kInt32Min, -7}),
-                     IntTensor(Type(ir::INT32, {3}), {0, -1, 2})});
-    ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_EQ(r->GetInt(0), 0);
-    EXPECT_EQ(r->GetInt(1), kInt32Min);  // wraps
-    EXPECT_EQ(r->GetInt(2), std::string(mode) == "trunc" ? -3 : -4);
+// Integer division by zero raises ATen's RuntimeError("ZeroDivisionError"),
+// naming the op; nonzero divisors still divide (INT_MIN / -1 wraps).
+// Issue #4's PyTorch semantics, reported as P8's gather range check is.
+TEST(ElementwiseOpsTest, IntegerDivisionByZeroRaises) {
+  for (ir::DType t : {ir::INT32, ir::INT64}) {
+    for (const char* mode : {"trunc", "floor"}) {
+      const std::string what =
+          absl::StrCat(ir::DType_Name(t), " rounding_mode=", mode);
+      ir::Graph g = OpGraph("div", {Type(t, {3}), Type(t, {3})}, Type(t, {3}),
+                            {{"rounding_mode", S(mode)}});
+      const int64_t min = t == ir::INT32 ? kInt32Min : kInt64Min;
+      absl::StatusOr<HostTensor> r = RunGraph(
+          g, {IntTensor(Type(t, {3}), {7, min, -7}),
+              IntTensor(Type(t, {3}), {0, -1, 2})});
+      ASSERT_FALSE(r.ok()) << what;
+      EXPECT_EQ(r.status().code(), absl::StatusCode::kUnknown) << what;
+      EXPECT_THAT(std::string(r.status().message()),
+                  ::testing::StartsWith("ZeroDivisionError"))
+          << what;
+      EXPECT_THAT(r.status().message(), HasSubstr("div (node 0")) << what;
+
+      r = RunGraph(g, {IntTensor(Type(t, {3}), {7, min, -7}),
+                       IntTensor(Type(t, {3}), {3, -1, 2})});
+      ASSERT_TRUE(r.ok()) << what << ": " << r.status();
+      EXPECT_EQ(r->GetInt(0), 2) << what;
+      EXPECT_EQ(r->GetInt(1), min) << what;  // wraps
+      EXPECT_EQ(r->GetInt(2), std::string(mode) == "trunc" ? -3 : -4) << what;
+
+      // A scalar 0 is refused before native code runs; over an empty
+      // output nothing is divided, and ATen does not raise either.
+      ir::Graph by_scalar =
+          OpGraph("div", {Type(t, {3})}, Type(t, {3}),
+                  {{"rounding_mode", S(mode)}, {"other", I(0)}});
+      r = RunGraph(by_scalar, {IntTensor(Type(t, {3}), {1, 2, 3})});
+      ASSERT_FALSE(r.ok()) << what;
+      EXPECT_THAT(std::string(r.status().message()),
+                  ::testing::StartsWith("ZeroDivisionError"))
+          << what;
+      ir::Graph empty = OpGraph("div", {Type(t, {0, 2}), Type(t, {1})},
+                                Type(t, {0, 2}), {{"rounding_mode", S(mode)}});
+      r = RunGraph(empty, {IntTensor(Type(t, {0, 2}), {}),
+                           IntTensor(Type(t, {1}), {0})});
+      EXPECT_TRUE(r.ok()) << what << ": " << r.status();
+      ir::Graph empty_scalar =
+          OpGraph("div", {Type(t, {0})}, Type(t, {0}),
+                  {{"rounding_mode", S(mode)}, {"other", I(0)}});
+      r = RunGraph(empty_scalar, {IntTensor(Type(t, {0}), {})});
+      EXPECT_TRUE(r.ok()) << what << ": " << r.status();
+    }
   }
+}
+
+// A zero divisor computed inside a fused kernel is reported by the div
+// node, not by its producer (reported as P8's gather range check is).
+TEST(ElementwiseOpsTest, ZeroDivisionInsideAFusedKernelNamesTheDiv) {
+  const ir::TensorType t = Type(ir::INT64, {4});
+  ir::Graph g;
+  g.set_name("mul_then_div");
+  testing::AddInput(g, "a", t);
+  testing::AddInput(g, "b", t);
+  testing::AddNode(g, "mul", {"a", "b"}, "ab", t);
+  testing::AddNode(g, "div", {"a", "ab"}, "q", t);
+  (*g.mutable_nodes(1)->mutable_attrs())["rounding_mode"] = S("floor");
+  g.add_outputs("q");
+  absl::StatusOr<HostTensor> r =
+      RunGraph(g, {IntTensor(t, {5, -6, 7, 8}), IntTensor(t, {1, 2, 0, 1})});
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()),
+              ::testing::StartsWith("ZeroDivisionError"));
+  EXPECT_THAT(r.status().message(), HasSubstr("div (node 1, output %q)"));
+  r = RunGraph(g, {IntTensor(t, {5, -6, 7, 8}), IntTensor(t, {1, -2, -1, 1})});
+  ASSERT_TRUE(r.ok()) << r.status();
+  // -6 // 12 is -1.
+  ExpectMatches(*r, IntTensor(t, {1, -1, -1, 1}), 0, "a // (a * b)");
 }
 
 // Half-precision div with rounding_mode, as torch 2.13 CPU prints it for
@@ -1834,6 +1901,76 @@ TEST(ElementwiseOpsTest, BoolAddAndAlphaErrors) {
   ASSERT_FALSE(float_alpha.ok());
   EXPECT_THAT(float_alpha.status().message(),
               HasSubstr("argument alpha must not be a floating point number"));
+}
+
+// ATen's alpha_check decides by the kind of Python scalar, not its value: a
+// float alpha (even 2.0) is refused on integer and bool results, a bool one
+// on non-bool results; an int alpha is valid everywhere. Producers carry the
+// kind as the attribute's type (an int alpha is an int attribute).
+// (Issue #4's PyTorch semantics; no SPEC item names alpha.)
+TEST(ElementwiseOpsTest, AlphaKindFollowsATensAlphaCheck) {
+  for (const char* op : {"add", "sub"}) {
+    for (ir::DType t : {ir::INT32, ir::INT64, ir::BOOL}) {
+      // Bool sub is refused first, whatever alpha (BoolAddAndAlphaErrors).
+      if (std::string(op) == "sub" && t == ir::BOOL) continue;
+      const ir::TensorType t4 = Type(t, {4});
+      const std::string what = absl::StrCat(op, " on ", ir::DType_Name(t));
+      for (const ir::Attribute& alpha : {F(2.0), F(1.0), F(0.0)}) {
+        absl::StatusOr<HostTensor> r =
+            RunGraph(OpGraph(op, {t4, t4}, t4, {{"alpha", alpha}}),
+                     {IntTensor(t4, {1, 0, 1, 0}), IntTensor(t4, {1, 1, 0, 0})});
+        ASSERT_FALSE(r.ok()) << what << " alpha=" << alpha.f();
+        EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+        EXPECT_THAT(std::string(r.status().message()),
+                    ::testing::StartsWith(
+                        "For integral input tensors, argument alpha must not "
+                        "be a floating point number."))
+            << what;
+      }
+      // The scalar form too.
+      absl::StatusOr<HostTensor> r = RunGraph(
+          OpGraph(op, {t4}, t4, {{"other", I(1)}, {"alpha", F(2.0)}}),
+          {IntTensor(t4, {1, 0, 1, 0})});
+      ASSERT_FALSE(r.ok()) << what;
+      EXPECT_THAT(r.status().message(),
+                  HasSubstr("argument alpha must not be a floating point"));
+    }
+    for (ir::DType t : {ir::INT32, ir::FLOAT16, ir::FLOAT32}) {
+      const ir::TensorType t4 = Type(t, {4});
+      absl::StatusOr<HostTensor> r =
+          RunGraph(OpGraph(op, {t4, t4}, t4, {{"alpha", B(true)}}),
+                   {IntTensor(t4, {1, 2, 3, 4}), IntTensor(t4, {1, 1, 1, 1})});
+      ASSERT_FALSE(r.ok()) << op << " " << ir::DType_Name(t);
+      EXPECT_THAT(std::string(r.status().message()),
+                  ::testing::StartsWith(
+                      "Boolean alpha only supported for Boolean results."));
+    }
+  }
+  // An int alpha: a + alpha * b on integers and floats, a | (alpha != 0 & b)
+  // on bool; a float alpha on floats.
+  const ir::TensorType i4 = Type(ir::INT64, {4});
+  absl::StatusOr<HostTensor> r =
+      RunGraph(OpGraph("sub", {i4, i4}, i4, {{"alpha", I(3)}}),
+               {IntTensor(i4, {10, 0, -5, 7}), IntTensor(i4, {1, 2, -3, 0})});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectMatches(*r, IntTensor(i4, {7, -6, 4, 7}), 0, "int64 sub alpha=3");
+  const ir::TensorType f4 = Type(ir::FLOAT32, {4});
+  for (const ir::Attribute& alpha : {I(2), F(2.0)}) {
+    r = RunGraph(OpGraph("add", {f4, f4}, f4, {{"alpha", alpha}}),
+                 {IntTensor(f4, {1, 2, 3, 4}), IntTensor(f4, {1, -1, 0, 2})});
+    ASSERT_TRUE(r.ok()) << r.status();
+    ExpectMatches(*r, IntTensor(f4, {3, 0, 3, 8}), 0, "float32 add alpha=2");
+  }
+  const ir::TensorType b4 = Type(ir::BOOL, {4});
+  for (int64_t alpha : {2, 0}) {
+    r = RunGraph(OpGraph("add", {b4, b4}, b4, {{"alpha", I(alpha)}}),
+                 {IntTensor(b4, {1, 0, 0, 1}), IntTensor(b4, {1, 1, 0, 0})});
+    ASSERT_TRUE(r.ok()) << r.status();
+    ExpectMatches(*r,
+                  IntTensor(b4, alpha != 0 ? std::vector<int64_t>{1, 1, 0, 1}
+                                           : std::vector<int64_t>{1, 0, 0, 1}),
+                  0, absl::StrCat("bool add alpha=", alpha));
+  }
 }
 
 // --- SPEC P1: (x * gain + bias) * 0.5. ---

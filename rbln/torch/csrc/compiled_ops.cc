@@ -332,8 +332,12 @@ std::optional<std::vector<at::Tensor>> InferOutputs(const c10::OperatorHandle& o
   }
   try {
     op.callBoxed(meta);
-  } catch (const c10::Error&) {
-    return std::nullopt;  // No meta kernel: let the CPU decide.
+  } catch (const std::exception&) {
+    // No meta kernel (c10::Error), or a Python meta kernel (torch._refs)
+    // refused the arguments with its own exception type and message (amax
+    // over an empty dim, bool floor division): let the CPU decide, so the
+    // caller gets the CPU kernel's error.
+    return std::nullopt;
   }
   std::vector<at::Tensor> outs;
   for (const c10::IValue& v : meta) {
