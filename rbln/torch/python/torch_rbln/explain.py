@@ -57,6 +57,10 @@ Signals: hidden host overhead; any signal makes the region "overhead".
                          that runs after every warm-cache miss, so it is
                          re-checked (and runs on the CPU) on every call.
 
+Optimization candidates: the ops of both fallback signals (pinned ops
+aside), each with `| try:` the fix of its reasons (pad the last dim to a
+multiple of 64, start the view at offset 0, use float16/bfloat16, ...).
+
 Copies between logical devices are not counted as signals (SPEC L4).
 """
 
