@@ -451,6 +451,12 @@ std::optional<std::string> FailedWrapperCheck(const Call& call,
   return std::nullopt;
 }
 
+// "aten::add" of "aten::add.Tensor": the name the unsupported-op log uses.
+absl::string_view SchemaName(const Call& call) {
+  const absl::string_view overload = call.overload;
+  return overload.substr(0, overload.find('.'));
+}
+
 // Counts the decision and fires explain()'s signal (cpu_fallback, or
 // recompile for the wrapper-side checks: SPEC H1).
 void CountFallback(const Call& call, absl::string_view why) {
@@ -461,6 +467,13 @@ void CountFallback(const Call& call, absl::string_view why) {
     LogCheckFallback(absl::StrCat("sdpa_overrideable (", why, ") op ran on CPU"));
     RecordCompiledOpFallback("sdpa_overrideable", "sdpa_overrideable", why, bytes);
     return;
+  }
+  // The wrapper's checks log like an op without a kernel (SPEC I4, seed:
+  // "the fallback log shows the op name"); the shim's stay in explain().
+  if (why == CheckName(Check::kAlignment)) {
+    LogOpFallback(SchemaName(call), "alignment: a last dimension is not a multiple of 64");
+  } else if (why == CheckName(Check::kStorageOffset)) {
+    LogOpFallback(SchemaName(call), "storage_offset: an input view does not start at offset 0");
   }
   RecordCompiledOpFallback(call.op, call.overload, why, bytes);
 }

@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "rbln/core/env.h"
@@ -98,13 +99,13 @@ void CheckFallbackAllowed(FallbackCategory category, absl::string_view op_name,
 void OnFallback(FallbackCategory category, absl::string_view op_name,
                 absl::string_view detail) {
   CheckFallbackAllowed(category, op_name, detail);
-  const Policy& policy = GetPolicy();
-  if (policy.log_info) {
-    const std::string where = SourceLocation();
-    std::cerr << "[TORCH-RBLN][INFO] `" << op_name
-              << "` op ran on CPU instead of RBLN"
-              << (where.empty() ? "" : " (at " + where + ")") << std::endl;
-  }
+  LogOpFallback(op_name);
+}
+
+void LogOpFallback(absl::string_view op_name, absl::string_view reason) {
+  if (!GetPolicy().log_info) return;
+  LogCheckFallback(absl::StrCat("`", op_name, "` op ran on CPU instead of RBLN",
+                                reason.empty() ? "" : absl::StrCat(" (", reason, ")")));
 }
 
 void LogCheckFallback(absl::string_view message) {

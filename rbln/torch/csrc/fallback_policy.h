@@ -2,8 +2,11 @@
 //   TORCH_RBLN_LOG_LEVEL=INFO (or DEBUG) logs fallbacks of ops without an
 //     rbln kernel, with the user's source location:
 //     [TORCH-RBLN][INFO] `aten::sin` op ran on CPU instead of RBLN (at x.py:3(f))
-//     Fallbacks decided by pre-dispatch checks are not logged (explain()
-//     shows them).
+//     and, the same way with the reason, fallbacks decided by the wrapper's
+//     checks (alignment H3, storage offset H6; attention H4 with its own
+//     message). Fallbacks decided by the shim's checks (dtype, scalar,
+//     NaN/Inf) are not logged (explain() shows them). Every fallback call is
+//     logged, not once per op: the log is a trace of where the CPU ran.
 //   TORCH_RBLN_DISABLE_FALLBACK=compile_error,unsupported_op,strided_copy_error
 //     (or all) turns a category into an error naming the op and how to allow
 //     it again. Read once, at the first fallback.
@@ -30,6 +33,11 @@ void CheckFallbackAllowed(FallbackCategory category, absl::string_view op_name,
 // I4); the caller runs the op on the CPU.
 void OnFallback(FallbackCategory category, absl::string_view op_name,
                 absl::string_view detail = "");
+
+// The INFO log line of an op that ran on the CPU (SPEC I4), with `reason`
+// (e.g. "alignment: ...") in parentheses when not empty, and the user's
+// source location. The one log path of OnFallback and the wrapper checks.
+void LogOpFallback(absl::string_view op_name, absl::string_view reason = "");
 
 // Logs a fallback decided by a pre-dispatch check whose message the spec
 // fixes (SPEC H4: "sdpa_overrideable (query sequence length N not aligned to

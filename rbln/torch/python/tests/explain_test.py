@@ -502,6 +502,54 @@ def test_recompile_fires_for_wrapper_checks_and_compiles_only():
     assert r.verdict() == "clean", r.report()
 
 
+def test_optimization_candidates_name_the_fix_of_each_reason():
+    # spec: N3, H1, H3, H6, I4 -- each check-decided fallback's candidate line
+    # says how to avoid it, not a generic "supported dtype/op".
+    three = torch.ones(3, dtype=F16, device=DEV)
+    view = torch.ones(2, 64, dtype=F16, device=DEV)[1:]
+    f32 = torch.ones(64, device=DEV)
+    nan = torch.full((64,), float("nan"), dtype=F16, device=DEV)
+    half = torch.ones(64, dtype=F16, device=DEV)
+
+    def fallbacks():
+        three + three
+        view + half
+        f32 * f32
+        nan - half
+        torch.sin(half)
+
+    r = _region(fallbacks)
+    fixes = {c["op"]: (c["why"], c["fix"]) for c in r.to_dict()["optimization_candidates"]}
+    assert fixes == {
+        "aten::add.Tensor": (
+            ["alignment", "storage_offset"],
+            [
+                "pad the last dim to a multiple of 64, or torch.compile the block",
+                "make the view start at offset 0 (.clone() it) or torch.compile the block",
+            ],
+        ),
+        "aten::mul.Tensor": (["dtype"], ["use float16 or bfloat16 (one dtype per op)"]),
+        "aten::sub.Tensor": (
+            ["nan_inf"],
+            ["replace NaN/Inf in the inputs (e.g. torch.nan_to_num) or torch.compile the block"],
+        ),
+        "aten::sin.out": (["unsupported_op"], ["no rbln kernel: torch.compile the block"]),
+    }, fixes
+    lines = r.report().splitlines()
+    assert (
+        "    aten::mul.Tensor  x1  (dtype) | try: use float16 or bfloat16 (one dtype per op)" in lines
+    ), r.report()
+    assert (
+        "    aten::add.Tensor  x2  (alignment, storage_offset) | try: pad the last dim to a multiple "
+        "of 64, or torch.compile the block; make the view start at offset 0 (.clone() it) or "
+        "torch.compile the block"
+    ) in lines, r.report()
+    # The signal table's notes (N3's layout) are unchanged.
+    assert any(
+        l.endswith("ran on CPU, args via host | try: supported dtype/op, or torch.compile") for l in lines
+    ), r.report()
+
+
 def test_nesting_is_a_clear_error():
     # spec: N1
     with torch.rbln.explain() as outer:

@@ -1,5 +1,5 @@
 """Fallback logging and TORCH_RBLN_DISABLE_FALLBACK categories."""
-# spec: I3, I4, I6
+# spec: H1, H3, H6, I3, I4, I6
 
 import sys
 
@@ -24,16 +24,72 @@ def test_unsupported_op_is_logged_at_info_with_source_location():
     assert "[TORCH-RBLN][INFO] `aten::sin` op ran on CPU instead of RBLN (at <string>:4(f) <- <string>:5(<module>))" in r.stderr
 
 
-def test_checks_are_not_logged_and_default_level_is_quiet():
-    # spec: I4 -- pre-dispatch check fallbacks show only in explain().
-    r = rbln_test_util.run_python(
-        "import torch\nx = torch.ones(3, dtype=torch.float16, device='rbln'); y = x + x\n",
-        {"TORCH_RBLN_LOG_LEVEL": "INFO"},
-    )
+# Wrapper-check fallbacks, each compared against CPU: a 3-element add
+# (alignment, H3) and a contiguous view at offset 64 (storage offset, H6),
+# each called twice from a function.
+WRAPPER_CHECKS = (
+    "import torch\n"
+    "a = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float16)\n"
+    "base = torch.arange(128, dtype=torch.float16).reshape(2, 64)\n"
+    "def add(t):\n"
+    "    return t + t\n"
+    "for _ in range(2):\n"
+    "    y = add(a.to('rbln'))\n"
+    "    print(torch.equal(y.cpu(), a + a))\n"
+    "    v = base.to('rbln')[1:]\n"
+    "    assert v.is_contiguous() and v.storage_offset() == 64\n"
+    "    y = add(v)\n"
+    "    print(torch.equal(y.cpu(), base[1:] + base[1:]))\n"
+)
+
+
+def test_wrapper_check_fallbacks_are_logged_with_op_reason_and_location():
+    # spec: H1, H3, H6, I4 -- like an op without a kernel, on every call.
+    r = rbln_test_util.run_python(WRAPPER_CHECKS, {"TORCH_RBLN_LOG_LEVEL": "INFO"})
     assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True"] * 4, r.stdout
+    lines = [l for l in r.stderr.splitlines() if l.startswith("[TORCH-RBLN]")]
+    alignment = (
+        "[TORCH-RBLN][INFO] `aten::add` op ran on CPU instead of RBLN "
+        "(alignment: a last dimension is not a multiple of 64) (at <string>:5(add) <- <string>:7(<module>))"
+    )
+    offset = (
+        "[TORCH-RBLN][INFO] `aten::add` op ran on CPU instead of RBLN "
+        "(storage_offset: an input view does not start at offset 0) (at <string>:5(add) <- <string>:11(<module>))"
+    )
+    assert lines == [alignment, offset, alignment, offset], r.stderr
+
+
+def test_wrapper_check_fallbacks_are_quiet_at_the_default_level():
+    # spec: I4
+    r = rbln_test_util.run_python(WRAPPER_CHECKS)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True"] * 4, r.stdout
     assert "TORCH-RBLN" not in r.stderr
     quiet = rbln_test_util.run_python(SIN)
     assert quiet.returncode == 0 and "TORCH-RBLN" not in quiet.stderr
+
+
+def test_shim_check_fallbacks_are_not_logged():
+    # spec: H1, I4 -- dtype (float32), scalar (0-dim rbln tensor) and NaN/Inf
+    # fallbacks show only in explain(), even at INFO; the results match CPU.
+    r = rbln_test_util.run_python(
+        "import torch\n"
+        "f = torch.linspace(0, 1, 64)\n"
+        "h = torch.ones(64, dtype=torch.float16)\n"
+        "n = h.clone(); n[3] = float('nan')\n"
+        "s = torch.tensor(2.0, dtype=torch.float16)\n"
+        "with torch.rbln.explain() as e:\n"
+        "    ys = [f.to('rbln') * 2, n.to('rbln') + h.to('rbln'), h.to('rbln') * s.to('rbln')]\n"
+        "print([torch.allclose(y.cpu(), c, equal_nan=True) for y, c in zip(ys, [f * 2, n + h, h * s])])\n"
+        "print(sorted(e.to_dict()['signals']['dispatch/cpu_fallback']['why']))\n",
+        {"TORCH_RBLN_LOG_LEVEL": "INFO"},
+    )
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.splitlines()
+    assert out[0] == "[True, True, True]", r.stdout
+    assert out[1] == "['aten::add.Tensor: nan_inf', 'aten::mul.Tensor: dtype', 'aten::mul.Tensor: scalar']", r.stdout
+    assert "TORCH-RBLN" not in r.stderr
 
 
 def test_disable_unsupported_op_fallback_raises():

@@ -61,6 +61,10 @@ Signals: hidden host overhead; any signal makes the region "overhead".
                          that runs after every warm-cache miss, so it is
                          re-checked (and runs on the CPU) on every call.
 
+Optimization candidates: the ops of both fallback signals (pinned ops
+aside), each with `| try:` the fix of its reasons (pad the last dim to a
+multiple of 64, start the view at offset 0, use float16/bfloat16, ...).
+
 Copies between logical devices are not counted as signals (SPEC L4).
 """
 
@@ -81,6 +85,28 @@ _SIGNAL_NOTES = collections.OrderedDict(
         ("dispatch/recompile", "compile path in region | try: warm up, last dim % 64 == 0, offset 0"),
     ]
 )
+# The fix of each fallback reason, for the optimization candidates (a reason
+# not listed, e.g. a compile error's text, keeps the generic hint).
+_FIXES = {
+    "unsupported_op": "no rbln kernel: torch.compile the block",
+    "dtype": "use float16 or bfloat16 (one dtype per op)",
+    "scalar": "pass a Python number, not a 0-dim rbln tensor",
+    "nan_inf": "replace NaN/Inf in the inputs (e.g. torch.nan_to_num) or torch.compile the block",
+    "alignment": "pad the last dim to a multiple of 64, or torch.compile the block",
+    "storage_offset": "make the view start at offset 0 (.clone() it) or torch.compile the block",
+    "device": "put every tensor argument on the same rbln device",
+    "compile_error": "report the compile error; torch.compile the block meanwhile",
+}
+_SDPA_QUERY_FIX = "pad the query length to a multiple of 32, or torch.compile the block"
+_GENERIC_FIX = "supported dtype/op, or torch.compile"
+
+
+def _fix(why) -> str:
+    if why.startswith("query sequence length"):
+        return _SDPA_QUERY_FIX
+    return _FIXES.get(why, _GENERIC_FIX)
+
+
 # Short names for the `checked:` line of clean reports.
 _CHECKED = ["host_bounce", "v2v_slow", "cpu_fallback", "recompile"]
 
@@ -254,10 +280,12 @@ class ExplainRegion:
                 op, _, why = detail.rpartition(": ")
                 if why == "pinned_to_cpu":
                     continue  # Has a fast host path (SPEC I5).
-                entry = ops.setdefault(op, {"op": op, "count": 0, "why": []})
+                entry = ops.setdefault(op, {"op": op, "count": 0, "why": [], "fix": []})
                 entry["count"] += n
                 if why not in entry["why"]:
                     entry["why"].append(why)
+                    if _fix(why) not in entry["fix"]:
+                        entry["fix"].append(_fix(why))
         return sorted(ops.values(), key=lambda e: (-e["count"], e["op"]))
 
     def _slices_per_npu(self) -> dict:
@@ -393,7 +421,9 @@ class ExplainRegion:
         if candidates:
             lines += ["", "  optimization candidates (ran on CPU through the generic fallback, no fast host path):"]
             for c in candidates:
-                lines.append(f"    {c['op']}  x{c['count']}  ({', '.join(c['why'])})")
+                lines.append(
+                    f"    {c['op']}  x{c['count']}  ({', '.join(c['why'])}) | try: {'; '.join(c['fix'])}"
+                )
         return "\n".join(lines) + "\n"
 
     def __repr__(self):
