@@ -193,6 +193,12 @@ std::string GraphOpName(const c10::FunctionSchema& schema) {
   std::string op = schema.name().substr(schema.name().find("::") + 2);
   if (!op.empty() && op.back() == '_') op.pop_back();
   if (op == "_softmax" || op == "_log_softmax") op.erase(0, 1);
+  // max(a, b, out=) and min(a, b, out=) are maximum/minimum; the unary and
+  // dim overloads reduce.
+  if ((op == "max" || op == "min") &&
+      (schema.overload_name() == "other" || schema.overload_name() == "out")) {
+    op = op == "max" ? "maximum" : "minimum";
+  }
   // PyTorch's sdpa hands the whole attention to PrivateUse1 through the
   // overrideable backend (see RblnFusedSdpChoice).
   if (op == "_scaled_dot_product_fused_attention_overrideable") {
@@ -799,6 +805,7 @@ constexpr const char* kCompiledOps[] = {
     "mul.Tensor", "mul.out", "mul_.Tensor", "mul.Scalar", "mul.Scalar_out", "mul_.Scalar",
     "div.Tensor", "div.out", "div_.Tensor", "div.Scalar", "div.Scalar_out", "div_.Scalar",
     "div.Tensor_mode", "div.out_mode", "div_.Tensor_mode",
+    "div.Scalar_mode", "div.Scalar_mode_out", "div_.Scalar_mode",
     "pow.Tensor_Tensor", "pow.Tensor_Tensor_out", "pow_.Tensor",
     "pow.Tensor_Scalar", "pow.Tensor_Scalar_out", "pow_.Scalar",
     "maximum", "maximum.out", "minimum", "minimum.out",
@@ -820,6 +827,7 @@ constexpr const char* kCompiledOps[] = {
     "_softmax", "_softmax.out", "_log_softmax", "_log_softmax.out",
     "sum.dim_IntList", "sum.IntList_out", "mean.dim", "mean.out",
     "amax", "amax.out", "amin", "amin.out", "max", "max.unary_out", "min", "min.unary_out",
+    "max.other", "max.out", "min.other", "min.out",
     "cat", "cat.out", "index_select", "index_select.out",
     "index_copy", "index_copy.out", "index_copy_", "repeat_interleave.self_int",
     "max.dim", "min.dim", "argmax", "argmax.out", "argmin", "argmin.out", "arange.start_out",

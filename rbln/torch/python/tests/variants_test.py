@@ -80,6 +80,12 @@ CASES = (
         ("pow_.Tensor", [_pos(4, 64), _rand(4, 64)], None, lambda a, b: a.pow_(b)),
         ("pow.Tensor_Scalar_out", [_pos(4, 64)], lambda a, out: torch.pow(a, 2.0, out=out), None),
         ("pow_.Scalar", [_pos(4, 64)], None, lambda a: a.pow_(2.0)),
+        ("div.Scalar_mode_out", [_rand(4, 64)],
+         lambda a, out: torch.div(a, 0.3, rounding_mode="floor", out=out), None),
+        ("div_.Scalar_mode", [_rand(4, 64)], None, lambda a: a.div_(0.3, rounding_mode="trunc")),
+        # max/min of two tensors are maximum/minimum.
+        ("max.out", [_rand(4, 64), _rand(4, 64)], lambda a, b, out: torch.max(a, b, out=out), None),
+        ("min.out", [_rand(4, 64), _rand(4, 64)], lambda a, b, out: torch.min(a, b, out=out), None),
         ("maximum.out", [_rand(4, 64), _rand(4, 64)],
          lambda a, b, out: torch.maximum(a, b, out=out), None),
         ("minimum.out", [_rand(4, 64), _rand(4, 64)],
@@ -119,6 +125,13 @@ CASES = (
         ("_log_softmax.out", [_rand(4, 64)],
          lambda a, out: torch.ops.aten._log_softmax.out(a, -1, False, out=out), None),
         ("sum.IntList_out", [_rand(4, 64, 64)], lambda a, out: torch.sum(a, 1, out=out), None),
+        # ATen composites over the registered out= overloads (sum.IntList_out,
+        # mean.out, _softmax.out): they reach the compiled kernel too.
+        ("sum.out", [_rand(4, 64, 64)],
+         lambda a, out: torch.ops.aten.sum.out(a, dtype=a.dtype, out=out), None),
+        ("mean.dtype_out", [_rand(4, 64, 64)],
+         lambda a, out: torch.ops.aten.mean.dtype_out(a, dtype=a.dtype, out=out), None),
+        ("softmax.int_out", [_rand(4, 64)], lambda a, out: torch.softmax(a, -1, out=out), None),
         ("mean.out", [_rand(4, 64, 64)],
          lambda a, out: torch.mean(a, 1, keepdim=True, out=out), None),
         ("amax.out", [_rand(4, 64, 64)], lambda a, out: torch.amax(a, 1, out=out), None),
@@ -153,7 +166,8 @@ def _run(case, dtype, device, out_layout=None):
     inputs = [_cast(t, dtype).to(device) for t in makers]
     if out_call is not None:
         # The destination's shape and dtype are the CPU result's.
-        ref = out_call(*[t.cpu() for t in inputs], out=torch.empty(0, dtype=_out_dtype(case, dtype)))
+        empty = torch.empty(0, dtype=_out_dtype(case, dtype))
+        ref = out_call(*[t.cpu() for t in inputs], out=empty)
         if out_layout == "transposed" and ref.dim() == 2:
             out = torch.empty(ref.shape[::-1], dtype=ref.dtype, device=device).t()
         elif out_layout == "transposed":
@@ -217,8 +231,10 @@ def test_variant_matches_cpu_in_place_of_destination(case, dtype):
     _check(case, dtype)
 
 
+# Not here: 0-dim results (nothing to lay out), and softmax.int_out, whose
+# composite computes a non-contiguous out= functionally and copies itself.
 OUT_CASES = [c for c in CASES if c[2] is not None and c[0] not in (
-    "max.unary_out", "min.unary_out")]
+    "max.unary_out", "min.unary_out", "sum.out", "mean.dtype_out", "softmax.int_out")]
 
 
 @pytest.mark.parametrize("layout", ["transposed", "sliced"])
@@ -255,6 +271,28 @@ def test_transposed_inplace_self_matches_cpu():
         assert after.get("dispatch/cpu_fallback", 0) == before.get("dispatch/cpu_fallback", 0)
         torch.testing.assert_close(view.cpu(), view_cpu, rtol=1e-2, atol=1e-2)
         torch.testing.assert_close(x.cpu(), view_cpu.t(), rtol=1e-2, atol=1e-2)
+
+
+def test_warm_hits_write_each_calls_destination():
+    # spec: G2, K4 -- a repeated out=/in-place call hits the warm cache and
+    # writes the destination of that call, not the first call's.
+    a = torch.randn(4, 64).half()
+    x = a.to("rbln")
+    first = torch.empty(4, 64, dtype=torch.float16, device="rbln")
+    second = torch.empty(4, 64, dtype=torch.float16, device="rbln")
+    torch.abs(x, out=first)
+    before = counters()
+    got = torch.abs(-x, out=second)
+    y = x.clone()
+    y.relu_()
+    y.relu_()
+    after = counters()
+    assert got is second
+    assert after["dispatch/warm_hits"] - before.get("dispatch/warm_hits", 0) >= 2
+    assert after.get("dispatch/cpu_fallback", 0) == before.get("dispatch/cpu_fallback", 0)
+    torch.testing.assert_close(first.cpu(), a.abs(), rtol=0, atol=0)
+    torch.testing.assert_close(second.cpu(), a.abs(), rtol=0, atol=0)
+    torch.testing.assert_close(y.cpu(), a.relu(), rtol=0, atol=0)
 
 
 if __name__ == "__main__":
