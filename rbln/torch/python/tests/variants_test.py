@@ -273,6 +273,22 @@ def test_transposed_inplace_self_matches_cpu():
         torch.testing.assert_close(x.cpu(), view_cpu.t(), rtol=1e-2, atol=1e-2)
 
 
+# Reached through ATen composites over a registered overload, not
+# registered themselves.
+COMPOSITES = {"sum.out", "mean.dtype_out", "softmax.int_out", "logical_not_",
+              "logical_not.out(float out)"} | {
+    f"{op}_.{kind}" for op in ("eq", "ne", "lt", "le", "gt", "ge") for kind in ("Tensor", "Scalar")}
+
+
+def test_every_tested_variant_has_an_rbln_kernel():
+    # spec: G1 -- the names above are the registered overloads, so a test
+    # passing is the compiled kernel's, not a composite's or the fallback's.
+    for name, *_ in CASES:
+        if name in COMPOSITES:
+            continue
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "PrivateUse1"), name
+
+
 def test_warm_hits_write_each_calls_destination():
     # spec: G2, K4 -- a repeated out=/in-place call hits the warm cache and
     # writes the destination of that call, not the first call's.
