@@ -193,6 +193,12 @@ std::string GraphOpName(const c10::FunctionSchema& schema) {
   std::string op = schema.name().substr(schema.name().find("::") + 2);
   if (!op.empty() && op.back() == '_') op.pop_back();
   if (op == "_softmax" || op == "_log_softmax") op.erase(0, 1);
+  // max(a, b, out=) and min(a, b, out=) are maximum/minimum; the unary and
+  // dim overloads reduce.
+  if ((op == "max" || op == "min") &&
+      (schema.overload_name() == "other" || schema.overload_name() == "out")) {
+    op = op == "max" ? "maximum" : "minimum";
+  }
   // PyTorch's sdpa hands the whole attention to PrivateUse1 through the
   // overrideable backend (see RblnFusedSdpChoice).
   if (op == "_scaled_dot_product_fused_attention_overrideable") {
@@ -788,22 +794,43 @@ class CompiledKernel final : public c10::OperatorKernel {
 };
 
 // ATen overloads served by compiled kernels (SPEC G1). An op the compiler
-// cannot convert falls back to the CPU with a counted compile_error.
+// cannot convert falls back to the CPU with a counted compile_error. out= and
+// in-place overloads share their functional op's graph (GraphOpName drops the
+// trailing underscore; ReadCall skips the out tensor) and Run writes the
+// destination (SPEC K4). Variants left to the CPU fallback, and why, are in
+// docs/spec-coverage.md's G1 row.
 constexpr const char* kCompiledOps[] = {
-    "add.Tensor", "add.out", "add_.Tensor", "add.Scalar",
-    "sub.Tensor", "sub.out", "sub_.Tensor", "sub.Scalar",
-    "mul.Tensor", "mul.out", "mul_.Tensor", "mul.Scalar",
-    "div.Tensor", "div.out", "div_.Tensor", "div.Scalar", "div.Tensor_mode",
-    "pow.Tensor_Tensor", "pow.Tensor_Scalar",
-    "maximum", "minimum",
-    "eq.Tensor", "eq.Scalar", "ne.Tensor", "ne.Scalar", "lt.Tensor", "lt.Scalar",
-    "le.Tensor", "le.Scalar", "gt.Tensor", "gt.Scalar", "ge.Tensor", "ge.Scalar",
-    "abs", "neg", "ceil", "floor", "log", "rsqrt", "sigmoid", "silu", "relu",
-    "gelu", "logical_not", "clamp", "where.self", "masked_fill.Scalar",
-    "mm", "bmm", "addmm", "_softmax", "_log_softmax",
-    "sum.dim_IntList", "mean.dim", "amax", "amin", "max", "min",
-    "cat", "index_select", "index_copy", "repeat_interleave.self_int",
-    "max.dim", "min.dim", "argmax", "argmin", "arange.start_out",
+    "add.Tensor", "add.out", "add_.Tensor", "add.Scalar", "add.Scalar_out", "add_.Scalar",
+    "sub.Tensor", "sub.out", "sub_.Tensor", "sub.Scalar", "sub.Scalar_out", "sub_.Scalar",
+    "mul.Tensor", "mul.out", "mul_.Tensor", "mul.Scalar", "mul.Scalar_out", "mul_.Scalar",
+    "div.Tensor", "div.out", "div_.Tensor", "div.Scalar", "div.Scalar_out", "div_.Scalar",
+    "div.Tensor_mode", "div.out_mode", "div_.Tensor_mode",
+    "div.Scalar_mode", "div.Scalar_mode_out", "div_.Scalar_mode",
+    "pow.Tensor_Tensor", "pow.Tensor_Tensor_out", "pow_.Tensor",
+    "pow.Tensor_Scalar", "pow.Tensor_Scalar_out", "pow_.Scalar",
+    "maximum", "maximum.out", "minimum", "minimum.out",
+    "eq.Tensor", "eq.Tensor_out", "eq.Scalar", "eq.Scalar_out",
+    "ne.Tensor", "ne.Tensor_out", "ne.Scalar", "ne.Scalar_out",
+    "lt.Tensor", "lt.Tensor_out", "lt.Scalar", "lt.Scalar_out",
+    "le.Tensor", "le.Tensor_out", "le.Scalar", "le.Scalar_out",
+    "gt.Tensor", "gt.Tensor_out", "gt.Scalar", "gt.Scalar_out",
+    "ge.Tensor", "ge.Tensor_out", "ge.Scalar", "ge.Scalar_out",
+    "abs", "abs.out", "abs_", "neg", "neg.out", "neg_",
+    "ceil", "ceil.out", "ceil_", "floor", "floor.out", "floor_",
+    "log", "log.out", "log_", "rsqrt", "rsqrt.out", "rsqrt_",
+    "sigmoid", "sigmoid.out", "sigmoid_", "silu", "silu.out", "silu_",
+    "relu", "relu.out", "relu_", "gelu", "gelu.out", "gelu_",
+    "logical_not", "logical_not.out", "clamp", "clamp.out", "clamp_",
+    "where.self", "masked_fill.Scalar", "masked_fill.Scalar_out",
+    "masked_fill_.Scalar",
+    "mm", "mm.out", "bmm", "bmm.out", "addmm", "addmm.out", "addmm_",
+    "_softmax", "_softmax.out", "_log_softmax", "_log_softmax.out",
+    "sum.dim_IntList", "sum.IntList_out", "mean.dim", "mean.out",
+    "amax", "amax.out", "amin", "amin.out", "max", "max.unary_out", "min", "min.unary_out",
+    "max.other", "max.out", "min.other", "min.out",
+    "cat", "cat.out", "index_select", "index_select.out",
+    "index_copy", "index_copy.out", "index_copy_", "repeat_interleave.self_int",
+    "max.dim", "min.dim", "argmax", "argmax.out", "argmin", "argmin.out", "arange.start_out",
     "_scaled_dot_product_fused_attention_overrideable",
 };
 
