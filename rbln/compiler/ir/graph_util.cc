@@ -129,6 +129,25 @@ std::string TypeToText(const TensorType& type) {
                       absl::StrJoin(type.shape(), ","), "]");
 }
 
+const char* TorchDTypeName(DType t) {
+  switch (t) {
+    case FLOAT16:
+      return "float16";
+    case BFLOAT16:
+      return "bfloat16";
+    case FLOAT32:
+      return "float32";
+    case INT32:
+      return "int32";
+    case INT64:
+      return "int64";
+    case BOOL:
+      return "bool";
+    default:
+      return "unknown";
+  }
+}
+
 rbln::DType ToRuntimeDType(DType t) {
   switch (t) {
     case FLOAT16:

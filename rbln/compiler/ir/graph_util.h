@@ -38,6 +38,10 @@ std::string ToText(const Graph& graph);
 
 std::string TypeToText(const TensorType& type);
 
+// PyTorch's name of an IR dtype ("float16", "int64", ...), for messages
+// that users compare with torch's.
+const char* TorchDTypeName(DType t);
+
 // The runtime's element type of an IR dtype.
 rbln::DType ToRuntimeDType(DType t);
 

@@ -34,6 +34,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/Matchers.h"
 #include "rbln/compiler/graph_importer.h"
+#include "rbln/compiler/ir/graph_util.h"
 
 namespace rbln::compiler {
 namespace {
@@ -50,24 +51,7 @@ using ::mlir::ValueRange;
 
 bool IsHalf(ir::DType t) { return t == ir::FLOAT16 || t == ir::BFLOAT16; }
 
-const char* DTypeText(ir::DType t) {
-  switch (t) {
-    case ir::FLOAT16:
-      return "float16";
-    case ir::BFLOAT16:
-      return "bfloat16";
-    case ir::FLOAT32:
-      return "float32";
-    case ir::INT32:
-      return "int32";
-    case ir::INT64:
-      return "int64";
-    case ir::BOOL:
-      return "bool";
-    default:
-      return "unknown";
-  }
-}
+const char* DTypeText(ir::DType t) { return ir::TorchDTypeName(t); }
 
 // bool < integer < floating point, PyTorch's promotion categories.
 int Category(ir::DType t) {

@@ -51,8 +51,6 @@ int64_t Product(const Shape& s, size_t begin, size_t end) {
   return p;
 }
 
-std::string ShapeText(const Shape& s) { return absl::StrJoin(s, "x"); }
-
 Value Empty(GraphImporter& im, const Shape& shape, Type element) {
   return im.builder().create<mlir::tensor::EmptyOp>(im.loc(), shape, element);
 }

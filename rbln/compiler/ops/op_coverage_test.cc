@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
+#include "rbln/compiler/ir/graph_util.h"
 #include "rbln/compiler/ops/op_test_util.h"
 
 namespace rbln::compiler::testing {
@@ -27,22 +28,7 @@ namespace {
 constexpr ir::DType kDTypes[] = {ir::FLOAT16, ir::BFLOAT16, ir::FLOAT32,
                                  ir::INT32,   ir::INT64,    ir::BOOL};
 
-const char* Name(ir::DType t) {
-  switch (t) {
-    case ir::FLOAT16:
-      return "float16";
-    case ir::BFLOAT16:
-      return "bfloat16";
-    case ir::FLOAT32:
-      return "float32";
-    case ir::INT32:
-      return "int32";
-    case ir::INT64:
-      return "int64";
-    default:
-      return "bool";
-  }
-}
+const char* Name(ir::DType t) { return ir::TorchDTypeName(t); }
 
 bool IsFloatType(ir::DType t) {
   return t == ir::FLOAT16 || t == ir::BFLOAT16 || t == ir::FLOAT32;

@@ -125,13 +125,6 @@ at::ScalarType ScalarTypeOf(compiler::ir::DType t) {
   return at::kFloat;
 }
 
-std::string DTypeName(compiler::ir::DType t) {
-  for (size_t i = 0; i < std::size(kIrDTypes); ++i) {
-    if (kIrDTypes[i] == t) return kDTypes[i].first;
-  }
-  return "?";
-}
-
 // One compiled graph: runs on the device of its inputs, its workers placed
 // on the compute units of that device's RSD group (SPEC A2, A7).
 class GraphProgram {
