@@ -16,12 +16,14 @@ import time
 import torch
 
 
-def median_us(fn, iters):
+def median_us(fn, iters, per_call=1):
+    """Median wall time of one call of fn, in microseconds; per_call > 1 when
+    fn itself makes that many calls."""
     samples = []
     for _ in range(iters):
         t0 = time.perf_counter()
         fn()
-        samples.append(time.perf_counter() - t0)
+        samples.append((time.perf_counter() - t0) / per_call)
     return statistics.median(samples) * 1e6
 
 

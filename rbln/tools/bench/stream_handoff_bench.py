@@ -24,19 +24,10 @@ Run with TORCH_RBLN_DEPLOY=ON so the inline add carries no NaN/Inf check:
 
 import argparse
 import os
-import statistics
-import time
 
 import torch
 
-
-def median_us(fn, iters, per_call=1):
-    samples = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - t0) / per_call)
-    return statistics.median(samples) * 1e6
+from op_overhead_bench import median_us
 
 
 def main(argv=None):
