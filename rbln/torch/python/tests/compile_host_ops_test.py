@@ -9,6 +9,7 @@ import torch._dynamo
 
 import torch_rbln  # noqa: F401
 from torch_rbln import _dynamo as rbln_dynamo
+from rbln_test_util import delta
 
 DEV = "rbln:0"
 
@@ -25,10 +26,6 @@ def fresh_dynamo():
 
 def counters():
     return torch.rbln.counters()
-
-
-def delta(before, after, key):
-    return after.get(key, 0) - before.get(key, 0)
 
 
 def nonzero_in_the_middle(x):

@@ -10,16 +10,13 @@ import torch._dynamo
 
 import torch_rbln  # noqa: F401
 from torch_rbln import _dynamo as rbln_dynamo
+from rbln_test_util import delta
 
 DEV = "rbln:0"
 
 
 def graph_counters():
     return {k: v for k, v in torch.rbln.counters().items() if k.startswith(("graph/", "runtime/dma"))}
-
-
-def delta(before, after, key):
-    return after.get(key, 0) - before.get(key, 0)
 
 
 @pytest.fixture(autouse=True)

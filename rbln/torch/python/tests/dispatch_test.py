@@ -7,10 +7,7 @@ import pytest
 import torch
 
 import rbln_test_util
-
-
-def delta(before, after, key):
-    return after.get(key, 0) - before.get(key, 0)
+from rbln_test_util import delta
 
 
 def test_unaligned_last_dim_falls_back_and_counts_recompiles():

@@ -7,6 +7,8 @@ import sys
 import pytest
 import torch
 
+from rbln_test_util import delta
+
 # Counters of every transfer between host and device memory.
 _TRANSFERS = (
     "runtime/dma_h2d_copies",
@@ -15,10 +17,6 @@ _TRANSFERS = (
     "storage/downloads",
     "storage/host_pushes",
 )
-
-
-def delta(before, after, key):
-    return after.get(key, 0) - before.get(key, 0)
 
 
 def device_latest(cpu):

@@ -25,3 +25,8 @@ def run_python(code: str, env_overrides=None, timeout=120):
         text=True,
         timeout=timeout,
     )
+
+
+def delta(before, after, key):
+    """How much counter `key` grew between two torch.rbln counter snapshots."""
+    return after.get(key, 0) - before.get(key, 0)

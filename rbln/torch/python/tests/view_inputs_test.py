@@ -8,13 +8,10 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
+from rbln_test_util import delta
 
 # Every device-to-device copy the DMA engine makes (contiguous or strided).
 _D2D = ("runtime/dma_d2d_copies", "runtime/dma_d2d_strided_copies")
-
-
-def delta(before, after, key):
-    return after.get(key, 0) - before.get(key, 0)
 
 
 def d2d_copies(before, after):

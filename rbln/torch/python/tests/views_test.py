@@ -8,6 +8,8 @@ import warnings
 import pytest
 import torch
 
+from rbln_test_util import delta
+
 # Every transfer or device copy the runtime can make.
 _DATA_MOVEMENT = (
     "runtime/dma_h2d_copies",
@@ -21,10 +23,6 @@ _DATA_MOVEMENT = (
     "storage/host_reads",
     "storage/host_writes",
 )
-
-
-def delta(before, after, key):
-    return after.get(key, 0) - before.get(key, 0)
 
 
 def moved(before, after):
