@@ -19,7 +19,10 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/Pass/Pass.h"
 #include "mlir/Pass/PassRegistry.h"
+#include "mlir/IR/Matchers.h"
 #include "rbln/compiler/mlir_compat.h"
+#include "rbln/compiler/onednn_gemm.h"
+#include "rbln/compiler/partition_pass.h"
 
 namespace rbln::compiler {
 namespace {
@@ -42,22 +45,32 @@ struct Matrix {
   int64_t ld = 0;                 // leading dimension: the row stride
   int64_t batch_stride = 0;       // elements between matrices of a batch
   std::optional<int64_t> offset;  // static offset, if known
+  int64_t element_bytes = 4;
 };
 
 struct Gemm {
   Matrix a, b, c;
   bool trans_b = false;
   int64_t batch = 1, m = 0, n = 0, k = 0;
+  // oneDNN only: A and B read as bf16 (the i16 buffers the f32 operands
+  // were widened from), and whether C is overwritten (its zero fill
+  // dropped) instead of accumulated into.
+  bool bf16 = false;
+  bool overwrite = false;
 };
 
 bool FitsInt32(int64_t v) { return v <= std::numeric_limits<int32_t>::max(); }
 
-// `v` as BLAS operand, or nothing if BLAS cannot address it: an f32 memref
-// of static shape and strides whose rows are contiguous and do not overlap.
-std::optional<Matrix> AsMatrix(Value v) {
+// `v` as BLAS operand, or nothing if BLAS cannot address it: an f32 (or
+// `element`) memref of static shape and strides whose rows are contiguous
+// and do not overlap.
+std::optional<Matrix> AsMatrix(Value v, Type element = nullptr) {
   auto type = v.getType().dyn_cast<mlir::MemRefType>();
-  if (!type || !type.getElementType().isF32() || !type.hasStaticShape() ||
-      type.getRank() < 2) {
+  if (!type || !type.hasStaticShape() || type.getRank() < 2) {
+    return std::nullopt;
+  }
+  if (element ? type.getElementType() != element
+              : !type.getElementType().isF32()) {
     return std::nullopt;
   }
   llvm::SmallVector<int64_t> strides;
@@ -79,6 +92,7 @@ std::optional<Matrix> AsMatrix(Value v) {
   if (m.ld < min_ld || !FitsInt32(m.ld)) return std::nullopt;
   m.batch_stride = rank == 3 ? strides[0] : 0;
   if (!mlir::ShapedType::isDynamic(offset)) m.offset = offset;
+  m.element_bytes = type.getElementTypeBitWidth() / 8;
   return m;
 }
 
@@ -142,12 +156,12 @@ Value BaseAddress(OpBuilder& b, Location l, const Matrix& m) {
   if (m.offset == 0) return aligned;
   Value bytes =
       m.offset
-          ? IndexConst(b, l, *m.offset * sizeof(float))
+          ? IndexConst(b, l, *m.offset * m.element_bytes)
           : b.create<mlir::arith::MulIOp>(
                  l,
                  b.create<mlir::memref::ExtractStridedMetadataOp>(l, m.memref)
                      .getOffset(),
-                 IndexConst(b, l, sizeof(float)))
+                 IndexConst(b, l, m.element_bytes))
                 .getResult();
   return b.create<mlir::arith::AddIOp>(l, aligned, bytes);
 }
@@ -199,16 +213,192 @@ void EmitSgemm(OpBuilder& b, Location l, const Gemm& g,
       });
 }
 
+
+// --- oneDNN (rbln_gemm, onednn_gemm.h) ---
+
+// True if `generic` widens bf16 bits to f32 element by element, the
+// frontend's Bf16ToF32: out = bitcast<f32>(extui<i32>(in) << 16), one i16
+// input and one f32 output of the same shape, identity maps.
+bool IsBf16Widening(mlir::linalg::GenericOp generic) {
+  if (generic.getNumDpsInputs() != 1 || generic.getNumDpsInits() != 1 ||
+      !llvm::all_of(generic.getIndexingMapsArray(),
+                    [](mlir::AffineMap m) { return m.isIdentity(); }) ||
+      generic.getNumParallelLoops() != generic.getNumLoops()) {
+    return false;
+  }
+  auto in = generic.getDpsInputOperand(0)->get().getType().dyn_cast<mlir::MemRefType>();
+  if (!in || !in.getElementType().isInteger(16)) return false;
+  mlir::Block& body = generic.getRegion().front();
+  auto yield = llvm::cast<mlir::linalg::YieldOp>(body.getTerminator());
+  auto cast = yield.getOperand(0).getDefiningOp<mlir::arith::BitcastOp>();
+  if (!cast || !cast.getType().isF32()) return false;
+  auto shift = cast.getIn().getDefiningOp<mlir::arith::ShLIOp>();
+  mlir::APInt amount;
+  if (!shift || !mlir::matchPattern(shift.getRhs(), mlir::m_ConstantInt(&amount)) ||
+      amount != 16) {
+    return false;
+  }
+  auto ext = shift.getLhs().getDefiningOp<mlir::arith::ExtUIOp>();
+  return ext && ext.getIn() == body.getArgument(0) &&
+         ext.getType().isInteger(32);
+}
+
+// The buffer `v` is a view of: its memref.alloc or block argument.
+Value BaseBuffer(Value v) {
+  while (auto view = v.getDefiningOp<mlir::ViewLikeOpInterface>()) {
+    v = view.getViewSource();
+  }
+  return v;
+}
+
+// True if nothing between `from` and `to` (same block) may write `source`:
+// every op with memory effects in between is a linalg op writing buffers
+// of its own (allocations other than `source`'s).
+bool UnwrittenBetween(Value source, mlir::Operation* from,
+                      mlir::Operation* to) {
+  const Value base = BaseBuffer(source);
+  for (mlir::Operation* op = from->getNextNode(); op != to;
+       op = op->getNextNode()) {
+    if (mlir::isMemoryEffectFree(op)) continue;
+    auto linalg_op = llvm::dyn_cast<mlir::linalg::LinalgOp>(op);
+    if (!linalg_op) return false;
+    for (mlir::OpOperand* init : compat::DpsInitOperands(linalg_op)) {
+      const Value written = BaseBuffer(init->get());
+      if (written == base || !written.getDefiningOp<mlir::memref::AllocOp>()) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// The widening generic that alone writes `operand`, an f32 buffer of its
+// own (memref.alloc) that the GEMM `op` reads, or null; its bf16 source
+// must still hold the same values when `op` runs.
+mlir::linalg::GenericOp Bf16WideningOf(Value operand, mlir::Operation* op) {
+  auto alloc = operand.getDefiningOp<mlir::memref::AllocOp>();
+  if (!alloc) return nullptr;
+  mlir::linalg::GenericOp writer;
+  for (mlir::Operation* user : alloc->getUsers()) {
+    if (user == op || llvm::isa<mlir::memref::DeallocOp>(user)) continue;
+    auto generic = llvm::dyn_cast<mlir::linalg::GenericOp>(user);
+    // Any other user (a view, another reader) might see the f32 values in
+    // ways the GEMM cannot replace; two writers cannot be told apart.
+    if (!generic || writer || generic.getDpsInitOperand(0)->get() != operand ||
+        !IsBf16Widening(generic) || generic->getBlock() != op->getBlock() ||
+        !generic->isBeforeInBlock(op) ||
+        !UnwrittenBetween(generic.getDpsInputOperand(0)->get(), generic, op)) {
+      return nullptr;
+    }
+    writer = generic;
+  }
+  return writer;
+}
+
+// The linalg.fill of +0.0 that directly precedes `op` (only ops free of
+// memory effects in between) and writes exactly `c`, or null.
+mlir::linalg::FillOp ZeroFillOf(Value c, mlir::Operation* op) {
+  for (mlir::Operation* prev = op->getPrevNode(); prev != nullptr;
+       prev = prev->getPrevNode()) {
+    if (mlir::isMemoryEffectFree(prev)) continue;
+    auto fill = llvm::dyn_cast<mlir::linalg::FillOp>(prev);
+    mlir::FloatAttr value;
+    if (!fill || fill.getDpsInitOperand(0)->get() != c ||
+        !mlir::matchPattern(fill.getDpsInputOperand(0)->get(),
+                            mlir::m_Constant(&value)) ||
+        !value.getValue().isPosZero()) {
+      return nullptr;
+    }
+    return fill;
+  }
+  return nullptr;
+}
+
+// The declaration of rbln_gemm (18 i64 arguments), added once; null if the
+// module has the symbol with another type.
+mlir::func::FuncOp DeclareOnednnGemm(mlir::ModuleOp module) {
+  OpBuilder b(module.getContext());
+  mlir::FunctionType type = b.getFunctionType(
+      llvm::SmallVector<Type>(18, b.getI64Type()), {});
+  if (auto existing =
+          module.lookupSymbol<mlir::func::FuncOp>(kOnednnGemmSymbol)) {
+    return existing.getFunctionType() == type ? existing : nullptr;
+  }
+  if (module.lookupSymbol(kOnednnGemmSymbol)) return nullptr;
+  b.setInsertionPointToStart(module.getBody());
+  auto decl =
+      b.create<mlir::func::FuncOp>(module.getLoc(), kOnednnGemmSymbol, type);
+  decl.setPrivate();
+  return decl;
+}
+
+// Blocks a GEMM is cut into (onednn_gemm.h): enough work per block to
+// amortize a call (~2 M multiply-adds, well under a millisecond), at most
+// kMaxGemmBlocks, and no more than the split dimension has.
+int64_t BlocksFor(const Gemm& g) {
+  const int64_t work = g.batch * g.m * g.n * g.k;
+  const int64_t split = g.batch > 1 ? g.batch : std::max(g.m, g.n);
+  return std::max<int64_t>(
+      1, std::min({kMaxGemmBlocks, work / kMinGemmBlockWork, split}));
+}
+
+void EmitOnednnGemm(OpBuilder& b, Location l, const Gemm& g,
+                    mlir::func::FuncOp gemm) {
+  auto i64 = [&](int64_t v) -> Value {
+    return b.create<mlir::arith::ConstantIntOp>(l, v, 64);
+  };
+  auto address = [&](const Matrix& m) -> Value {
+    return b.create<mlir::arith::IndexCastOp>(l, b.getI64Type(),
+                                              BaseAddress(b, l, m));
+  };
+  const GemmOperandType type =
+      g.bf16 ? GemmOperandType::kBF16 : GemmOperandType::kF32;
+  const int64_t blocks = BlocksFor(g);
+  llvm::SmallVector<Value> args = {
+      i64(static_cast<int64_t>(type)), i64(g.trans_b), i64(!g.overwrite),
+      i64(g.batch), i64(g.m), i64(g.n), i64(g.k), i64(g.a.ld), i64(g.b.ld),
+      i64(g.c.ld), i64(g.batch > 1 ? g.a.batch_stride : 0),
+      i64(g.batch > 1 ? g.b.batch_stride : 0),
+      i64(g.batch > 1 ? g.c.batch_stride : 0), address(g.a), address(g.b),
+      address(g.c)};
+  auto work = b.getI64IntegerAttr(g.batch * g.m * g.n * g.k);
+  if (blocks == 1) {
+    args.append({i64(0), i64(1)});
+    auto call = b.create<mlir::func::CallOp>(l, gemm, args);
+    call->setAttr(kWorkAttr, work);
+    return;
+  }
+  args.push_back(nullptr);  // the block, set in the loop
+  args.push_back(i64(blocks));
+  auto loop = b.create<mlir::scf::ForOp>(
+      l, IndexConst(b, l, 0), IndexConst(b, l, blocks), IndexConst(b, l, 1),
+      std::nullopt, [&](OpBuilder& nb, Location, Value i, mlir::ValueRange) {
+        args[args.size() - 2] =
+            nb.create<mlir::arith::IndexCastOp>(l, nb.getI64Type(), i);
+        nb.create<mlir::func::CallOp>(l, gemm, args);
+        nb.create<mlir::scf::YieldOp>(l);
+      });
+  loop->setAttr(kParallelIterationsAttr, b.getUnitAttr());
+  loop->setAttr(kWorkAttr, work);
+}
+
 class BlasRewritePass
     : public mlir::PassWrapper<BlasRewritePass,
                                mlir::OperationPass<mlir::ModuleOp>> {
  public:
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(BlasRewritePass)
 
+  BlasRewritePass() = default;
+  explicit BlasRewritePass(GemmLibrary library) {
+    library_ = library == GemmLibrary::kOnednn ? kOnednnOption : kOpenBlasOption;
+  }
+  // Options are copied by the framework (Pass::clone), not here.
+  BlasRewritePass(const BlasRewritePass& other) : PassWrapper(other) {}
+
   llvm::StringRef getArgument() const final { return kBlasRewritePassName; }
   llvm::StringRef getDescription() const final {
-    return "Rewrite row-major f32 linalg matmuls on memrefs to cblas_sgemm "
-           "calls";
+    return "Rewrite row-major f32 (and bf16-widened) linalg matmuls on "
+           "memrefs to OpenBLAS cblas_sgemm or oneDNN rbln_gemm calls";
   }
   void getDependentDialects(mlir::DialectRegistry& registry) const override {
     registry.insert<mlir::arith::ArithDialect, mlir::func::FuncDialect,
@@ -218,29 +408,99 @@ class BlasRewritePass
 
   void runOnOperation() override {
     mlir::ModuleOp module = getOperation();
+    if (library_ != kOnednnOption && library_ != kOpenBlasOption) {
+      module.emitError() << kBlasRewritePassName << ": unknown library '"
+                         << library_ << "' (expected " << kOpenBlasOption
+                         << " or " << kOnednnOption << ")";
+      return signalPassFailure();
+    }
+    const bool onednn = library_ == kOnednnOption;
     llvm::SmallVector<std::pair<mlir::Operation*, Gemm>> gemms;
     module.walk([&](mlir::linalg::LinalgOp op) {
       if (std::optional<Gemm> g = Plan(op)) gemms.push_back({op, *g});
     });
     if (gemms.empty()) return;
-    mlir::func::FuncOp sgemm = DeclareSgemm(module);
-    if (!sgemm) {
-      module.emitError() << "symbol " << kSgemmName
+    mlir::func::FuncOp callee =
+        onednn ? DeclareOnednnGemm(module) : DeclareSgemm(module);
+    if (!callee) {
+      module.emitError() << "symbol "
+                         << (onednn ? kOnednnGemmSymbol : kSgemmName)
                          << " exists with another type";
       return signalPassFailure();
     }
+    llvm::SmallVector<mlir::linalg::GenericOp> widenings;
     for (auto& [op, gemm] : gemms) {
       OpBuilder b(op);
-      EmitSgemm(b, op->getLoc(), gemm, sgemm);
+      if (!onednn) {
+        EmitSgemm(b, op->getLoc(), gemm, callee);
+        op->erase();
+        continue;
+      }
+      UseBf16Sources(op, gemm, widenings);
+      if (mlir::linalg::FillOp fill = ZeroFillOf(gemm.c.memref, op)) {
+        gemm.overwrite = true;
+        fill->erase();
+      }
+      EmitOnednnGemm(b, op->getLoc(), gemm, callee);
       op->erase();
     }
+    EraseUnread(widenings);
   }
+
+ private:
+  static constexpr char kOpenBlasOption[] = "openblas";
+  static constexpr char kOnednnOption[] = "onednn";
+
+  // bf16 operands go to oneDNN as they are: when both f32 operands are
+  // widened from i16 (bf16) buffers, the GEMM reads those instead.
+  static void UseBf16Sources(
+      mlir::Operation* op, Gemm& gemm,
+      llvm::SmallVectorImpl<mlir::linalg::GenericOp>& widenings) {
+    mlir::linalg::GenericOp wa = Bf16WideningOf(gemm.a.memref, op);
+    mlir::linalg::GenericOp wb = Bf16WideningOf(gemm.b.memref, op);
+    if (!wa || !wb) return;
+    OpBuilder b(op->getContext());
+    Type i16 = b.getI16Type();
+    std::optional<Matrix> a = AsMatrix(wa.getDpsInputOperand(0)->get(), i16);
+    std::optional<Matrix> bm = AsMatrix(wb.getDpsInputOperand(0)->get(), i16);
+    if (!a || !bm) return;
+    gemm.a = *a;
+    gemm.b = *bm;
+    gemm.bf16 = true;
+    widenings.append({wa, wb});
+  }
+
+  // Widenings whose f32 buffer nothing reads any more, with the buffer.
+  static void EraseUnread(llvm::ArrayRef<mlir::linalg::GenericOp> widenings) {
+    llvm::SmallPtrSet<mlir::Operation*, 4> erased;
+    for (mlir::linalg::GenericOp generic : widenings) {
+      if (erased.contains(generic)) continue;
+      Value buffer = generic.getDpsInitOperand(0)->get();
+      auto alloc = buffer.getDefiningOp<mlir::memref::AllocOp>();
+      const bool unread = llvm::all_of(alloc->getUsers(), [&](mlir::Operation* u) {
+        return u == generic || llvm::isa<mlir::memref::DeallocOp>(u);
+      });
+      if (!unread) continue;
+      erased.insert(generic);
+      generic->erase();
+      for (mlir::Operation* user : llvm::make_early_inc_range(alloc->getUsers())) {
+        user->erase();
+      }
+      alloc->erase();
+    }
+  }
+
+  Option<std::string> library_{
+      *this, "library",
+      llvm::cl::desc("GEMM library the calls go to: openblas (cblas_sgemm) "
+                     "or onednn (rbln_gemm)"),
+      llvm::cl::init(kOpenBlasOption)};
 };
 
 }  // namespace
 
-std::unique_ptr<mlir::Pass> CreateBlasRewritePass() {
-  return std::make_unique<BlasRewritePass>();
+std::unique_ptr<mlir::Pass> CreateBlasRewritePass(GemmLibrary library) {
+  return std::make_unique<BlasRewritePass>(library);
 }
 
 void RegisterBlasRewritePass() {

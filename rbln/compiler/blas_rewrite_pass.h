@@ -1,5 +1,6 @@
 // BlasRewrite (SPEC P5): after bufferization, replaces f32 GEMMs on memrefs
-// with calls to OpenBLAS's
+// with calls to a GEMM library: oneDNN (onednn_gemm.h, the default where it
+// loads; see below) or OpenBLAS's
 //   void cblas_sgemm(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
 //                    beta, c, ldc)
 // declared in the module as a private func.func. Rewritten: linalg.matmul,
@@ -10,9 +11,22 @@
 // alpha = beta = 1 keeps linalg's C += A * B. Everything else is left for the
 // loop lowering. Whoever JIT-compiles the result must make cblas_sgemm
 // resolvable (LoadOpenBlas() in blas_loader.h).
+//
+// With library=onednn the GEMMs become calls of rbln_gemm (onednn_gemm.h):
+//  - bf16 operands go to oneDNN as bf16: when both f32 operands are fresh
+//    buffers written only by the frontend's bf16 widening generic (and the
+//    bf16 source is not written in between), the call reads the i16
+//    sources and the widenings are dropped if nothing else reads them;
+//  - a linalg.fill of +0.0 of C right before the GEMM is dropped and the
+//    call overwrites C (no accumulation pass over C);
+//  - a GEMM large enough is cut into blocks (at most kMaxGemmBlocks of at
+//    least kMinGemmBlockWork multiply-adds), called from an scf.for marked
+//    kParallelIterationsAttr that the partition pass spreads over the
+//    chiplet workers; every op carries its multiply-adds in kWorkAttr.
 #ifndef RBLN_COMPILER_BLAS_REWRITE_PASS_H_
 #define RBLN_COMPILER_BLAS_REWRITE_PASS_H_
 
+#include <cstdint>
 #include <memory>
 
 #include "mlir/Pass/Pass.h"
@@ -20,11 +34,18 @@
 namespace rbln::compiler {
 
 // The pass's name in textual pipelines (it runs on builtin.module, where it
-// declares cblas_sgemm).
+// declares cblas_sgemm or rbln_gemm); its option `library` is openblas (the
+// default) or onednn.
 inline constexpr char kBlasRewritePassName[] = "rbln-blas-rewrite";
 inline constexpr char kSgemmName[] = "cblas_sgemm";
 
-std::unique_ptr<mlir::Pass> CreateBlasRewritePass();
+inline constexpr int64_t kMaxGemmBlocks = 4;
+inline constexpr int64_t kMinGemmBlockWork = int64_t{1} << 21;
+
+enum class GemmLibrary { kOpenBlas, kOnednn };
+
+std::unique_ptr<mlir::Pass> CreateBlasRewritePass(
+    GemmLibrary library = GemmLibrary::kOpenBlas);
 
 // Registers the pass under kBlasRewritePassName for textual pipelines.
 // Idempotent and thread-safe.

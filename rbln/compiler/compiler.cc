@@ -179,7 +179,7 @@ absl::StatusOr<std::shared_ptr<const CompiledProgram>> Compiler::Codegen(
     if (disk_ != nullptr) {
       // A failed write only costs the next process a compile.
       if (disk_->Store(graph, key, object_path, p->uses_blas(),
-                       p->partition_layout())
+                       p->uses_onednn(), p->partition_layout())
               .ok()) {
         absl::MutexLock lock(&mu_);
         ++stats_.disk_writes;
