@@ -17,6 +17,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/BuiltinTypes.h"
+#include "mlir/Interfaces/ViewLikeInterface.h"
 #include "mlir/Pass/Pass.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/IR/Matchers.h"
@@ -252,14 +253,16 @@ Value BaseBuffer(Value v) {
 }
 
 // True if nothing between `from` and `to` (same block) may write `source`:
-// every op with memory effects in between is a linalg op writing buffers
-// of its own (allocations other than `source`'s).
+// every op with memory effects in between allocates or is a linalg op
+// writing buffers of its own (allocations other than `source`'s).
 bool UnwrittenBetween(Value source, mlir::Operation* from,
                       mlir::Operation* to) {
   const Value base = BaseBuffer(source);
   for (mlir::Operation* op = from->getNextNode(); op != to;
        op = op->getNextNode()) {
-    if (mlir::isMemoryEffectFree(op)) continue;
+    if (mlir::isMemoryEffectFree(op) || llvm::isa<mlir::memref::AllocOp>(op)) {
+      continue;
+    }
     auto linalg_op = llvm::dyn_cast<mlir::linalg::LinalgOp>(op);
     if (!linalg_op) return false;
     for (mlir::OpOperand* init : compat::DpsInitOperands(linalg_op)) {
@@ -272,27 +275,55 @@ bool UnwrittenBetween(Value source, mlir::Operation* from,
   return true;
 }
 
-// The widening generic that alone writes `operand`, an f32 buffer of its
-// own (memref.alloc) that the GEMM `op` reads, or null; its bf16 source
-// must still hold the same values when `op` runs.
-mlir::linalg::GenericOp Bf16WideningOf(Value operand, mlir::Operation* op) {
-  auto alloc = operand.getDefiningOp<mlir::memref::AllocOp>();
-  if (!alloc) return nullptr;
-  mlir::linalg::GenericOp writer;
+// A GEMM operand widened from bf16: the generic that widens, and the
+// collapse_shape through which the GEMM reads its buffer (null if direct).
+struct Bf16Widening {
+  mlir::linalg::GenericOp generic;
+  mlir::memref::CollapseShapeOp collapse;
+};
+
+// How `operand`, an f32 buffer of its own (memref.alloc) that the GEMM `op`
+// reads directly or through one collapse_shape, was widened from bf16 by
+// one generic alone, or nothing. Its bf16 source must still hold the same
+// values when `op` runs, and collapse the same way (identity layout).
+std::optional<Bf16Widening> Bf16WideningOf(Value operand, mlir::Operation* op) {
+  Bf16Widening w;
+  w.collapse = operand.getDefiningOp<mlir::memref::CollapseShapeOp>();
+  Value buffer = w.collapse ? w.collapse.getSrc() : operand;
+  auto alloc = buffer.getDefiningOp<mlir::memref::AllocOp>();
+  if (!alloc) return std::nullopt;
   for (mlir::Operation* user : alloc->getUsers()) {
-    if (user == op || llvm::isa<mlir::memref::DeallocOp>(user)) continue;
+    if (user == op || user == w.collapse.getOperation() ||
+        llvm::isa<mlir::memref::DeallocOp>(user)) {
+      continue;
+    }
     auto generic = llvm::dyn_cast<mlir::linalg::GenericOp>(user);
     // Any other user (a view, another reader) might see the f32 values in
     // ways the GEMM cannot replace; two writers cannot be told apart.
-    if (!generic || writer || generic.getDpsInitOperand(0)->get() != operand ||
+    if (!generic || w.generic || generic.getDpsInitOperand(0)->get() != buffer ||
         !IsBf16Widening(generic) || generic->getBlock() != op->getBlock() ||
         !generic->isBeforeInBlock(op) ||
         !UnwrittenBetween(generic.getDpsInputOperand(0)->get(), generic, op)) {
-      return nullptr;
+      return std::nullopt;
     }
-    writer = generic;
+    w.generic = generic;
   }
-  return writer;
+  if (!w.generic) return std::nullopt;
+  if (w.collapse) {
+    if (!w.collapse->hasOneUse()) return std::nullopt;
+    auto source = w.generic.getDpsInputOperand(0)->get().getType().cast<mlir::MemRefType>();
+    if (!source.getLayout().isIdentity()) return std::nullopt;
+  }
+  return w;
+}
+
+// The bf16 source of `w` as the GEMM reads it, created before `op`.
+Value Bf16Source(Bf16Widening w, mlir::Operation* op) {
+  Value source = w.generic.getDpsInputOperand(0)->get();
+  if (!w.collapse) return source;
+  OpBuilder b(op);
+  return b.create<mlir::memref::CollapseShapeOp>(
+      op->getLoc(), source, w.collapse.getReassociationIndices());
 }
 
 // The linalg.fill of +0.0 that directly precedes `op` (only ops free of
@@ -456,27 +487,33 @@ class BlasRewritePass
   static void UseBf16Sources(
       mlir::Operation* op, Gemm& gemm,
       llvm::SmallVectorImpl<mlir::linalg::GenericOp>& widenings) {
-    mlir::linalg::GenericOp wa = Bf16WideningOf(gemm.a.memref, op);
-    mlir::linalg::GenericOp wb = Bf16WideningOf(gemm.b.memref, op);
+    std::optional<Bf16Widening> wa = Bf16WideningOf(gemm.a.memref, op);
+    std::optional<Bf16Widening> wb = Bf16WideningOf(gemm.b.memref, op);
     if (!wa || !wb) return;
     OpBuilder b(op->getContext());
     Type i16 = b.getI16Type();
-    std::optional<Matrix> a = AsMatrix(wa.getDpsInputOperand(0)->get(), i16);
-    std::optional<Matrix> bm = AsMatrix(wb.getDpsInputOperand(0)->get(), i16);
-    if (!a || !bm) return;
+    std::optional<Matrix> a = AsMatrix(Bf16Source(*wa, op), i16);
+    std::optional<Matrix> bm = AsMatrix(Bf16Source(*wb, op), i16);
+    if (!a || !bm) return;  // (never: identity layouts, unit inner stride)
     gemm.a = *a;
     gemm.b = *bm;
     gemm.bf16 = true;
-    widenings.append({wa, wb});
+    widenings.append({wa->generic, wb->generic});
   }
 
-  // Widenings whose f32 buffer nothing reads any more, with the buffer.
+  // Widenings whose f32 buffer nothing reads any more (views of it left
+  // unused by the rewritten GEMMs are erased), with the buffer.
   static void EraseUnread(llvm::ArrayRef<mlir::linalg::GenericOp> widenings) {
     llvm::SmallPtrSet<mlir::Operation*, 4> erased;
     for (mlir::linalg::GenericOp generic : widenings) {
       if (erased.contains(generic)) continue;
       Value buffer = generic.getDpsInitOperand(0)->get();
       auto alloc = buffer.getDefiningOp<mlir::memref::AllocOp>();
+      for (mlir::Operation* user : llvm::make_early_inc_range(alloc->getUsers())) {
+        if (llvm::isa<mlir::ViewLikeOpInterface>(user) && user->use_empty()) {
+          user->erase();
+        }
+      }
       const bool unread = llvm::all_of(alloc->getUsers(), [&](mlir::Operation* u) {
         return u == generic || llvm::isa<mlir::memref::DeallocOp>(u);
       });

@@ -31,6 +31,7 @@
 #include "rbln/compiler/mlir_compat.h"
 #include "rbln/compiler/mlir_setup.h"
 #include "rbln/compiler/onednn_gemm.h"
+#include "rbln/core/status_macros.h"
 
 namespace rbln::compiler {
 namespace {
