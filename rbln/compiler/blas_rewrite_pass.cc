@@ -217,31 +217,56 @@ void EmitSgemm(OpBuilder& b, Location l, const Gemm& g,
 
 // --- oneDNN (rbln_gemm, onednn_gemm.h) ---
 
-// True if `generic` widens bf16 bits to f32 element by element, the
-// frontend's Bf16ToF32: out = bitcast<f32>(extui<i32>(in) << 16), one i16
-// input and one f32 output of the same shape, identity maps.
-bool IsBf16Widening(mlir::linalg::GenericOp generic) {
+// What a generic that copies a GEMM operand into an f32 buffer does, if it
+// is one: the frontend's bf16 widening (Bf16ToF32: out =
+// bitcast<f32>(extui<i32>(in) << 16), i16 input) or a plain f32 copy, each
+// element for element (identity maps) or as a 2-D transpose (the input map
+// swaps the two dims: a permute/t before the GEMM, fused with the
+// widening).
+struct OperandCopy {
+  bool bf16 = false;        // widens bf16 (else copies f32)
+  bool transposed = false;  // out[i, j] = in[j, i]
+};
+
+std::optional<OperandCopy> AsOperandCopy(mlir::linalg::GenericOp generic) {
   if (generic.getNumDpsInputs() != 1 || generic.getNumDpsInits() != 1 ||
-      !llvm::all_of(generic.getIndexingMapsArray(),
-                    [](mlir::AffineMap m) { return m.isIdentity(); }) ||
       generic.getNumParallelLoops() != generic.getNumLoops()) {
-    return false;
+    return std::nullopt;
+  }
+  llvm::SmallVector<mlir::AffineMap> maps = generic.getIndexingMapsArray();
+  OperandCopy copy;
+  if (!maps[1].isIdentity()) return std::nullopt;
+  if (!maps[0].isIdentity()) {
+    mlir::MLIRContext* context = generic.getContext();
+    const mlir::AffineMap swap = mlir::AffineMap::get(
+        2, 0, {mlir::getAffineDimExpr(1, context), mlir::getAffineDimExpr(0, context)},
+        context);
+    if (maps[0] != swap) return std::nullopt;
+    copy.transposed = true;
   }
   auto in = generic.getDpsInputOperand(0)->get().getType().dyn_cast<mlir::MemRefType>();
-  if (!in || !in.getElementType().isInteger(16)) return false;
+  if (!in) return std::nullopt;
   mlir::Block& body = generic.getRegion().front();
-  auto yield = llvm::cast<mlir::linalg::YieldOp>(body.getTerminator());
-  auto cast = yield.getOperand(0).getDefiningOp<mlir::arith::BitcastOp>();
-  if (!cast || !cast.getType().isF32()) return false;
+  Value yielded = llvm::cast<mlir::linalg::YieldOp>(body.getTerminator()).getOperand(0);
+  if (in.getElementType().isF32()) {
+    if (yielded != body.getArgument(0)) return std::nullopt;
+    return copy;
+  }
+  if (!in.getElementType().isInteger(16)) return std::nullopt;
+  auto cast = yielded.getDefiningOp<mlir::arith::BitcastOp>();
+  if (!cast || !cast.getType().isF32()) return std::nullopt;
   auto shift = cast.getIn().getDefiningOp<mlir::arith::ShLIOp>();
   mlir::APInt amount;
   if (!shift || !mlir::matchPattern(shift.getRhs(), mlir::m_ConstantInt(&amount)) ||
       amount != 16) {
-    return false;
+    return std::nullopt;
   }
   auto ext = shift.getLhs().getDefiningOp<mlir::arith::ExtUIOp>();
-  return ext && ext.getIn() == body.getArgument(0) &&
-         ext.getType().isInteger(32);
+  if (!ext || ext.getIn() != body.getArgument(0) || !ext.getType().isInteger(32)) {
+    return std::nullopt;
+  }
+  copy.bf16 = true;
+  return copy;
 }
 
 // The buffer `v` is a view of: its memref.alloc or block argument.
@@ -254,7 +279,9 @@ Value BaseBuffer(Value v) {
 
 // True if nothing between `from` and `to` (same block) may write `source`:
 // every op with memory effects in between allocates or is a linalg op
-// writing buffers of its own (allocations other than `source`'s).
+// writing other buffers (allocations or kernel arguments other than
+// `source`'s; distinct arguments never overlap, SPEC P4: the caller copies
+// inputs that overlap an output, aliased_inputs.h).
 bool UnwrittenBetween(Value source, mlir::Operation* from,
                       mlir::Operation* to) {
   const Value base = BaseBuffer(source);
@@ -267,7 +294,8 @@ bool UnwrittenBetween(Value source, mlir::Operation* from,
     if (!linalg_op) return false;
     for (mlir::OpOperand* init : compat::DpsInitOperands(linalg_op)) {
       const Value written = BaseBuffer(init->get());
-      if (written == base || !written.getDefiningOp<mlir::memref::AllocOp>()) {
+      if (written == base || !(written.getDefiningOp<mlir::memref::AllocOp>() ||
+                               written.isa<mlir::BlockArgument>())) {
         return false;
       }
     }
@@ -275,19 +303,22 @@ bool UnwrittenBetween(Value source, mlir::Operation* from,
   return true;
 }
 
-// A GEMM operand widened from bf16: the generic that widens, and the
-// collapse_shape through which the GEMM reads its buffer (null if direct).
-struct Bf16Widening {
+// A GEMM operand copied from another buffer: the generic that copies, what
+// it does, and the collapse_shape through which the GEMM reads its buffer
+// (null if direct).
+struct CopiedOperand {
   mlir::linalg::GenericOp generic;
+  OperandCopy copy;
   mlir::memref::CollapseShapeOp collapse;
 };
 
 // How `operand`, an f32 buffer of its own (memref.alloc) that the GEMM `op`
-// reads directly or through one collapse_shape, was widened from bf16 by
-// one generic alone, or nothing. Its bf16 source must still hold the same
-// values when `op` runs, and collapse the same way (identity layout).
-std::optional<Bf16Widening> Bf16WideningOf(Value operand, mlir::Operation* op) {
-  Bf16Widening w;
+// reads directly or through one collapse_shape, was copied by one generic
+// alone, or nothing. The copy's source must still hold the same values
+// when `op` runs, and collapse the same way (identity layout, no
+// transpose).
+std::optional<CopiedOperand> CopiedOperandOf(Value operand, mlir::Operation* op) {
+  CopiedOperand w;
   w.collapse = operand.getDefiningOp<mlir::memref::CollapseShapeOp>();
   Value buffer = w.collapse ? w.collapse.getSrc() : operand;
   auto alloc = buffer.getDefiningOp<mlir::memref::AllocOp>();
@@ -300,25 +331,29 @@ std::optional<Bf16Widening> Bf16WideningOf(Value operand, mlir::Operation* op) {
     auto generic = llvm::dyn_cast<mlir::linalg::GenericOp>(user);
     // Any other user (a view, another reader) might see the f32 values in
     // ways the GEMM cannot replace; two writers cannot be told apart.
-    if (!generic || w.generic || generic.getDpsInitOperand(0)->get() != buffer ||
-        !IsBf16Widening(generic) || generic->getBlock() != op->getBlock() ||
+    std::optional<OperandCopy> copy;
+    if (generic && !w.generic && generic.getDpsInitOperand(0)->get() == buffer) {
+      copy = AsOperandCopy(generic);
+    }
+    if (!copy || generic->getBlock() != op->getBlock() ||
         !generic->isBeforeInBlock(op) ||
         !UnwrittenBetween(generic.getDpsInputOperand(0)->get(), generic, op)) {
       return std::nullopt;
     }
     w.generic = generic;
+    w.copy = *copy;
   }
   if (!w.generic) return std::nullopt;
   if (w.collapse) {
-    if (!w.collapse->hasOneUse()) return std::nullopt;
+    if (!w.collapse->hasOneUse() || w.copy.transposed) return std::nullopt;
     auto source = w.generic.getDpsInputOperand(0)->get().getType().cast<mlir::MemRefType>();
     if (!source.getLayout().isIdentity()) return std::nullopt;
   }
   return w;
 }
 
-// The bf16 source of `w` as the GEMM reads it, created before `op`.
-Value Bf16Source(Bf16Widening w, mlir::Operation* op) {
+// The source of `w` as the GEMM reads it, created before `op`.
+Value CopySource(CopiedOperand w, mlir::Operation* op) {
   Value source = w.generic.getDpsInputOperand(0)->get();
   if (!w.collapse) return source;
   OpBuilder b(op);
@@ -467,7 +502,7 @@ class BlasRewritePass
         op->erase();
         continue;
       }
-      UseBf16Sources(op, gemm, widenings);
+      UseCopySources(op, gemm, widenings);
       if (mlir::linalg::FillOp fill = ZeroFillOf(gemm.c.memref, op)) {
         gemm.overwrite = true;
         fill->erase();
@@ -482,26 +517,37 @@ class BlasRewritePass
   static constexpr char kOpenBlasOption[] = "openblas";
   static constexpr char kOnednnOption[] = "onednn";
 
-  // bf16 operands go to oneDNN as they are: when both f32 operands are
-  // widened from i16 (bf16) buffers, the GEMM reads those instead.
-  static void UseBf16Sources(
+  // Operands go to oneDNN as they were before the frontend copied them:
+  // bf16 ones as bf16 (when both f32 operands are widened from i16
+  // buffers), and a transposed copy of B (a permute before the GEMM,
+  // bf16 or f32) as B read transposed.
+  static void UseCopySources(
       mlir::Operation* op, Gemm& gemm,
-      llvm::SmallVectorImpl<mlir::linalg::GenericOp>& widenings) {
-    std::optional<Bf16Widening> wa = Bf16WideningOf(gemm.a.memref, op);
-    std::optional<Bf16Widening> wb = Bf16WideningOf(gemm.b.memref, op);
-    if (!wa || !wb) return;
-    OpBuilder b(op->getContext());
-    Type i16 = b.getI16Type();
-    std::optional<Matrix> a = AsMatrix(Bf16Source(*wa, op), i16);
-    std::optional<Matrix> bm = AsMatrix(Bf16Source(*wb, op), i16);
-    if (!a || !bm) return;  // (never: identity layouts, unit inner stride)
-    gemm.a = *a;
-    gemm.b = *bm;
-    gemm.bf16 = true;
-    widenings.append({wa->generic, wb->generic});
+      llvm::SmallVectorImpl<mlir::linalg::GenericOp>& copies) {
+    std::optional<CopiedOperand> ca = CopiedOperandOf(gemm.a.memref, op);
+    std::optional<CopiedOperand> cb = CopiedOperandOf(gemm.b.memref, op);
+    if (ca && cb && ca->copy.bf16 && cb->copy.bf16 && !ca->copy.transposed) {
+      Type i16 = OpBuilder(op->getContext()).getI16Type();
+      std::optional<Matrix> a = AsMatrix(CopySource(*ca, op), i16);
+      std::optional<Matrix> b = AsMatrix(CopySource(*cb, op), i16);
+      if (!a || !b) return;  // (never: identity layouts, unit inner stride)
+      gemm.a = *a;
+      gemm.b = *b;
+      gemm.bf16 = true;
+      gemm.trans_b ^= cb->copy.transposed;
+      copies.append({ca->generic, cb->generic});
+      return;
+    }
+    if (cb && !cb->copy.bf16 && cb->copy.transposed) {
+      std::optional<Matrix> b = AsMatrix(CopySource(*cb, op));
+      if (!b) return;
+      gemm.b = *b;
+      gemm.trans_b = !gemm.trans_b;
+      copies.push_back(cb->generic);
+    }
   }
 
-  // Widenings whose f32 buffer nothing reads any more (views of it left
+  // Copies whose f32 buffer nothing reads any more (views of it left
   // unused by the rewritten GEMMs are erased), with the buffer.
   static void EraseUnread(llvm::ArrayRef<mlir::linalg::GenericOp> widenings) {
     llvm::SmallPtrSet<mlir::Operation*, 4> erased;

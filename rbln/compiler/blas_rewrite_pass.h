@@ -13,10 +13,12 @@
 // resolvable (LoadOpenBlas() in blas_loader.h).
 //
 // With library=onednn the GEMMs become calls of rbln_gemm (onednn_gemm.h):
-//  - bf16 operands go to oneDNN as bf16: when both f32 operands are fresh
-//    buffers written only by the frontend's bf16 widening generic (and the
-//    bf16 source is not written in between), the call reads the i16
-//    sources and the widenings are dropped if nothing else reads them;
+//  - operands go to oneDNN as they were before the frontend copied them
+//    into fresh f32 buffers (each written only by one generic, its source
+//    not written in between): bf16 ones as bf16 when both operands are
+//    widened from i16 buffers, and a B copied transposed (a permute or t
+//    before the GEMM, fused with the widening or not) as B read
+//    transposed; the copies are dropped if nothing else reads them;
 //  - a linalg.fill of +0.0 of C right before the GEMM is dropped and the
 //    call overwrites C (no accumulation pass over C);
 //  - a GEMM large enough is cut into blocks (at most kMaxGemmBlocks of at

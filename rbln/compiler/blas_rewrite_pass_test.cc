@@ -224,6 +224,49 @@ std::vector<GemmCall> OnednnCalls(mlir::ModuleOp m) {
   return calls;
 }
 
+// x @ t(w), as a decomposed linear writes it (t or permute, then mm; x
+// [m, k], w [n, k]).
+ir::Graph PermuteMmGraph(ir::DType d, int64_t m, int64_t n, int64_t k) {
+  ir::Graph g;
+  g.set_name("permute_mm");
+  AddInput(g, "x", Type(d, {m, k}));
+  AddInput(g, "w", Type(d, {n, k}));
+  AddNode(g, "t", {"w"}, "wt", Type(d, {k, n}));
+  AddNode(g, "mm", {"x", "wt"}, "out", Type(d, {m, n}));
+  g.add_outputs("out");
+  return g;
+}
+
+// The trans_b argument of the only rbln_gemm call.
+int64_t TransBOfOnlyCall(mlir::ModuleOp m) {
+  int64_t trans_b = -1;
+  m.walk([&](mlir::func::CallOp call) {
+    if (call.getCallee() != kOnednnGemmSymbol) return;
+    if (auto c = call.getOperand(1).getDefiningOp<mlir::arith::ConstantIntOp>()) {
+      trans_b = c.value();
+    }
+  });
+  return trans_b;
+}
+
+TEST(BlasRewritePassTest, OnednnReadsAPermutedRightOperandTransposed) {
+  // bf16: the permute fused with the widening (one generic, transposing
+  // map); f32: the permute's copy. Both go away: B is read as [n, k].
+  for (auto [dtype, generics] : {std::pair{ir::BFLOAT16, 1}, {ir::FLOAT32, 0}}) {
+    const ir::Graph g = PermuteMmGraph(dtype, 6, 5, 4);
+    auto context = CreateCompilerContext();
+    mlir::OwningOpRef<mlir::ModuleOp> module =
+        RewriteGraph(g, context.get(), OnednnStage());
+    ASSERT_TRUE(module);
+    const std::string what = ir::ToText(g);
+    std::vector<GemmCall> calls = OnednnCalls(*module);
+    ASSERT_EQ(calls.size(), 1u) << what;
+    EXPECT_EQ(calls[0].type, dtype == ir::BFLOAT16 ? 1 : 0) << what;
+    EXPECT_EQ(TransBOfOnlyCall(*module), 1) << what;
+    EXPECT_EQ(Count<mlir::linalg::GenericOp>(*module), generics) << what;
+  }
+}
+
 TEST(BlasRewritePassTest, OnednnTakesBf16OperandsAsTheyAre) {
   struct Case {
     ir::Graph graph;
@@ -381,6 +424,9 @@ TEST(BlasRewritePassTest, OnednnAndLoopsAgree) {
     cases.push_back({OneOpGraph("mm", {Type(d, {8, 256}), Type(d, {256, 1100})},
                                 {Type(d, {8, 1100})}),
                      {Random(d, {8, 256}, 11), Random(d, {256, 1100}, 12)}});
+    // B read transposed from the permute's input.
+    cases.push_back({PermuteMmGraph(d, 9, 70, 33),
+                     {Random(d, {9, 33}, 13), Random(d, {70, 33}, 14)}});
   }
   for (const Case& c : cases) {
     const std::string what = ir::ToText(c.graph);
