@@ -44,7 +44,9 @@ struct Onednn {
   decltype(&dnnl_memory_create) memory_create;
   decltype(&dnnl_memory_destroy) memory_destroy;
   decltype(&dnnl_version) version;
-  void (*omp_set_num_threads)(int) = nullptr;  // libgomp, oneDNN's runtime
+  // libgomp, oneDNN's runtime (absent if oneDNN threads otherwise).
+  void (*omp_set_num_threads)(int) = nullptr;
+  int (*omp_get_max_threads)() = nullptr;
   dnnl_engine_t engine = nullptr;
   std::string error;  // why it is unusable; empty if usable
 };
@@ -93,6 +95,9 @@ const Onednn& Library() {
     // without OpenMP (then it is sequential or threads itself otherwise).
     d->omp_set_num_threads = reinterpret_cast<void (*)(int)>(
         dlsym(handle, "omp_set_num_threads"));
+    d->omp_get_max_threads =
+        reinterpret_cast<int (*)()>(dlsym(handle, "omp_get_max_threads"));
+    if (d->omp_get_max_threads == nullptr) d->omp_set_num_threads = nullptr;
     if (missing) return d;
     if (d->engine_create(&d->engine, dnnl_cpu, 0) != dnnl_success) {
       d->error = "oneDNN has no CPU engine";
@@ -210,8 +215,7 @@ const Primitive& PrimitiveFor(const Onednn& d, const GemmProblem& p) {
   return *it->second;  // another thread's, if it was first
 }
 
-// Per calling thread: its stream, its scratchpad and oneDNN's thread count
-// set to 1 (the chiplet workers are the parallelism).
+// Per calling thread: its stream and its scratchpad.
 struct ThreadState {
   dnnl_stream_t stream = nullptr;
   std::vector<char> scratchpad;
@@ -219,15 +223,38 @@ struct ThreadState {
 
 ThreadState& ThisThread(const Onednn& d) {
   thread_local ThreadState state;
-  if (state.stream == nullptr) {
-    if (d.omp_set_num_threads) d.omp_set_num_threads(1);
-    if (d.stream_create(&state.stream, d.engine, dnnl_stream_default_flags) !=
-        dnnl_success) {
-      Fail("cannot create a stream");
-    }
+  if (state.stream == nullptr &&
+      d.stream_create(&state.stream, d.engine, dnnl_stream_default_flags) !=
+          dnnl_success) {
+    Fail("cannot create a stream");
   }
   return state;
 }
+
+// oneDNN on one OpenMP thread while in scope (the chiplet workers are the
+// parallelism, and a block's result must not depend on a thread count),
+// then the caller's setting again: the calling thread may be the user's,
+// whose OpenMP thread count is PyTorch's torch.get_num_threads() (the same
+// libgomp; Dynamo guards on it).
+class OneOmpThread {
+ public:
+  explicit OneOmpThread(const Onednn& d) : d_(d) {
+    if (d_.omp_set_num_threads == nullptr) return;
+    saved_ = d_.omp_get_max_threads();
+    if (saved_ != 1) d_.omp_set_num_threads(1);
+  }
+  ~OneOmpThread() {
+    if (d_.omp_set_num_threads != nullptr && saved_ != 1) {
+      d_.omp_set_num_threads(saved_);
+    }
+  }
+  OneOmpThread(const OneOmpThread&) = delete;
+  OneOmpThread& operator=(const OneOmpThread&) = delete;
+
+ private:
+  const Onednn& d_;
+  int saved_ = 1;
+};
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -281,7 +308,7 @@ std::string OnednnDescription() {
   std::string isa = "?";
   // The implementation oneDNN picks for a bf16 matmul (e.g.
   // brg:avx512_core_bf16 with avx512_bf16, a conversion kernel without).
-  ThisThread(d);
+  OneOmpThread one_thread(d);
   const Primitive& prim = PrimitiveFor(d, p);
   const_dnnl_primitive_desc_t pd;
   const char* impl = nullptr;
@@ -302,6 +329,7 @@ void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, float* c,
   const GemmProblem& q = part.problem;
   if (q.batch <= 0 || q.m <= 0 || q.n <= 0 || q.k <= 0) return;
   // Before the primitive: oneDNN sizes its blocking by the thread count.
+  OneOmpThread one_thread(d);
   ThreadState& thread = ThisThread(d);
   const Primitive& prim = PrimitiveFor(d, q);
   if (thread.scratchpad.size() < prim.scratchpad_bytes) {

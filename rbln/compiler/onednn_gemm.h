@@ -13,7 +13,9 @@
 // shape alone (GemmBlockOf), so a program computes every element with the
 // same oneDNN call whether its blocks run on one worker or spread over the
 // chiplet workers (bit-identical results, SPEC A2). Each call runs on the
-// calling thread only (oneDNN's OpenMP threads are set to 1).
+// calling thread only: oneDNN's OpenMP thread count is 1 during the call
+// and the caller's again after it (on a user's thread that count is
+// torch.get_num_threads(), which Dynamo guards on).
 #ifndef RBLN_COMPILER_ONEDNN_GEMM_H_
 #define RBLN_COMPILER_ONEDNN_GEMM_H_
 

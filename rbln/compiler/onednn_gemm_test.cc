@@ -5,6 +5,8 @@
 // thread or spread over threads.
 #include "rbln/compiler/onednn_gemm.h"
 
+#include <dlfcn.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -186,6 +188,29 @@ TEST_F(OnednnGemmTest, BlocksOnThreadsGiveTheSameBitsAsInSequence) {
               0)
         << Describe(p);
   }
+}
+
+// A GEMM on the user's thread must not change that thread's OpenMP thread
+// count: it is PyTorch's torch.get_num_threads() (the same libgomp), and
+// Dynamo recompiles every graph when it changes.
+TEST_F(OnednnGemmTest, LeavesTheCallersOpenMpThreadCountAlone) {
+  void* gomp = dlopen("libgomp.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (gomp == nullptr) GTEST_SKIP() << "oneDNN does not use libgomp here";
+  auto set = reinterpret_cast<void (*)(int)>(dlsym(gomp, "omp_set_num_threads"));
+  auto get = reinterpret_cast<int (*)()>(dlsym(gomp, "omp_get_max_threads"));
+  ASSERT_NE(set, nullptr);
+  ASSERT_NE(get, nullptr);
+  // A thread new to oneDNN, as the user's first GEMM sees it.
+  std::thread([&] {
+    set(3);
+    GemmProblem p = Problems()[0];
+    Operands o = Make(p, 3);
+    RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), o.c.data(), 0, 1);
+    EXPECT_EQ(get(), 3);
+    RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), o.c.data(), 0, 1);
+    EXPECT_NE(OnednnDescription().find("oneDNN"), std::string::npos);
+    EXPECT_EQ(get(), 3);
+  }).join();
 }
 
 TEST(GemmBlockOfTest, BlocksPartitionTheSplitDimension) {
