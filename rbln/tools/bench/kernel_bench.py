@@ -51,7 +51,8 @@ def stream_bench_path():
     """The stream_bench binary in this target's runfiles, or None."""
     here = os.path.dirname(os.path.abspath(__file__))
     candidates = []
-    for root in (os.environ.get("RUNFILES_DIR"), os.path.join(here, "..", "..", "..")):
+    for root in (os.environ.get("RUNFILES_DIR"), os.environ.get("PYTHON_RUNFILES"),
+                 os.path.join(here, "..", "..", "..")):
         if root:
             candidates.append(os.path.join(root, "torch_rbln", "rbln", "compiler", "stream_bench"))
             candidates.append(os.path.join(root, "rbln", "compiler", "stream_bench"))
