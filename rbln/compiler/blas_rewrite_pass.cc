@@ -494,7 +494,7 @@ class BlasRewritePass
                          << " exists with another type";
       return signalPassFailure();
     }
-    llvm::SmallVector<mlir::linalg::GenericOp> widenings;
+    llvm::SmallVector<mlir::linalg::GenericOp> copies;
     for (auto& [op, gemm] : gemms) {
       OpBuilder b(op);
       if (!onednn) {
@@ -502,7 +502,7 @@ class BlasRewritePass
         op->erase();
         continue;
       }
-      UseCopySources(op, gemm, widenings);
+      UseCopySources(op, gemm, copies);
       if (mlir::linalg::FillOp fill = ZeroFillOf(gemm.c.memref, op)) {
         gemm.overwrite = true;
         fill->erase();
@@ -510,7 +510,7 @@ class BlasRewritePass
       EmitOnednnGemm(b, op->getLoc(), gemm, callee);
       op->erase();
     }
-    EraseUnread(widenings);
+    EraseUnread(copies);
   }
 
  private:
@@ -549,9 +549,9 @@ class BlasRewritePass
 
   // Copies whose f32 buffer nothing reads any more (views of it left
   // unused by the rewritten GEMMs are erased), with the buffer.
-  static void EraseUnread(llvm::ArrayRef<mlir::linalg::GenericOp> widenings) {
+  static void EraseUnread(llvm::ArrayRef<mlir::linalg::GenericOp> copies) {
     llvm::SmallPtrSet<mlir::Operation*, 4> erased;
-    for (mlir::linalg::GenericOp generic : widenings) {
+    for (mlir::linalg::GenericOp generic : copies) {
       if (erased.contains(generic)) continue;
       Value buffer = generic.getDpsInitOperand(0)->get();
       auto alloc = buffer.getDefiningOp<mlir::memref::AllocOp>();
