@@ -191,6 +191,45 @@ def test_in_place_update_of_an_argument_is_written_back():
     torch.testing.assert_close(out.cpu(), (x + 1) * 2)
 
 
+@torch.library.custom_op("rbln_test::first_present", mutates_args=())
+def first_present(xs: list[torch.Tensor | None]) -> torch.Tensor:
+    return next(x for x in xs if x is not None) * 2
+
+
+@first_present.register_fake
+def _(xs):
+    return torch.empty_like(next(x for x in xs if x is not None))
+
+
+def test_graph_the_ir_cannot_express_falls_back_too():
+    # spec: J6 -- a list mixing tensors and None (as in x[None, :, idx]) has
+    # no graph-IR form: a compile error, so the fallback runs the graph.
+    f = torch.compile(lambda a: first_present([None, a + 1]), backend="rbln", dynamic=False)
+    x = torch.randn(8, 64, dtype=torch.float16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = f(x.to(DEV))
+    torch.testing.assert_close(out.cpu(), (x + 1) * 2)
+    ((_, error),) = rbln_dynamo.compile_failures()
+    assert "a list mixing tensors and other values" in str(error)
+
+
+def test_tensors_the_graph_makes_on_the_device_are_made_on_the_cpu():
+    # torch.arange(n, device=x.device) and .to(x.device) inside the graph
+    # name rbln; the CPU run makes them next to the CPU inputs.
+    def positions(x):
+        pos = torch.arange(x.shape[-1], device=x.device).to(x.dtype)
+        return twice(x + pos.to(x.device))
+
+    f = torch.compile(positions, backend="rbln", dynamic=False)
+    x = torch.randn(4, 64, dtype=torch.float16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = f(x.to(DEV))
+    assert out.device == torch.device(DEV)
+    torch.testing.assert_close(out.cpu(), positions(x))
+
+
 def test_closed_over_device_tensors_are_read_through_cpu_copies():
     # spec: I2 -- beyond the seed: tensors read from globals or closures are
     # not call arguments either; they are read like parameters.

@@ -268,6 +268,10 @@ class CompiledGraph:
             self._reads_sizes = _reads_sizes(self.gm)
             _log_info(f"graph {self.name} has symbolic shapes; compiling per concrete shape")
             return
+        except _fx_to_ir.GraphConversionError as e:
+            # A graph the IR cannot express is a compile error like an op
+            # the compiler lacks: the compile_error fallback applies (J6).
+            raise CompileFailure(e) from None
         _log_info(f"graph {self.name}: FX->IR {(time.perf_counter() - start) * 1e3:.1f} ms "
                   f"({len(ir.nodes)} ops)")
         self._programs[None] = self._compile_ir(ir)
@@ -678,6 +682,7 @@ class _CompiledFunction:
         # CPU copies of the graph's other inputs (parameters, buffers,
         # globals) for CPU runs, kept across calls (host_copies.py).
         self.host_copies = _host_copies.HostCopies()
+        self._cpu_gm = None  # The graph with its rbln devices on the CPU.
         self._warned = False
 
     def __call__(self, *args):
@@ -716,7 +721,9 @@ class _CompiledFunction:
             moved.append(a)
         device = devices.get(True, devices.get(False))
         versions = [_version_or_none(a) for a in moved]
-        outs = self.gm(*moved)
+        if self._cpu_gm is None:
+            self._cpu_gm = _cpu_graph_module(self.gm)
+        outs = self._cpu_gm(*moved)
         self._write_back(args, moved, versions)
         if device is None:
             return outs
@@ -750,6 +757,26 @@ class _CompiledFunction:
             "torch_rbln._dynamo.compile_failures() lists the failures.",
             stacklevel=2,
         )
+
+
+def _cpu_device(value):
+    if isinstance(value, torch.device) and value.type == "rbln":
+        return torch.device("cpu")
+    if isinstance(value, str) and value.partition(":")[0] == "rbln":
+        return "cpu"
+    return value
+
+
+def _cpu_graph_module(gm):
+    """A copy of a Dynamo graph whose node arguments name the CPU instead of
+    rbln devices: tensors the graph makes (torch.arange(n, device=x.device),
+    x.to(device=...)) must be made next to the CPU copies of its inputs."""
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    for node in graph.nodes:
+        node.args = torch.fx.node.map_aggregate(node.args, _cpu_device)
+        node.kwargs = torch.fx.node.map_aggregate(node.kwargs, _cpu_device)
+    return torch.fx.GraphModule(gm, graph)
 
 
 def _version_or_none(t):
