@@ -89,15 +89,10 @@ SIN_COS = Blocker("sin, cos (rotary embeddings)",
                   lambda: _compiles(lambda x: torch.sin(x) * torch.cos(x), _h(8, 64)))
 POW_SCALAR = Blocker("pow with a Python-scalar exponent (x.pow(2), x ** 3)",
                      lambda: _compiles(lambda x: x.pow(2) + x ** 3.0, _h(8, 64)))
-BADDBMM = Blocker("baddbmm (ALiBi attention scores)",
-                  lambda: _compiles(lambda c, a, b: torch.baddbmm(c, a, b, beta=1.0, alpha=0.5),
-                                    _h(4, 8, 8), _h(4, 8, 16), _h(4, 16, 8)))
 INDEX = Blocker("index with a tensor (x[idx], rotary table lookup)",
                 lambda: _compiles(lambda x, i: x[i] * 2, _h(16, 64), _idx(8, 16)))
 INDEX_AFTER_SLICE = Blocker("index after a full slice (x[:, idx])",
                             lambda: _compiles(lambda x, i: x[:, i] * 2, _h(4, 16, 64), _idx(8, 16)))
-STACK = Blocker("stack", lambda: _compiles(lambda x, y: torch.stack([x, y], -1) * 2,
-                                           _h(8, 64), _h(8, 64)))
 GATHER = Blocker("gather", lambda: _compiles(
     lambda x, i: torch.gather(x, 1, i) * 2, _h(4, 64), _idx(32, 64).view(4, 8)))
 ISINF_ANY = Blocker("isinf, any (float16 overflow guard)",
