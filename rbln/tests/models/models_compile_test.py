@@ -23,16 +23,12 @@ import torch._dynamo  # noqa: E402
 import transformers  # noqa: E402
 
 import model_zoo  # noqa: E402
-from suite_util import (DEV, Results, assert_close_fp16, best_of,  # noqa: E402
+from suite_util import (DEV, Results, ResultsPlugin, assert_close_fp16, best_of,  # noqa: E402
                         blocked_on_missing_kernels, counters, delta, logits, timed, to_device)
 
 transformers.logging.set_verbosity_error()
 RESULTS = Results(model_zoo.COMPILED, ["compile_s", "warm_ms", "cpu_ms", "rbln_over_cpu",
                                        "graphs", "programs", "max_abs_err"])
-
-
-def teardown_module():
-    RESULTS.write()
 
 
 @pytest.fixture(autouse=True)
@@ -81,4 +77,4 @@ def test_compiled_forward_is_one_program_per_graph(spec):
 
 
 if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))
+    sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"], plugins=[ResultsPlugin()]))

@@ -10,17 +10,13 @@ import torch
 import transformers
 
 import model_zoo
-from suite_util import (DEV, Results, assert_close_fp16, assert_still_tied, best_of,
-                        blocked_on_missing_kernels, counters, fallback_ops, logits,
+from suite_util import (DEV, Results, ResultsPlugin, assert_close_fp16, assert_still_tied,
+                        best_of, blocked_on_missing_kernels, counters, fallback_ops, logits,
                         tied_groups, timed, to_device)
 
 transformers.logging.set_verbosity_error()
 RESULTS = Results(model_zoo.EAGER, ["first_s", "warm_ms", "cpu_ms", "rbln_over_cpu",
                                     "max_abs_err", "cpu_fallback_ops"])
-
-
-def teardown_module():
-    RESULTS.write()
 
 
 @pytest.mark.parametrize("spec", model_zoo.params(model_zoo.EAGER))
@@ -49,4 +45,4 @@ def test_eager_forward_matches_cpu(spec):
 
 
 if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))
+    sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"], plugins=[ResultsPlugin()]))

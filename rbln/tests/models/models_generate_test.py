@@ -28,8 +28,8 @@ import torch._dynamo  # noqa: E402
 import transformers  # noqa: E402
 
 import model_zoo  # noqa: E402
-from suite_util import (DEV, Results, assert_still_tied, blocked_on_missing_kernels,  # noqa: E402
-                        counters, delta, tied_groups)
+from suite_util import (DEV, Results, ResultsPlugin, assert_still_tied,  # noqa: E402
+                        blocked_on_missing_kernels, counters, delta, tied_groups)
 
 transformers.logging.set_verbosity_error()
 RESULTS = Results("generate", ["eager_tok_per_s", "cpu_tok_per_s", "static_first_s",
@@ -37,10 +37,6 @@ RESULTS = Results("generate", ["eager_tok_per_s", "cpu_tok_per_s", "static_first
                                "compared_tokens"])
 MIN_COMPARED = 4
 MARGIN = 5e-3  # Of the step's largest |logit|: above the float16 error (eager test: < 4e-3).
-
-
-def teardown_module():
-    RESULTS.write()
 
 
 @pytest.fixture(autouse=True)
@@ -183,4 +179,4 @@ def test_static_cache_generate_with_compiled_forward(spec):
 
 
 if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))
+    sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"], plugins=[ResultsPlugin()]))

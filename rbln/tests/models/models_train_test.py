@@ -23,8 +23,8 @@ import torch
 import transformers
 
 import model_zoo
-from suite_util import (DEV, Results, assert_still_tied, blocked_on_missing_kernels, counters,
-                        fallback_ops, tied_groups, timed)
+from suite_util import (DEV, Results, ResultsPlugin, assert_still_tied,
+                        blocked_on_missing_kernels, counters, fallback_ops, tied_groups, timed)
 
 transformers.logging.set_verbosity_error()
 RESULTS = Results(model_zoo.TRAIN, ["rbln_s", "cpu_s", "loss", "worst_grad_rel",
@@ -33,10 +33,6 @@ LR = 1e-3
 # float16 AdamW state: eps must stay representable (1e-8 rounds to 0, and a
 # parameter without gradient would then divide 0 by 0).
 EPS = 1e-6
-
-
-def teardown_module():
-    RESULTS.write()
 
 
 def trainable(spec, device):
@@ -132,4 +128,4 @@ def test_gpt2_tied_lm_head_trains_as_one_parameter():
 
 
 if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))
+    sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"], plugins=[ResultsPlugin()]))

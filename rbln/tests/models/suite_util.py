@@ -105,14 +105,19 @@ def best_of(fn, runs=3):
     return min(timed(fn)[1] for _ in range(runs))
 
 
+_ALL_RESULTS = []
+
+
 class Results:
-    """Per-mode measurements: printed as a table at the end of the test
-    module and written to $TEST_UNDECLARED_OUTPUTS_DIR/models_<mode>.json."""
+    """Per-mode measurements: a table in pytest's terminal summary (through
+    `ResultsPlugin`, which the test files' __main__ installs) and
+    $TEST_UNDECLARED_OUTPUTS_DIR/models_<mode>.json."""
 
     def __init__(self, mode, columns):
         self.mode = mode
         self.columns = columns
         self.rows = {}
+        _ALL_RESULTS.append(self)
 
     def add(self, model, **values):
         self.rows[model] = values
@@ -128,12 +133,22 @@ class Results:
             lines.append(" | ".join(cells))
         return "\n".join(lines)
 
-    def write(self):
+    def write(self, write_line=print):
         if not self.rows:
             return
-        print(f"\n== model suite, mode {self.mode} (timings on a shared machine: direction only)")
-        print(self.table())
+        write_line(f"== model suite, mode {self.mode} (timings on a shared machine: direction only)")
+        for line in self.table().split("\n"):
+            write_line(line)
         out_dir = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR")
         if out_dir:
             with open(os.path.join(out_dir, f"models_{self.mode}.json"), "w") as f:
                 json.dump(self.rows, f, indent=1, sort_keys=True)
+
+
+class ResultsPlugin:
+    """Prints every Results table at the end of the pytest run (captured
+    output of passing tests is not shown)."""
+
+    def pytest_terminal_summary(self, terminalreporter):
+        for results in _ALL_RESULTS:
+            results.write(terminalreporter.write_line)
