@@ -30,6 +30,7 @@
 #include "rbln/compiler/kernel_errors.h"
 #include "rbln/compiler/mlir_compat.h"
 #include "rbln/compiler/mlir_setup.h"
+#include "rbln/compiler/special_math.h"
 
 namespace rbln::compiler {
 namespace {
@@ -106,7 +107,8 @@ void TimedChipletBarrier() {
   clock->start_ns = runtime::MonotonicNowNs();
 }
 
-// Functions of this library that kernels call, by name (SPEC P8, A2).
+// Functions of this library that kernels call, by name (SPEC P8, A2), and
+// the special functions of element-wise ops (special_math.h).
 llvm::orc::SymbolMap RuntimeSymbols(llvm::orc::MangleAndInterner interner) {
   llvm::orc::SymbolMap symbols;
   symbols[interner(kReportIndexErrorSymbol)] =
@@ -115,6 +117,9 @@ llvm::orc::SymbolMap RuntimeSymbols(llvm::orc::MangleAndInterner interner) {
       compat::ExportedSymbol(&rbln_report_zero_division);
   symbols[interner(kChipletBarrierSymbol)] =
       compat::ExportedSymbol(&TimedChipletBarrier);
+  for (const auto& [name, address] : SpecialMathSymbols()) {
+    symbols[interner(name)] = compat::ExportedSymbol(address);
+  }
   return symbols;
 }
 
