@@ -36,6 +36,8 @@ class GraphImporter {
   // --- Used by op converters. ---
   mlir::OpBuilder& builder() { return builder_; }
   mlir::MLIRContext* context() const { return context_; }
+  // The module being built (for declarations of called functions).
+  mlir::ModuleOp module() const { return module_; }
   mlir::Location loc() const { return builder_.getUnknownLoc(); }
   const ir::TensorType& TypeOf(const std::string& name) const {
     return types_.at(name);
