@@ -41,6 +41,7 @@ const OpConverterTable& Converters() {
     RegisterDataMovementOps(*t);
     RegisterAttentionOps(*t);
     RegisterStridedBoxOps(*t);
+    RegisterUnaryMathOps(*t);
     return t;
   }();
   return *table;

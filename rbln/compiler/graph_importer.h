@@ -136,6 +136,7 @@ void RegisterMatmulOps(OpConverterTable& table);
 void RegisterDataMovementOps(OpConverterTable& table);
 void RegisterAttentionOps(OpConverterTable& table);
 void RegisterStridedBoxOps(OpConverterTable& table);
+void RegisterUnaryMathOps(OpConverterTable& table);
 
 }  // namespace rbln::compiler
 
