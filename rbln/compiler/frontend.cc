@@ -42,6 +42,7 @@ const OpConverterTable& Converters() {
     RegisterAttentionOps(*t);
     RegisterStridedBoxOps(*t);
     RegisterUnaryMathOps(*t);
+    RegisterBinaryMathOps(*t);
     return t;
   }();
   return *table;

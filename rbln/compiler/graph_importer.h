@@ -137,6 +137,7 @@ void RegisterDataMovementOps(OpConverterTable& table);
 void RegisterAttentionOps(OpConverterTable& table);
 void RegisterStridedBoxOps(OpConverterTable& table);
 void RegisterUnaryMathOps(OpConverterTable& table);
+void RegisterBinaryMathOps(OpConverterTable& table);
 
 }  // namespace rbln::compiler
 
