@@ -43,6 +43,8 @@ const OpConverterTable& Converters() {
     RegisterStridedBoxOps(*t);
     RegisterUnaryMathOps(*t);
     RegisterBinaryMathOps(*t);
+    RegisterActivationOps(*t);
+    RegisterConstructionOps(*t);
     return t;
   }();
   return *table;

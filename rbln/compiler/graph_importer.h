@@ -138,6 +138,8 @@ void RegisterAttentionOps(OpConverterTable& table);
 void RegisterStridedBoxOps(OpConverterTable& table);
 void RegisterUnaryMathOps(OpConverterTable& table);
 void RegisterBinaryMathOps(OpConverterTable& table);
+void RegisterActivationOps(OpConverterTable& table);
+void RegisterConstructionOps(OpConverterTable& table);
 
 }  // namespace rbln::compiler
 
