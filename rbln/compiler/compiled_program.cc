@@ -31,6 +31,7 @@
 #include "rbln/compiler/mlir_compat.h"
 #include "rbln/compiler/mlir_setup.h"
 #include "rbln/compiler/onednn_gemm.h"
+#include "rbln/compiler/special_math.h"
 #include "rbln/core/status_macros.h"
 
 namespace rbln::compiler {
@@ -108,7 +109,8 @@ void TimedChipletBarrier() {
   clock->start_ns = runtime::MonotonicNowNs();
 }
 
-// Functions of this library that kernels call, by name (SPEC P8, A2).
+// Functions of this library that kernels call, by name (SPEC P8, A2), and
+// the special functions of element-wise ops (special_math.h).
 llvm::orc::SymbolMap RuntimeSymbols(llvm::orc::MangleAndInterner interner) {
   llvm::orc::SymbolMap symbols;
   symbols[interner(kReportIndexErrorSymbol)] =
@@ -118,6 +120,9 @@ llvm::orc::SymbolMap RuntimeSymbols(llvm::orc::MangleAndInterner interner) {
   symbols[interner(kChipletBarrierSymbol)] =
       compat::ExportedSymbol(&TimedChipletBarrier);
   symbols[interner(kOnednnGemmSymbol)] = compat::ExportedSymbol(&rbln_gemm);
+  for (const auto& [name, address] : SpecialMathSymbols()) {
+    symbols[interner(name)] = compat::ExportedSymbol(address);
+  }
   return symbols;
 }
 

@@ -41,6 +41,10 @@ const OpConverterTable& Converters() {
     RegisterDataMovementOps(*t);
     RegisterAttentionOps(*t);
     RegisterStridedBoxOps(*t);
+    RegisterUnaryMathOps(*t);
+    RegisterBinaryMathOps(*t);
+    RegisterActivationOps(*t);
+    RegisterConstructionOps(*t);
     return t;
   }();
   return *table;

@@ -36,6 +36,8 @@ class GraphImporter {
   // --- Used by op converters. ---
   mlir::OpBuilder& builder() { return builder_; }
   mlir::MLIRContext* context() const { return context_; }
+  // The module being built (for declarations of called functions).
+  mlir::ModuleOp module() const { return module_; }
   mlir::Location loc() const { return builder_.getUnknownLoc(); }
   const ir::TensorType& TypeOf(const std::string& name) const {
     return types_.at(name);
@@ -134,6 +136,10 @@ void RegisterMatmulOps(OpConverterTable& table);
 void RegisterDataMovementOps(OpConverterTable& table);
 void RegisterAttentionOps(OpConverterTable& table);
 void RegisterStridedBoxOps(OpConverterTable& table);
+void RegisterUnaryMathOps(OpConverterTable& table);
+void RegisterBinaryMathOps(OpConverterTable& table);
+void RegisterActivationOps(OpConverterTable& table);
+void RegisterConstructionOps(OpConverterTable& table);
 
 }  // namespace rbln::compiler
 

@@ -2,10 +2,9 @@
 // f32 for half types and rounded once (as PyTorch's CPU kernels do).
 //
 // IR conventions (graph op names are ATen base names):
-// - Binary ops take two tensor inputs, or one tensor input and a number
-//   attribute "other": the second operand is then that Python scalar. Its
-//   kind matters for type promotion, as in PyTorch: `f` is a Python float,
-//   `i` a Python int, `b` a Python bool.
+// - Binary ops take two tensor inputs, or one tensor input and a scalar
+//   operand attribute (elementwise_util.h): "other" (pow: "exponent") for
+//   the second operand, "self" for the first (rsub's sub(1, x)).
 // - Arithmetic computes in the output's compute type; inputs are converted to
 //   it and a scalar keeps its value in f32 (PyTorch's opmath scalar).
 //   Comparisons and logical ops produce 0/1 in the output type (normally
@@ -16,27 +15,30 @@
 //   compares and selects here.
 // - Integer division by zero cannot raise from a kernel: it gives 0 (PyTorch
 //   raises ZeroDivisionError; callers that care check first).
+// - clamp(x) "min"/"max" (scalars), clamp(x, min, max) (tensors);
+//   clamp_min(x, min) / clamp_max(x, max) with a tensor or a scalar "min" /
+//   "max". A one-sided tensor clamp reaches the compiler as clamp_min or
+//   clamp_max (the torch.compile backend rewrites it so).
+// - copy(x) casts x; copy(dst, src) is src broadcast and cast to dst's shape
+//   and dtype (the functional form of dst.copy_(src)).
 #include <cmath>
 #include <cstdint>
 #include <functional>
-#include <limits>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/algorithm/container.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "llvm/ADT/APFloat.h"
-#include "llvm/ADT/APInt.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
-#include "mlir/IR/Matchers.h"
 #include "rbln/compiler/graph_importer.h"
 #include "rbln/compiler/ir/graph_util.h"
+#include "rbln/compiler/ops/elementwise_util.h"
 
 namespace rbln::compiler {
+namespace elementwise {
 namespace {
 
 namespace arith = ::mlir::arith;
@@ -46,423 +48,6 @@ using ::mlir::OpBuilder;
 using ::mlir::Type;
 using ::mlir::Value;
 using ::mlir::ValueRange;
-
-// --- Dtypes and attributes. ---
-
-bool IsHalf(ir::DType t) { return t == ir::FLOAT16 || t == ir::BFLOAT16; }
-
-const char* DTypeText(ir::DType t) { return ir::TorchDTypeName(t); }
-
-// bool < integer < floating point, PyTorch's promotion categories.
-int Category(ir::DType t) {
-  if (t == ir::BOOL) return 0;
-  return IsFloat(t) ? 2 : 1;
-}
-
-// PyTorch's promotion of two tensor dtypes: the higher category wins, then
-// the wider type; f16 with bf16 gives f32.
-ir::DType Promote(ir::DType a, ir::DType b) {
-  if (a == b) return a;
-  if (Category(a) != Category(b)) return Category(a) > Category(b) ? a : b;
-  return IsFloat(a) ? ir::FLOAT32 : ir::INT64;
-}
-
-// A tensor of dtype `t` with a Python scalar: the scalar only promotes to a
-// higher category (to the default float32 or int64).
-ir::DType PromoteWithScalar(ir::DType t, const ir::Attribute& scalar) {
-  switch (scalar.value_case()) {
-    case ir::Attribute::kF:
-      return Category(t) < 2 ? ir::FLOAT32 : t;
-    case ir::Attribute::kI:
-      return Category(t) < 1 ? ir::INT64 : t;
-    default:
-      return t;
-  }
-}
-
-ir::DType OutDType(const ir::Node& node) {
-  return node.outputs(0).type().dtype();
-}
-
-const ir::Attribute* FindAttr(const ir::Node& node, const std::string& name) {
-  auto it = node.attrs().find(name);
-  return it == node.attrs().end() ? nullptr : &it->second;
-}
-
-std::string StringAttr(const ir::Node& node, const std::string& name,
-                       const std::string& dflt) {
-  const ir::Attribute* a = FindAttr(node, name);
-  return a != nullptr && a->value_case() == ir::Attribute::kS ? a->s() : dflt;
-}
-
-double AsDouble(const ir::Attribute& a) {
-  switch (a.value_case()) {
-    case ir::Attribute::kI:
-      return static_cast<double>(a.i());
-    case ir::Attribute::kB:
-      return a.b() ? 1.0 : 0.0;
-    default:
-      return a.f();
-  }
-}
-
-// Truncation toward zero, as a C++ cast, but NaN gives 0 and out-of-range
-// values saturate where the cast would be undefined.
-int64_t TruncToInt64(double f) {
-  if (std::isnan(f)) return 0;
-  if (f >= 9.2233720368547758e18) return std::numeric_limits<int64_t>::max();
-  if (f <= -9.2233720368547758e18) return std::numeric_limits<int64_t>::min();
-  return static_cast<int64_t>(f);
-}
-
-// A scalar used with an integer tensor: ints exactly, floats truncated.
-int64_t AsInt(const ir::Attribute& a) {
-  if (a.value_case() == ir::Attribute::kI) return a.i();
-  return TruncToInt64(AsDouble(a));
-}
-
-absl::Status NotImplementedFor(const ir::Node& node, ir::DType t) {
-  return absl::UnimplementedError(absl::StrFormat(
-      "The following operators are not implemented: ['%s' on %s]", node.op(),
-      DTypeText(t)));
-}
-
-absl::Status CheckUnary(const ir::Node& node) { return CheckArity(node, 1, 1); }
-
-// Two tensors, or one tensor and the scalar attribute "other".
-absl::Status CheckBinary(const ir::Node& node) {
-  return CheckArity(node, FindAttr(node, "other") != nullptr ? 1 : 2, 1);
-}
-
-std::vector<ir::DType> InputDTypes(const GraphImporter& im,
-                                   const ir::Node& node) {
-  std::vector<ir::DType> dtypes;
-  for (const std::string& name : node.inputs()) {
-    dtypes.push_back(im.TypeOf(name).dtype());
-  }
-  return dtypes;
-}
-
-// --- Scalar arithmetic in a compute type (f32, or the integer type). ---
-
-bool IsFp(Value v) { return v.getType().isa<mlir::FloatType>(); }
-
-Value IntConstant(OpBuilder& b, Location l, Type type, int64_t v) {
-  // Wrap to the type's width, as a C++ cast would.
-  if (type.getIntOrFloatBitWidth() == 32) v = static_cast<int32_t>(v);
-  if (type.getIntOrFloatBitWidth() == 8) v = v != 0;  // bool
-  return b.create<arith::ConstantOp>(l, b.getIntegerAttr(type, v));
-}
-
-// `v` in a compute type: f32, or an integer type (truncated toward zero).
-Value Constant(OpBuilder& b, Location l, Type type, double v) {
-  if (type.isa<mlir::FloatType>()) {
-    return b.create<arith::ConstantOp>(
-        l, b.getFloatAttr(type, static_cast<float>(v)));
-  }
-  return IntConstant(b, l, type, TruncToInt64(v));
-}
-
-Value NaN(OpBuilder& b, Location l) {
-  return Constant(b, l, b.getF32Type(),
-                  std::numeric_limits<float>::quiet_NaN());
-}
-
-Value Add(OpBuilder& b, Location l, Value x, Value y) {
-  if (IsFp(x)) return b.create<arith::AddFOp>(l, x, y);
-  return b.create<arith::AddIOp>(l, x, y);
-}
-
-Value Sub(OpBuilder& b, Location l, Value x, Value y) {
-  if (IsFp(x)) return b.create<arith::SubFOp>(l, x, y);
-  return b.create<arith::SubIOp>(l, x, y);
-}
-
-Value Mul(OpBuilder& b, Location l, Value x, Value y) {
-  if (IsFp(x)) return b.create<arith::MulFOp>(l, x, y);
-  return b.create<arith::MulIOp>(l, x, y);
-}
-
-Value Select(OpBuilder& b, Location l, Value cond, Value x, Value y) {
-  return b.create<arith::SelectOp>(l, cond, x, y);
-}
-
-enum class Cmp { kEq, kNe, kLt, kLe, kGt, kGe };
-
-// --- Half-precision compares on integer keys. ---
-//
-// Half inputs reach a body widened to f32. LLVM 16's instcombine narrows an
-// fcmp of two widened f16 values (or of one and an f16-exact constant) back
-// to an fcmp on half, which x86 without AVX512-FP16 only does one element at
-// a time, so relu, maximum and the comparisons ran scalar. Compares of values
-// that are exactly f16 or bf16 are therefore done on their 16 bits as
-// integers, which vectorize 16 lanes wide: NaN is a magnitude above infinity's
-// and the sign-magnitude bits map to an ordered two's-complement key (-0 and
-// +0 both give 0). Selects stay on the floats: a select is a blend.
-
-enum class HalfFormat { kF16, kBF16 };
-
-// The bits of +infinity; any larger magnitude is NaN.
-int64_t InfinityBits(HalfFormat f) {
-  return f == HalfFormat::kF16 ? 0x7c00 : 0x7f80;
-}
-
-// The format of `v` if it is a half value widened the way
-// GraphImporter::ToCompute widens it (f16: arith.extf; bf16: the bits
-// shifted into the top of an i32 and bitcast), or a select between such
-// values and constants.
-std::optional<HalfFormat> WidenedFormat(Value v) {
-  if (auto ext = v.getDefiningOp<arith::ExtFOp>()) {
-    if (ext.getIn().getType().isF16()) return HalfFormat::kF16;
-    return std::nullopt;
-  }
-  if (auto cast = v.getDefiningOp<arith::BitcastOp>()) {
-    auto shl = cast.getIn().getDefiningOp<arith::ShLIOp>();
-    if (shl == nullptr) return std::nullopt;
-    auto widen = shl.getLhs().getDefiningOp<arith::ExtUIOp>();
-    llvm::APInt shift;
-    if (widen != nullptr && widen.getIn().getType().isInteger(16) &&
-        mlir::matchPattern(shl.getRhs(), mlir::m_ConstantInt(&shift)) &&
-        shift == 16) {
-      return HalfFormat::kBF16;
-    }
-    return std::nullopt;
-  }
-  if (auto select = v.getDefiningOp<arith::SelectOp>()) {
-    std::optional<HalfFormat> t = WidenedFormat(select.getTrueValue());
-    std::optional<HalfFormat> f = WidenedFormat(select.getFalseValue());
-    if (t && f && *t != *f) return std::nullopt;
-    return t ? t : f;
-  }
-  return std::nullopt;
-}
-
-// The bits of the f32 constant `c` in format `f` if the conversion is exact
-// (any NaN counts: only NaN-ness matters to a compare).
-std::optional<uint16_t> ExactHalfBits(const llvm::APFloat& c, HalfFormat f) {
-  llvm::APFloat h = c;
-  bool loses_info = false;
-  h.convert(f == HalfFormat::kF16 ? llvm::APFloat::IEEEhalf()
-                                  : llvm::APFloat::BFloat(),
-            llvm::APFloat::rmNearestTiesToEven, &loses_info);
-  if (loses_info && !c.isNaN()) return std::nullopt;
-  if (c.isNaN()) return static_cast<uint16_t>(InfinityBits(f) | 0x40);
-  return static_cast<uint16_t>(h.bitcastToAPInt().getZExtValue());
-}
-
-// Whether `v` holds a value of format `f` exactly: a widened one or a select
-// of such values and exact constants. HalfBits below can then extract it.
-bool IsExactHalf(Value v, HalfFormat f) {
-  llvm::APFloat c(0.0f);
-  if (mlir::matchPattern(v, mlir::m_ConstantFloat(&c))) {
-    return ExactHalfBits(c, f).has_value();
-  }
-  if (auto select = v.getDefiningOp<arith::SelectOp>()) {
-    return IsExactHalf(select.getTrueValue(), f) &&
-           IsExactHalf(select.getFalseValue(), f);
-  }
-  return WidenedFormat(v) == f;
-}
-
-// The 16 bits (as i16) of a value for which IsExactHalf(v, f) holds.
-Value HalfBits(OpBuilder& b, Location l, Value v, HalfFormat f) {
-  Type i16 = b.getI16Type();
-  llvm::APFloat c(0.0f);
-  if (mlir::matchPattern(v, mlir::m_ConstantFloat(&c))) {
-    return b.create<arith::ConstantOp>(
-        l, b.getIntegerAttr(i16, static_cast<int16_t>(*ExactHalfBits(c, f))));
-  }
-  if (auto select = v.getDefiningOp<arith::SelectOp>()) {
-    return b.create<arith::SelectOp>(l, select.getCondition(),
-                                     HalfBits(b, l, select.getTrueValue(), f),
-                                     HalfBits(b, l, select.getFalseValue(), f));
-  }
-  if (f == HalfFormat::kF16) {
-    return b.create<arith::BitcastOp>(l, i16,
-                                      v.getDefiningOp<arith::ExtFOp>().getIn());
-  }
-  return v.getDefiningOp<arith::BitcastOp>()
-      .getIn()
-      .getDefiningOp<arith::ShLIOp>()
-      .getLhs()
-      .getDefiningOp<arith::ExtUIOp>()
-      .getIn();
-}
-
-// The common format of x and y when both are exactly half values of it.
-std::optional<HalfFormat> CommonHalfFormat(Value x, Value y) {
-  std::optional<HalfFormat> f = WidenedFormat(x);
-  if (!f) f = WidenedFormat(y);
-  if (!f || !IsExactHalf(x, *f) || !IsExactHalf(y, *f)) return std::nullopt;
-  return f;
-}
-
-Value I16(OpBuilder& b, Location l, int64_t v) {
-  return b.create<arith::ConstantOp>(l, b.getIntegerAttr(b.getI16Type(), v));
-}
-
-// Whether the half `bits` are NaN.
-Value HalfIsNaN(OpBuilder& b, Location l, Value bits, HalfFormat f) {
-  Value magnitude = b.createOrFold<arith::AndIOp>(l, bits, I16(b, l, 0x7fff));
-  return b.createOrFold<arith::CmpIOp>(l, arith::CmpIPredicate::sgt, magnitude,
-                                       I16(b, l, InfinityBits(f)));
-}
-
-// Sign-magnitude bits as a two's-complement key ordered like the values
-// (for non-NaN): the magnitude, negated when the sign is set.
-Value HalfKey(OpBuilder& b, Location l, Value bits) {
-  Value magnitude = b.createOrFold<arith::AndIOp>(l, bits, I16(b, l, 0x7fff));
-  Value sign = b.createOrFold<arith::ShRSIOp>(l, bits, I16(b, l, 15));  // 0/-1
-  return b.createOrFold<arith::SubIOp>(
-      l, b.createOrFold<arith::XOrIOp>(l, magnitude, sign), sign);
-}
-
-Value Not(OpBuilder& b, Location l, Value bit) {
-  Value one = b.create<arith::ConstantOp>(l, b.getBoolAttr(true));
-  return b.createOrFold<arith::XOrIOp>(l, bit, one);
-}
-
-// The IEEE compare of two half values given as bits: ordered (false on NaN)
-// except kNe, which is true on NaN.
-Value HalfCompare(OpBuilder& b, Location l, Cmp cmp, Value x, Value y,
-                  HalfFormat f) {
-  static constexpr arith::CmpIPredicate kKey[] = {
-      arith::CmpIPredicate::eq,  arith::CmpIPredicate::eq,
-      arith::CmpIPredicate::slt, arith::CmpIPredicate::sle,
-      arith::CmpIPredicate::sgt, arith::CmpIPredicate::sge};
-  Value keys = b.createOrFold<arith::CmpIOp>(
-      l, kKey[static_cast<int>(cmp)], HalfKey(b, l, x), HalfKey(b, l, y));
-  // Equal keys have equal magnitudes, so then y is NaN exactly when x is.
-  Value nan = HalfIsNaN(b, l, x, f);
-  if (cmp != Cmp::kEq && cmp != Cmp::kNe) {
-    nan = b.createOrFold<arith::OrIOp>(l, nan, HalfIsNaN(b, l, y, f));
-  }
-  Value ordered = b.createOrFold<arith::AndIOp>(l, keys, Not(b, l, nan));
-  return cmp == Cmp::kNe ? Not(b, l, ordered) : ordered;
-}
-
-// Float compares are ordered (false when either side is NaN) except kNe,
-// which is true then, as in C++ and PyTorch. Integers compare signed (bool
-// is 0/1, so that works for it too). Two exact half values compare on their
-// bits (see HalfCompare).
-Value Compare(OpBuilder& b, Location l, Cmp cmp, Value x, Value y) {
-  if (IsFp(x)) {
-    if (std::optional<HalfFormat> f = CommonHalfFormat(x, y)) {
-      return HalfCompare(b, l, cmp, HalfBits(b, l, x, *f),
-                         HalfBits(b, l, y, *f), *f);
-    }
-    static constexpr arith::CmpFPredicate kFloat[] = {
-        arith::CmpFPredicate::OEQ, arith::CmpFPredicate::UNE,
-        arith::CmpFPredicate::OLT, arith::CmpFPredicate::OLE,
-        arith::CmpFPredicate::OGT, arith::CmpFPredicate::OGE};
-    return b.create<arith::CmpFOp>(l, kFloat[static_cast<int>(cmp)], x, y);
-  }
-  static constexpr arith::CmpIPredicate kInt[] = {
-      arith::CmpIPredicate::eq,  arith::CmpIPredicate::ne,
-      arith::CmpIPredicate::slt, arith::CmpIPredicate::sle,
-      arith::CmpIPredicate::sgt, arith::CmpIPredicate::sge};
-  return b.create<arith::CmpIOp>(l, kInt[static_cast<int>(cmp)], x, y);
-}
-
-// Whether x or y is NaN (floats only).
-Value Unordered(OpBuilder& b, Location l, Value x, Value y) {
-  if (std::optional<HalfFormat> f = CommonHalfFormat(x, y)) {
-    Value x_nan = HalfIsNaN(b, l, HalfBits(b, l, x, *f), *f);
-    Value y_nan = HalfIsNaN(b, l, HalfBits(b, l, y, *f), *f);
-    return b.createOrFold<arith::OrIOp>(l, x_nan, y_nan);
-  }
-  return b.create<arith::CmpFOp>(l, arith::CmpFPredicate::UNO, x, y);
-}
-
-// Truthiness: nonzero, and NaN counts as true.
-Value NonZero(OpBuilder& b, Location l, Value x) {
-  return Compare(b, l, Cmp::kNe, x, Constant(b, l, x.getType(), 0));
-}
-
-// An i1 as 0/1 in the compute type of `t`.
-Value FromBool(GraphImporter& im, OpBuilder& b, Location l, Value bit,
-               ir::DType t) {
-  Type type = im.ComputeType(t);
-  if (type.isa<mlir::FloatType>())
-    return b.create<arith::UIToFPOp>(l, type, bit);
-  return b.create<arith::ExtUIOp>(l, type, bit);
-}
-
-// A scalar cast to a half type the way c10::Half(float(v)) and
-// c10::BFloat16(float(v)) do: through float, rounding to nearest even.
-double RoundToDType(double v, ir::DType t) {
-  if (!IsHalf(t)) return static_cast<float>(v);
-  llvm::APFloat f(static_cast<float>(v));
-  bool loses_info = false;
-  f.convert(
-      t == ir::FLOAT16 ? llvm::APFloat::IEEEhalf() : llvm::APFloat::BFloat(),
-      llvm::APFloat::rmNearestTiesToEven, &loses_info);
-  f.convert(llvm::APFloat::IEEEsingle(), llvm::APFloat::rmNearestTiesToEven,
-            &loses_info);
-  return f.convertToFloat();
-}
-
-// The Python scalar `a` in the compute type of `t`; with `round`, first cast
-// to `t` (PyTorch does so for comparisons and clamp bounds; arithmetic keeps
-// the scalar in f32).
-Value ScalarOperand(GraphImporter& im, OpBuilder& b, Location l,
-                    const ir::Attribute& a, ir::DType t, bool round) {
-  Type type = im.ComputeType(t);
-  if (t == ir::BOOL) return IntConstant(b, l, type, AsDouble(a) != 0);
-  if (!IsFloat(t)) return IntConstant(b, l, type, AsInt(a));
-  return Constant(b, l, type,
-                  round ? RoundToDType(AsDouble(a), t) : AsDouble(a));
-}
-
-// --- Emitting nodes. ---
-
-using BinaryFn = std::function<Value(OpBuilder&, Location, Value, Value)>;
-using UnaryFn = std::function<Value(OpBuilder&, Location, Value)>;
-
-absl::Status Emit(GraphImporter& im, const ir::Node& node,
-                  const std::vector<ir::DType>& operand_dtypes,
-                  const GraphImporter::ScalarBody& body) {
-  absl::StatusOr<Value> result = im.Elementwise(node, operand_dtypes, body);
-  if (!result.ok()) return result.status();
-  im.Define(node.outputs(0), *result);
-  return absl::OkStatus();
-}
-
-// `fn(lhs, rhs)` with both operands in the compute type of `operand`; a
-// scalar "other" becomes a constant, rounded to `operand` if `round_scalar`.
-absl::Status EmitBinary(GraphImporter& im, const ir::Node& node,
-                        ir::DType operand, bool round_scalar,
-                        const BinaryFn& fn) {
-  const ir::Attribute* other = FindAttr(node, "other");
-  return Emit(im, node, std::vector<ir::DType>(node.inputs_size(), operand),
-              [&](OpBuilder& b, Location l, ValueRange x) {
-                Value rhs = x.size() > 1 ? x[1] : Value();
-                if (other != nullptr) {
-                  rhs = ScalarOperand(im, b, l, *other, operand, round_scalar);
-                }
-                return fn(b, l, x[0], rhs);
-              });
-}
-
-// Arithmetic in the output's compute type. A bool output only comes from
-// bool operands (PyTorch refuses to cast a number result to bool).
-absl::Status EmitArithmetic(GraphImporter& im, const ir::Node& node,
-                            const BinaryFn& fn) {
-  const ir::DType out = OutDType(node);
-  if (out == ir::BOOL) {
-    for (ir::DType t : InputDTypes(im, node)) {
-      if (t != ir::BOOL) return NotImplementedFor(node, t);
-    }
-  }
-  return EmitBinary(im, node, out, /*round_scalar=*/false, fn);
-}
-
-absl::Status EmitUnary(GraphImporter& im, const ir::Node& node,
-                       const UnaryFn& fn) {
-  return Emit(
-      im, node, {OutDType(node)},
-      [&](OpBuilder& b, Location l, ValueRange x) { return fn(b, l, x[0]); });
-}
 
 // --- Arithmetic. ---
 
@@ -476,16 +61,21 @@ absl::Status ConvertBoolAdd(GraphImporter& im, const ir::Node& node,
   // A bool or int alpha (a float one was refused): a + alpha * b stored as
   // bool is a | b for a nonzero alpha, a for alpha 0.
   const bool keep_rhs = alpha == nullptr || AsDouble(*alpha) != 0;
-  const ir::Attribute* other = FindAttr(node, "other");
+  const ir::Attribute* self = ScalarSelf(node);
+  const ir::Attribute* other = ScalarOther(node);
   return Emit(im, node, InputDTypes(im, node),
               [&](OpBuilder& b, Location l, ValueRange x) {
-                Value rhs = other != nullptr
-                                ? IntConstant(b, l, b.getI1Type(),
-                                              AsDouble(*other) != 0)
-                                : NonZero(b, l, x[1]);
+                auto bit = [&](const ir::Attribute* scalar, Value v) {
+                  return scalar != nullptr
+                             ? IntConstant(b, l, b.getI1Type(),
+                                           AsDouble(*scalar) != 0)
+                             : NonZero(b, l, v);
+                };
+                Value lhs = bit(self, x[0]);
+                Value rhs = bit(other, x[x.size() - 1]);
                 rhs = b.create<arith::AndIOp>(
                     l, rhs, IntConstant(b, l, b.getI1Type(), keep_rhs));
-                Value r = b.create<arith::OrIOp>(l, NonZero(b, l, x[0]), rhs);
+                Value r = b.create<arith::OrIOp>(l, lhs, rhs);
                 return FromBool(im, b, l, r, ir::BOOL);
               });
 }
@@ -556,6 +146,25 @@ absl::Status ConvertMul(GraphImporter& im, const ir::Node& node) {
   return EmitArithmetic(im, node, &Mul);
 }
 
+// addcdiv(x, t1, t2) "value"=1: x + value * t1 / t2 as ATen's CPU kernel
+// computes it, left to right in f32 with value as a float (not rounded to a
+// half dtype) and one rounding at the end; PyTorch's decomposition rounds
+// t1 / t2 to the half dtype first. Floating dtypes only (PyTorch refuses
+// integer division here).
+absl::Status ConvertAddcdiv(GraphImporter& im, const ir::Node& node) {
+  if (absl::Status s = CheckArity(node, 3, 1); !s.ok()) return s;
+  const ir::DType out = OutDType(node);
+  if (!IsFloat(out)) return NotImplementedFor(node, out);
+  const double value = FloatAttr(node, "value", 1.0);
+  return Emit(im, node, {out, out, out},
+              [&](OpBuilder& b, Location l, ValueRange x) -> Value {
+                Value scaled = Mul(b, l, Constant(b, l, x[1].getType(), value),
+                                   x[1]);
+                return Add(b, l, x[0],
+                           b.create<arith::DivFOp>(l, scaled, x[2]));
+              });
+}
+
 // Integer a / b rounded toward zero; `y` is never 0 (CheckedDivisor).
 // INT_MIN / -1 wraps, where the hardware would trap.
 Value TruncDivInt(OpBuilder& b, Location l, Value x, Value y) {
@@ -619,9 +228,11 @@ Value FloorDivFloat(OpBuilder& b, Location l, Value x, Value y,
 // division entirely in float32; otherwise its Vectorized<Half> arithmetic
 // rounds every step to the tensor's dtype.
 bool HasScalarDivisor(const GraphImporter& im, const ir::Node& node) {
-  if (FindAttr(node, "other") != nullptr) return true;
+  if (ScalarOther(node) != nullptr) return true;
   int64_t n = 1;
-  for (int64_t d : im.TypeOf(node.inputs(1)).shape()) n *= d;
+  for (int64_t d : im.TypeOf(node.inputs(node.inputs_size() - 1)).shape()) {
+    n *= d;
+  }
   return n == 1;
 }
 
@@ -670,7 +281,7 @@ absl::Status ConvertDiv(GraphImporter& im, const ir::Node& node) {
   // A zero Python-scalar divisor is known now: fail before native code runs,
   // so nothing is written to the caller's output (an empty output divides
   // nothing, and ATen does not raise for it either).
-  const ir::Attribute* other = FindAttr(node, "other");
+  const ir::Attribute* other = ScalarOther(node);
   const bool empty_output =
       absl::c_linear_search(ShapeOf(node.outputs(0).type()), 0);
   if (!mode.empty() && !IsFloat(out) && other != nullptr &&
@@ -737,7 +348,7 @@ absl::Status ConvertPow(GraphImporter& im, const ir::Node& node) {
   if (absl::Status s = CheckBinary(node); !s.ok()) return s;
   const ir::DType out = OutDType(node);
   if (out == ir::BOOL) return NotImplementedFor(node, out);
-  const ir::Attribute* other = FindAttr(node, "other");
+  const ir::Attribute* other = ScalarOther(node);
   if (other != nullptr && IsFloat(out)) {
     // PyTorch casts the exponent to the tensor's dtype.
     const double e = RoundToDType(AsDouble(*other), out);
@@ -778,11 +389,7 @@ absl::Status ConvertMinimum(GraphImporter& im, const ir::Node& node) {
 absl::Status ConvertComparison(GraphImporter& im, const ir::Node& node,
                                Cmp cmp) {
   if (absl::Status s = CheckBinary(node); !s.ok()) return s;
-  const ir::DType lhs = im.TypeOf(node.inputs(0)).dtype();
-  const ir::Attribute* other = FindAttr(node, "other");
-  const ir::DType operand =
-      other != nullptr ? PromoteWithScalar(lhs, *other)
-                       : Promote(lhs, im.TypeOf(node.inputs(1)).dtype());
+  const ir::DType operand = BinaryOperandDType(im, node);
   const ir::DType out = OutDType(node);
   return EmitBinary(im, node, operand, /*round_scalar=*/true,
                     [&](OpBuilder& b, Location l, Value x, Value y) {
@@ -799,15 +406,19 @@ absl::Status ConvertCompare(GraphImporter& im, const ir::Node& node) {
 absl::Status ConvertLogical(GraphImporter& im, const ir::Node& node,
                             bool is_and) {
   if (absl::Status s = CheckBinary(node); !s.ok()) return s;
-  const ir::Attribute* other = FindAttr(node, "other");
+  const ir::Attribute* self = ScalarSelf(node);
+  const ir::Attribute* other = ScalarOther(node);
   const ir::DType out = OutDType(node);
   return Emit(im, node, InputDTypes(im, node),
               [&](OpBuilder& b, Location l, ValueRange x) {
-                Value lhs = NonZero(b, l, x[0]);
-                Value rhs = other != nullptr
-                                ? IntConstant(b, l, b.getI1Type(),
-                                              AsDouble(*other) != 0)
-                                : NonZero(b, l, x[1]);
+                auto bit = [&](const ir::Attribute* scalar, Value v) {
+                  return scalar != nullptr
+                             ? IntConstant(b, l, b.getI1Type(),
+                                           AsDouble(*scalar) != 0)
+                             : NonZero(b, l, v);
+                };
+                Value lhs = bit(self, x[0]);
+                Value rhs = bit(other, x[x.size() - 1]);
                 Value r = is_and
                               ? b.create<arith::AndIOp>(l, lhs, rhs).getResult()
                               : b.create<arith::OrIOp>(l, lhs, rhs).getResult();
@@ -865,28 +476,6 @@ absl::Status ConvertMaskedFill(GraphImporter& im, const ir::Node& node) {
 
 // --- Unary ops. ---
 
-// Ops defined on numbers but not on bool.
-absl::Status ConvertNumeric(GraphImporter& im, const ir::Node& node,
-                            const UnaryFn& fn) {
-  if (absl::Status s = CheckUnary(node); !s.ok()) return s;
-  const ir::DType out = OutDType(node);
-  if (out == ir::BOOL) return NotImplementedFor(node, out);
-  return EmitUnary(im, node, fn);
-}
-
-// Ops with a floating-point result. An integer input is converted to f32
-// directly, not rounded to a half output first: PyTorch promotes it to the
-// default float32.
-absl::Status ConvertFloating(GraphImporter& im, const ir::Node& node,
-                             const UnaryFn& fn) {
-  if (absl::Status s = CheckUnary(node); !s.ok()) return s;
-  const ir::DType out = OutDType(node);
-  if (!IsFloat(out)) return NotImplementedFor(node, out);
-  const ir::DType in = im.TypeOf(node.inputs(0)).dtype();
-  return Emit(
-      im, node, {IsFloat(in) ? out : ir::FLOAT32},
-      [&](OpBuilder& b, Location l, ValueRange x) { return fn(b, l, x[0]); });
-}
 
 template <typename MathOp>
 absl::Status ConvertMath(GraphImporter& im, const ir::Node& node) {
@@ -929,14 +518,11 @@ absl::Status ConvertRelu(GraphImporter& im, const ir::Node& node) {
   });
 }
 
-// clamp with optional "min"/"max" (rounded to the tensor's dtype, as PyTorch
-// casts them): min(max(x, lo), hi) with PyTorch's vectorized tie and NaN
-// behavior: NaN input stays NaN, a NaN bound makes every element NaN, lo > hi
-// gives hi.
-absl::Status ConvertClamp(GraphImporter& im, const ir::Node& node) {
-  if (absl::Status s = CheckUnary(node); !s.ok()) return s;
-  const ir::Attribute* lo = FindAttr(node, "min");
-  const ir::Attribute* hi = FindAttr(node, "max");
+// clamp(x) with scalar "min"/"max" (rounded to the tensor's dtype, as
+// PyTorch casts them).
+absl::Status ConvertScalarClamp(GraphImporter& im, const ir::Node& node,
+                                const ir::Attribute* lo,
+                                const ir::Attribute* hi) {
   if (lo == nullptr && hi == nullptr) {
     return absl::InvalidArgumentError(
         "torch.clamp: At least one of 'min' or 'max' must not be None");
@@ -944,23 +530,60 @@ absl::Status ConvertClamp(GraphImporter& im, const ir::Node& node) {
   const ir::DType out = OutDType(node);
   if (out == ir::BOOL) return NotImplementedFor(node, out);
   return EmitUnary(im, node, [&](OpBuilder& b, Location l, Value x) {
-    auto bound = [&](const ir::Attribute& a) {
-      return ScalarOperand(im, b, l, a, out, /*round=*/true);
+    auto bound = [&](const ir::Attribute* a) {
+      return a != nullptr ? ScalarOperand(im, b, l, *a, out, /*round=*/true)
+                          : Value();
     };
-    if (IsFloat(out) && ((lo != nullptr && std::isnan(AsDouble(*lo))) ||
-                         (hi != nullptr && std::isnan(AsDouble(*hi))))) {
-      return NaN(b, l);
-    }
-    if (lo != nullptr) {
-      Value v = bound(*lo);
-      x = Select(b, l, Compare(b, l, Cmp::kLt, x, v), v, x);
-    }
-    if (hi != nullptr) {
-      Value v = bound(*hi);
-      x = Select(b, l, Compare(b, l, Cmp::kGt, x, v), v, x);
-    }
-    return x;
+    return ClampValue(b, l, x, bound(lo), bound(hi));
   });
+}
+
+// Tensor bounds, all operands in the output's (promoted) dtype.
+absl::Status ConvertTensorClamp(GraphImporter& im, const ir::Node& node,
+                                bool has_lo, bool has_hi) {
+  const ir::DType out = OutDType(node);
+  return Emit(im, node, std::vector<ir::DType>(node.inputs_size(), out),
+              [&](OpBuilder& b, Location l, ValueRange x) {
+                Value lo = has_lo ? x[1] : Value();
+                Value hi = has_hi ? x[has_lo ? 2 : 1] : Value();
+                return ClampValue(b, l, x[0], lo, hi);
+              });
+}
+
+absl::Status ConvertClamp(GraphImporter& im, const ir::Node& node) {
+  if (node.inputs_size() == 1 && node.outputs_size() == 1) {
+    return ConvertScalarClamp(im, node, FindAttr(node, "min"),
+                              FindAttr(node, "max"));
+  }
+  if (node.inputs_size() == 2) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "op clamp with one tensor bound is ambiguous (min or max?): pass it "
+        "as clamp_min(x, min) or clamp_max(x, max) (node %%%s)",
+        node.outputs(0).name()));
+  }
+  if (absl::Status s = CheckArity(node, 3, 1); !s.ok()) return s;
+  // PyTorch's clamp_cpu has no bool kernel.
+  if (OutDType(node) == ir::BOOL) return NotImplementedFor(node, ir::BOOL);
+  return ConvertTensorClamp(im, node, /*has_lo=*/true, /*has_hi=*/true);
+}
+
+// clamp_min(x, min) / clamp_max(x, max): the bound a tensor or a scalar
+// attribute.
+template <bool kMin>
+absl::Status ConvertOneSidedClamp(GraphImporter& im, const ir::Node& node) {
+  const char* name = kMin ? "min" : "max";
+  if (node.inputs_size() == 1 && node.outputs_size() == 1) {
+    const ir::Attribute* bound = FindAttr(node, name);
+    if (bound == nullptr) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "op %s needs the bound: a second tensor input or the attr %s",
+          node.op(), name));
+    }
+    return ConvertScalarClamp(im, node, kMin ? bound : nullptr,
+                              kMin ? nullptr : bound);
+  }
+  if (absl::Status s = CheckArity(node, 2, 1); !s.ok()) return s;
+  return ConvertTensorClamp(im, node, kMin, !kMin);
 }
 
 Value Sigmoid(OpBuilder& b, Location l, Value x) {
@@ -1016,6 +639,13 @@ absl::Status ConvertGelu(GraphImporter& im, const ir::Node& node) {
 // is true), integers wrap; half results round once from f32, so
 // int -> f16 rounds through float, like c10::Half.
 absl::Status ConvertCast(GraphImporter& im, const ir::Node& node) {
+  if (node.op() == "copy" && node.inputs_size() == 2) {
+    // copy(dst, src): only dst's shape and dtype (the output's) matter.
+    ir::Node src = node;
+    src.clear_inputs();
+    src.add_inputs(node.inputs(1));
+    return ConvertCast(im, src);
+  }
   if (absl::Status s = CheckUnary(node); !s.ok()) return s;
   const ir::DType from = im.TypeOf(node.inputs(0)).dtype();
   const ir::DType to = OutDType(node);
@@ -1025,12 +655,11 @@ absl::Status ConvertCast(GraphImporter& im, const ir::Node& node) {
   });
 }
 
-}  // namespace
-
-void RegisterElementwiseOps(OpConverterTable& table) {
+void Register(OpConverterTable& table) {
   table["add"] = &ConvertAdd;
   table["sub"] = &ConvertSub;
   table["mul"] = &ConvertMul;
+  table["addcdiv"] = &ConvertAddcdiv;
   table["div"] = &ConvertDiv;
   table["pow"] = &ConvertPow;
   table["maximum"] = &ConvertMaximum;
@@ -1064,9 +693,19 @@ void RegisterElementwiseOps(OpConverterTable& table) {
   table["relu"] = &ConvertRelu;
   table["gelu"] = &ConvertGelu;
   table["clamp"] = &ConvertClamp;
-  for (const char* cast : {"to_dtype", "_to_copy", "copy", "clone"}) {
+  table["clamp_min"] = &ConvertOneSidedClamp<true>;
+  table["clamp_max"] = &ConvertOneSidedClamp<false>;
+  for (const char* cast :
+       {"to_dtype", "_to_copy", "copy", "clone", "convert_element_type"}) {
     table[cast] = &ConvertCast;
   }
+}
+
+}  // namespace
+}  // namespace elementwise
+
+void RegisterElementwiseOps(OpConverterTable& table) {
+  elementwise::Register(table);
 }
 
 }  // namespace rbln::compiler

@@ -2103,5 +2103,130 @@ TEST(ElementwiseOpsTest, IdentityOutputsCompile) {
   }
 }
 
+// --- clamp with tensor bounds, one-sided clamps, copy(dst, src), addcdiv. ---
+
+float ClampRef(float x, float lo, float hi) {
+  if (std::isnan(lo) || std::isnan(hi)) return NAN;
+  x = x < lo ? lo : x;
+  return x > hi ? hi : x;
+}
+
+TEST(ElementwiseOpsTest, ClampWithTensorBounds) {
+  for (ir::DType t : kFloatDTypes) {
+    const ir::TensorType x_type = Type(t, {17}), b_type = Type(t, {17});
+    ir::Graph g = OpGraph("clamp", {x_type, b_type, b_type}, x_type);
+    HostTensor x = EdgeTensor(x_type);
+    // Bounds with NaN, ties with x, and lo > hi.
+    HostTensor lo = FloatTensor(b_type, {0.0, 0.0, kNaN, -5, 0.5, -3, 3, 0,
+                                         -1, 7.25, 0, 0, 0, 1e5, 1, -kInf, 0});
+    HostTensor hi = FloatTensor(b_type, {1, -0.0, 1, kNaN, 2, -2.5, 2, 1, 1,
+                                         8, 1, 1, 1, 1, 2, 0, 1});
+    Check(g, {x, lo, hi},
+          [](const std::vector<float>& a) { return ClampRef(a[0], a[1], a[2]); },
+          nullptr, 0);
+  }
+  for (ir::DType t : {ir::INT32, ir::INT64}) {
+    const ir::TensorType type = Type(t, {13});
+    Check(OpGraph("clamp", {type, type, type}, type),
+          {EdgeTensor(type), IntTensor(type, {-5, 0, 2}),
+           IntTensor(type, {5, 1, 1, 100})},
+          nullptr,
+          [](const std::vector<int64_t>& a) {
+            return std::min(std::max(a[0], a[1]), a[2]);
+          },
+          0);
+  }
+  // PyTorch's clamp_cpu has no bool kernel; one tensor bound is ambiguous.
+  const ir::TensorType b = Type(ir::BOOL, {2}), f = Type(ir::FLOAT32, {2});
+  EXPECT_THAT(TestCompiler().Compile(OpGraph("clamp", {b, b, b}, b))
+                  .status()
+                  .message(),
+              HasSubstr("not implemented"));
+  EXPECT_THAT(TestCompiler().Compile(OpGraph("clamp", {f, f}, f))
+                  .status()
+                  .message(),
+              HasSubstr("clamp_min(x, min) or clamp_max(x, max)"));
+}
+
+// clamp_min/clamp_max with a tensor bound (also bool: max/min) or a scalar
+// attribute; mixed dtypes compute in the (promoted) output dtype.
+TEST(ElementwiseOpsTest, OneSidedClamps) {
+  for (ir::DType t : kFloatDTypes) {
+    const ir::TensorType type = Type(t, {17});
+    HostTensor x = EdgeTensor(type);
+    HostTensor bound = FloatTensor(Type(t, {1}), {0.5});
+    HostTensor nan_bound = FloatTensor(Type(t, {17}), {1, kNaN, -0.0});
+    for (bool min : {true, false}) {
+      const std::string op = min ? "clamp_min" : "clamp_max";
+      auto ref = [min](float v, float c) {
+        return min ? ClampRef(v, c, INFINITY) : ClampRef(v, -INFINITY, c);
+      };
+      Check(OpGraph(op, {type, Type(t, {1})}, type), {x, bound},
+            [&](const std::vector<float>& a) { return ref(a[0], a[1]); },
+            nullptr, 0);
+      Check(OpGraph(op, {type, type}, type), {x, nan_bound},
+            [&](const std::vector<float>& a) { return ref(a[0], a[1]); },
+            nullptr, 0);
+      Check(OpGraph(op, {type}, type, {{min ? "min" : "max", F(-0.7)}}), {x},
+            [&](const std::vector<float>& a) {
+              return ref(a[0], RoundFloat(-0.7f, t));
+            },
+            nullptr, 0);
+    }
+  }
+  const ir::TensorType b = Type(ir::BOOL, {4});
+  Check(OpGraph("clamp_min", {b, b}, b),
+        {IntTensor(b, {0, 0, 1, 1}), IntTensor(b, {0, 1, 0, 1})}, nullptr,
+        [](const std::vector<int64_t>& a) { return std::max(a[0], a[1]); }, 0);
+  const ir::TensorType i = Type(ir::INT32, {13}), f = Type(ir::FLOAT32, {13});
+  Check(OpGraph("clamp_max", {i, f}, f),
+        {EdgeTensor(i), FloatTensor(f, {2.5})},
+        [](const std::vector<float>& a) { return ClampRef(a[0], -INFINITY, a[1]); },
+        nullptr, 0);
+}
+
+// copy(dst, src): src broadcast and cast to dst's shape and dtype; dst's
+// values do not matter.
+TEST(ElementwiseOpsTest, CopyIntoADestination) {
+  for (ir::DType to : {ir::FLOAT16, ir::FLOAT32, ir::INT64, ir::BOOL}) {
+    const ir::TensorType dst = Type(to, {2, 3}), src = Type(ir::FLOAT32, {3});
+    ir::Graph g = OpGraph("copy", {dst, src}, dst);
+    HostTensor d = FloatTensor(dst, {9});
+    HostTensor s = FloatTensor(src, {1.5, -2.25, 0.0});
+    absl::StatusOr<HostTensor> out = RunGraph(g, {d, s});
+    ASSERT_TRUE(out.ok()) << out.status();
+    for (int64_t k = 0; k < 6; ++k) {
+      const float v = s.GetFloat(k % 3);
+      const double want = to == ir::BOOL   ? (v != 0)
+                          : to == ir::INT64 ? std::trunc(v)
+                                            : v;
+      EXPECT_EQ(out->GetFloat(k), want) << ir::DType_Name(to) << " " << k;
+    }
+  }
+}
+
+// addcdiv(x, t1, t2, value) = x + value * t1 / t2 left to right in f32 with
+// value unrounded, one rounding at the end (ATen's CPU kernel; PyTorch's
+// decomposition, which rounds t1 / t2 to a half type first, differs).
+TEST(ElementwiseOpsTest, AddcdivRoundsOnce) {
+  for (ir::DType t : kFloatDTypes) {
+    const ir::TensorType type = Type(t, {17});
+    for (double value : {1.0, 0.7, -2.5}) {
+      ir::Graph g = OpGraph("addcdiv", {type, type, type}, type,
+                            {{"value", F(value)}});
+      HostTensor t1 = FloatTensor(type, {0.3, -1.7, 2.5, 7, 0.1, kInf, 1e-3});
+      HostTensor t2 = FloatTensor(type, {1.1, 3, -0.7, 0.0, 9, 2, 0.37, kNaN});
+      const float v = static_cast<float>(value);
+      Check(g, {EdgeTensor(type), t1, t2},
+            [v](const std::vector<float>& a) { return a[0] + v * a[1] / a[2]; },
+            nullptr, 0);
+    }
+  }
+  const ir::TensorType i = Type(ir::INT32, {2});
+  EXPECT_THAT(
+      TestCompiler().Compile(OpGraph("addcdiv", {i, i, i}, i)).status().message(),
+      HasSubstr("not implemented"));
+}
+
 }  // namespace
 }  // namespace rbln::compiler

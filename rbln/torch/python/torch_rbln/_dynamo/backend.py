@@ -76,6 +76,14 @@ _NATIVE_OPS = frozenset({
     # the same arithmetic, kept as one op so eager and graph programs share
     # the converter.
     "silu",
+    # One-sided clamps stay ops: their decomposition, clamp.Tensor with a
+    # None bound, reaches the IR as clamp(x, t), where min and max cannot be
+    # told apart (see _clamp_tensor).
+    "clamp_min",
+    "clamp_max",
+    # ATen computes x + value * t1 / t2 in float and rounds once; the
+    # decomposition rounds t1 / t2 to a half dtype first.
+    "addcdiv",
 })
 
 _lock = threading.Lock()
@@ -602,9 +610,21 @@ def _decompositions():
         if _fx_to_ir.ir_op_name(op) not in _NATIVE_OPS
     }
     table[torch.ops.aten._safe_softmax.default] = _safe_softmax
+    table[torch.ops.aten.clamp.Tensor] = _clamp_tensor
     table[torch.ops.aten.split.Tensor] = _split
     table[torch.ops.aten.split_with_sizes.default] = _split_with_sizes
     return table
+
+
+def _clamp_tensor(x, min=None, max=None):
+    """clamp with one tensor bound as clamp_min/clamp_max, whose IR says
+    which bound it is (an omitted optional tensor leaves no trace in the IR);
+    with both bounds, clamp itself (NotImplemented keeps the op)."""
+    if min is None and max is not None:
+        return torch.ops.aten.clamp_max.Tensor(x, max)
+    if max is None and min is not None:
+        return torch.ops.aten.clamp_min.Tensor(x, min)
+    return NotImplemented
 
 
 def _split_with_sizes(x, split_sizes, dim=0):

@@ -9,7 +9,7 @@ program:
     program's buffers are sized at compile time, these sizes exist only once
     the data does;
   * with options={"host_ops": "unimplemented"}, ops the rbln compiler's
-    frontend does not convert (e.g. `sin`).
+    frontend does not convert (e.g. `special.airy_ai`).
 Such an op becomes a *host op*: the graph is cut into device segments (one
 compiled program each, see `SegmentedGraph`) and the host op runs between
 them through ATen on the CPU, its tensor inputs downloaded (graph inputs
