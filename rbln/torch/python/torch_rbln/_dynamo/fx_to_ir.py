@@ -9,8 +9,14 @@ contract):
   * every other argument becomes an attribute named as in the schema: bool,
     int, float, str as themselves, int lists as `"2,3,-1"`, dtypes by name;
     `None`, devices, layouts and memory formats are left out;
+  * an optional tensor argument passed as `None` becomes the bool attribute
+    `has_<name>` = false, so the inputs that remain are unambiguous
+    (`native_layer_norm(x, None, bias)` has inputs (x, bias) and
+    `has_weight` false);
   * outputs carry each result's dtype and static shape; multi-output ops list
-    all results in schema order (`getitem` picks one).
+    all results in schema order (`getitem` picks one), leaving out results
+    that are `None` (`convolution_backward`'s ungated gradients: the op's
+    attributes say which are computed).
 So ops the compiler learns later need no change here. Unconvertible graphs
 raise `GraphConversionError` naming the node and why.
 """
@@ -106,6 +112,12 @@ def _static_shape(t, what):
             raise DynamicShapeError(f"{what} has a symbolic size {d}")
         shape.append(d)
     return shape
+
+
+def _is_optional_tensor(schema_type) -> bool:
+    return isinstance(schema_type, torch.OptionalType) and isinstance(
+        schema_type.getElementType(), torch.TensorType
+    )
 
 
 def _attr_value(value, what):
@@ -247,6 +259,9 @@ class _Converter:
             else:
                 value = node.args[i]
             what = f"argument {arg.name} of {node.name} ({schema.name})"
+            if value is None and _is_optional_tensor(arg.type):
+                attrs[f"has_{arg.name}"] = False
+                continue
             if isinstance(value, torch.fx.Node):
                 produced = self.env[value]
                 if isinstance(produced, str):
@@ -275,6 +290,9 @@ class _Converter:
         elif isinstance(val, (list, tuple)):
             outputs, names = [], []
             for i, v in enumerate(val):
+                if v is None:
+                    names.append(None)  # Not computed (see the module docstring).
+                    continue
                 if not isinstance(v, torch.Tensor):
                     raise GraphConversionError(f"{node.name}: result {i} is not a tensor ({v!r})")
                 name = self.fresh(f"{node.name}_{i}")
