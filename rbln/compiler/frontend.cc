@@ -42,6 +42,9 @@ const OpConverterTable& Converters() {
     RegisterAttentionOps(*t);
     RegisterStridedBoxOps(*t);
     RegisterConvolutionOps(*t);
+    RegisterPoolingOps(*t);
+    RegisterNormOps(*t);
+    RegisterSamplingOps(*t);
     return t;
   }();
   return *table;

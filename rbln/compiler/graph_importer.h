@@ -135,6 +135,9 @@ void RegisterDataMovementOps(OpConverterTable& table);
 void RegisterAttentionOps(OpConverterTable& table);
 void RegisterStridedBoxOps(OpConverterTable& table);
 void RegisterConvolutionOps(OpConverterTable& table);
+void RegisterPoolingOps(OpConverterTable& table);
+void RegisterNormOps(OpConverterTable& table);
+void RegisterSamplingOps(OpConverterTable& table);
 
 }  // namespace rbln::compiler
 

@@ -1,8 +1,10 @@
 // Convolutions: convolution (1-3 spatial dims; groups, stride, padding,
 // dilation; transposed with output_padding) and convolution_backward.
 //
-// Products accumulate in f32 (half operands are converted by a generic first)
-// and the epilogue generic adds the bias and rounds once to the output dtype.
+// Products accumulate in f32 (half operands are converted by a generic first;
+// integer convolutions, which PyTorch's CPU kernels also take, stay in their
+// integer type) and the epilogue generic adds the bias and rounds once to the
+// output dtype.
 // Forward: the input padded with zeros (nn::Pad) goes through MLIR's named
 // convolutions where MLIR 16 has one for the NC layout --
 // linalg.conv_2d_nchw_fchw and the grouped 2-D op (compat::GroupedConv2DOp,
@@ -204,9 +206,9 @@ mlir::DenseIntElementsAttr I64Vector(OpBuilder& b,
       llvm::ArrayRef<int64_t>(v));
 }
 
-// The stride-`stride`, dilation-`dilation` convolution of `xpad` (f32
-// [N, G*CG, *P], already padded) with `wexp` (f32 [G, FG, CG, *K]): f32
-// [N, G*FG, *O].
+// The stride-`stride`, dilation-`dilation` convolution of `xpad` ([N, G*CG,
+// *P], already padded) with `wexp` ([G, FG, CG, *K]), both in the compute
+// type: [N, G*FG, *O] in the compute type.
 Value ConvCore(GraphImporter& im, Value xpad, Value wexp,
                const std::vector<int64_t>& stride,
                const std::vector<int64_t>& dilation) {
@@ -219,7 +221,7 @@ Value ConvCore(GraphImporter& im, Value xpad, Value wexp,
     out.push_back((xs[2 + i] - dilation[i] * (ws[3 + i] - 1) - 1) / stride[i] +
                   1);
   }
-  const Type f32 = b.getF32Type();
+  const Type acc_type = ElementType(xpad);
   if (spatial <= 2) {
     // 1-D as 2-D of height 1.
     Value x = xpad, w = wexp;
@@ -237,7 +239,7 @@ Value ConvCore(GraphImporter& im, Value xpad, Value wexp,
         b.getNamedAttr("dilations", I64Vector(b, d))};
     Value acc;
     if (g == 1) {
-      Value init = Filled(im, FullShape(n, fg, o), f32, 0.0);
+      Value init = Filled(im, FullShape(n, fg, o), acc_type, 0.0);
       acc = b.create<mlir::linalg::Conv2DNchwFchwOp>(
                  im.loc(), mlir::TypeRange{init.getType()},
                  ValueRange{x, CollapseDims(im, w, 0, 2)}, ValueRange{init},
@@ -246,7 +248,7 @@ Value ConvCore(GraphImporter& im, Value xpad, Value wexp,
     } else {
       Shape grouped = {n, g, fg};
       grouped.insert(grouped.end(), o.begin(), o.end());
-      Value init = Filled(im, grouped, f32, 0.0);
+      Value init = Filled(im, grouped, acc_type, 0.0);
       Value xg = ExpandDim(im, x, 1, {g, ShapeOf(x)[1] / g});
       acc = CollapseDims(
           im,
@@ -278,19 +280,19 @@ Value ConvCore(GraphImporter& im, Value xpad, Value wexp,
   Shape grouped = {n, g, fg};
   grouped.insert(grouped.end(), out.begin(), out.end());
   Value acc = Generic(
-      im, {xg, wexp}, Filled(im, grouped, f32, 0.0),
+      im, {xg, wexp}, Filled(im, grouped, acc_type, 0.0),
       {AffineMap::get(loops, 0, x_exprs, im.context()),
        AffineMap::get(loops, 0, w_exprs, im.context()),
        AffineMap::get(loops, 0, o_exprs, im.context())},
       iterators, [](OpBuilder& b, Location l, ValueRange args) {
-        Value prod = b.create<mlir::arith::MulFOp>(l, args[0], args[1]);
-        return llvm::SmallVector<Value>{
-            b.create<mlir::arith::AddFOp>(l, args[2], prod)};
+        return llvm::SmallVector<Value>{AddScalars(
+            b, l, args[2], MulScalars(b, l, args[0], args[1]))};
       })[0];
   return CollapseDims(im, acc, 1, 2);
 }
 
-// A plain convolution of f32 `x` [N, C, *I] with f32 `w` [F, C/G, *K].
+// A plain convolution of `x` [N, C, *I] with `w` [F, C/G, *K] (compute
+// type).
 Value Conv(GraphImporter& im, Value x, Value w, const ConvParams& p) {
   Shape pad = {0, 0};
   pad.insert(pad.end(), p.padding.begin(), p.padding.end());
@@ -343,9 +345,9 @@ Value DilateAndPad(GraphImporter& im, Value x,
   return Embed(im, kept, zeros, offsets, strides);
 }
 
-// A transposed convolution of f32 `x` [N, C, *I] with f32 `w` [C, F/G, *K]
-// (`w_dtype` is the storage dtype of `w_storage`, which the flipped kernel
-// is read from).
+// A transposed convolution of `x` [N, C, *I] (compute type) with `w` [C,
+// F/G, *K] (`w_dtype` is the storage dtype of `w_storage`, which the flipped
+// kernel is read from).
 Value ConvTransposed(GraphImporter& im, Value x, Value w_storage,
                      ir::DType w_dtype, const ConvParams& p) {
   const Shape ws = ShapeOf(w_storage);
@@ -360,7 +362,7 @@ Value ConvTransposed(GraphImporter& im, Value x, Value w_storage,
   for (int i = 0; i < spatial; ++i) exprs.push_back(ws[2 + i] - 1 - dim(3 + i));
   Value wexp = Parallel(
       im, w_storage, {AffineMap::get(rank, 0, exprs, im.context())},
-      wexp_shape, im.builder().getF32Type(),
+      wexp_shape, im.ComputeType(w_dtype),
       [&](OpBuilder& b, Location, ValueRange args) {
         return im.ToCompute(b, args[0], w_dtype);
       });
@@ -391,8 +393,8 @@ Value Epilogue(GraphImporter& im, Value acc, const std::string* bias,
                   [&](OpBuilder& b, Location l, ValueRange args) {
                     Value v = args[0];
                     if (bias != nullptr) {
-                      v = b.create<mlir::arith::AddFOp>(
-                          l, v, im.ToCompute(b, args[1], bias_dtype));
+                      v = AddScalars(b, l, v,
+                                     im.ToCompute(b, args[1], bias_dtype));
                     }
                     return im.FromCompute(b, v, t);
                   });
@@ -400,12 +402,13 @@ Value Epilogue(GraphImporter& im, Value acc, const std::string* bias,
 
 absl::Status CheckSameDTypes(GraphImporter& im, const ir::Node& node) {
   const ir::DType t = im.TypeOf(node.inputs(0)).dtype();
+  if (t == ir::BOOL) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "op %s: input %%%s is bool; PyTorch's CPU convolution takes float "
+        "and integer tensors",
+        node.op(), node.inputs(0)));
+  }
   for (int i = 0; i < node.inputs_size(); ++i) {
-    if (absl::Status s =
-            CheckFloatTensor(im, node, node.inputs(i), "input");
-        !s.ok()) {
-      return s;
-    }
     if (im.TypeOf(node.inputs(i)).dtype() != t) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "op %s: Input type (%s) and weight/bias type (%s) should be the "
@@ -446,7 +449,7 @@ absl::Status ConvertConvolution(GraphImporter& im, const ir::Node& node) {
   Value acc;
   if (NumElements(xs) == 0 || NumElements(ws) == 0) {
     // Nothing is read: the output is the bias (or zeros).
-    acc = Filled(im, out, im.builder().getF32Type(), 0.0);
+    acc = Filled(im, out, im.ComputeType(t), 0.0);
   } else if (!p->transposed) {
     acc = Conv(im, ToComputeTensor(im, im.ValueOf(x), t),
                ToComputeTensor(im, im.ValueOf(w), t), *p);
@@ -459,7 +462,7 @@ absl::Status ConvertConvolution(GraphImporter& im, const ir::Node& node) {
 }
 
 // Sums of a[n, g*AG + ag, *o] * bpad[n, g*BG + bg, o * stride + k *
-// dilation] over n and o, shaped [A, B/G, *K] (f32): grad_weight.
+// dilation] over n and o, shaped [A, B/G, *K] (compute type): grad_weight.
 Value WeightGrad(GraphImporter& im, Value a, Value bpad,
                  const std::vector<int64_t>& stride,
                  const std::vector<int64_t>& dilation, int64_t groups,
@@ -485,14 +488,13 @@ Value WeightGrad(GraphImporter& im, Value a, Value bpad,
   Shape out = {groups, ag, bg};
   out.insert(out.end(), kernel.begin(), kernel.end());
   Value grad = Generic(
-      im, {a, bpad}, Filled(im, out, im.builder().getF32Type(), 0.0),
+      im, {a, bpad}, Filled(im, out, ElementType(a), 0.0),
       {AffineMap::get(loops, 0, a_exprs, im.context()),
        AffineMap::get(loops, 0, b_exprs, im.context()),
        AffineMap::get(loops, 0, o_exprs, im.context())},
       iterators, [](OpBuilder& b, Location l, ValueRange args) {
-        Value prod = b.create<mlir::arith::MulFOp>(l, args[0], args[1]);
-        return llvm::SmallVector<Value>{
-            b.create<mlir::arith::AddFOp>(l, args[2], prod)};
+        return llvm::SmallVector<Value>{AddScalars(
+            b, l, args[2], MulScalars(b, l, args[0], args[1]))};
       })[0];
   return CollapseDims(im, grad, 0, 2);
 }
@@ -532,7 +534,7 @@ absl::Status ConvertConvolutionBackward(GraphImporter& im,
         "output(s)",
         node.op(), absl::StrJoin(*mask, ", "), wanted, node.outputs_size()));
   }
-  const Type f32 = im.builder().getF32Type();
+  const Type compute = im.ComputeType(t);
   const bool empty = NumElements(gos) == 0 || NumElements(xs) == 0 ||
                      NumElements(ws) == 0;
   Value go_c = ToComputeTensor(im, im.ValueOf(go), t);
@@ -541,7 +543,7 @@ absl::Status ConvertConvolutionBackward(GraphImporter& im,
     if (absl::Status st = CheckOutput(node, next, xs, t); !st.ok()) return st;
     Value grad;
     if (empty) {
-      grad = Filled(im, xs, f32, 0.0);
+      grad = Filled(im, xs, compute, 0.0);
     } else if (!p->transposed) {
       // The transposed convolution of grad_output, with the output padding
       // that gives back the input's size.
@@ -564,7 +566,7 @@ absl::Status ConvertConvolutionBackward(GraphImporter& im,
     if (absl::Status st = CheckOutput(node, next, ws, t); !st.ok()) return st;
     Value grad;
     if (empty) {
-      grad = Filled(im, ws, f32, 0.0);
+      grad = Filled(im, ws, compute, 0.0);
     } else {
       Shape pad = {0, 0};
       pad.insert(pad.end(), p->padding.begin(), p->padding.end());
@@ -585,11 +587,11 @@ absl::Status ConvertConvolutionBackward(GraphImporter& im,
     const int rank = gos.size();
     std::vector<IteratorType> iterators(rank, IteratorType::reduction);
     iterators[1] = IteratorType::parallel;
-    Value sum = Generic(im, go_c, Filled(im, bias, f32, 0.0),
+    Value sum = Generic(im, go_c, Filled(im, bias, compute, 0.0),
                         {IdentityMap(im, rank), DimsMap(im, rank, {1})},
                         iterators, [](OpBuilder& b, Location l, ValueRange a) {
                           return llvm::SmallVector<Value>{
-                              b.create<mlir::arith::AddFOp>(l, a[1], a[0])};
+                              AddScalars(b, l, a[1], a[0])};
                         })[0];
     im.Define(node.outputs(next++), ToStorageTensor(im, sum, t));
   }

@@ -200,6 +200,33 @@ TEST(ConvolutionOpsTest, ForwardMatchesTheReference) {
   }
 }
 
+// PyTorch's CPU convolution takes integers too: exact sums in the type.
+TEST(ConvolutionOpsTest, IntegerForwardIsExact) {
+  for (ir::DType t : {ir::INT32, ir::INT64}) {
+    for (const Conv& c : Cases()) {
+      const std::string what = absl::StrCat(DTypeText(t), " ", c.Text());
+      const HostTensor x = Random(t, c.x, 1, -5, 5), w = Random(t, c.w, 2, -5, 5),
+                       b = Random(t, {c.out_channels()}, 3, -5, 5);
+      std::vector<double> want(NumElements(c.out()), 0.0);
+      ForEachTerm(c, [&](int64_t xi, int64_t wi, int64_t oi, int64_t) {
+        want[oi] += x.values[xi] * w.values[wi];
+      });
+      if (c.bias) {
+        const int64_t plane =
+            NumElements(c.out()) / (c.x[0] * c.out_channels());
+        for (size_t i = 0; i < want.size(); ++i) {
+          want[i] += b.values[(i / plane) % c.out_channels()];
+        }
+      }
+      std::vector<HostTensor> inputs = {x, w};
+      if (c.bias) inputs.push_back(b);
+      auto out = CompileAndRun(ConvGraph(c, t), inputs);
+      ASSERT_TRUE(out.ok()) << what << ": " << out.status();
+      ExpectExact((*out)[0], want, what);
+    }
+  }
+}
+
 TEST(ConvolutionOpsTest, BackwardMatchesTheReference) {
   for (ir::DType t : kFloatTypes) {
     for (const Conv& c : Cases()) {
@@ -290,14 +317,14 @@ TEST(ConvolutionOpsTest, BadArgumentsNameTheProblem) {
   ASSERT_FALSE(out.ok());
   EXPECT_THAT(out.status().message(),
               HasSubstr("Kernel size can't be greater than actual input size"));
-  // Integer inputs (PyTorch's CPU convolution takes floats only).
-  const HostTensor xi = Random(ir::INT64, {1, 1, 4}, 1);
+  // Bool inputs (PyTorch's CPU convolution takes floats and integers).
+  const HostTensor xb = Random(ir::BOOL, {1, 1, 4}, 1, 0, 2);
   out = CompileAndRun(
-      OneOpGraph("convolution", {xi.type(), Type(ir::INT64, {1, 1, 2})},
-                 {Type(ir::INT64, {1, 1, 3})}, {}),
-      {xi, Random(ir::INT64, {1, 1, 2}, 2)});
+      OneOpGraph("convolution", {xb.type(), Type(ir::BOOL, {1, 1, 2})},
+                 {Type(ir::BOOL, {1, 1, 3})}, {}),
+      {xb, Random(ir::BOOL, {1, 1, 2}, 2, 0, 2)});
   ASSERT_FALSE(out.ok());
-  EXPECT_THAT(out.status().message(), HasSubstr("floating point"));
+  EXPECT_THAT(out.status().message(), HasSubstr("float and integer"));
 }
 
 }  // namespace

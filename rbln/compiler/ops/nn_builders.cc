@@ -219,6 +219,20 @@ absl::Status CheckOutput(const ir::Node& node, int output, const Shape& shape,
   return absl::OkStatus();
 }
 
+Value AddScalars(OpBuilder& b, Location l, Value x, Value y) {
+  if (x.getType().isa<mlir::FloatType>()) {
+    return b.create<mlir::arith::AddFOp>(l, x, y);
+  }
+  return b.create<mlir::arith::AddIOp>(l, x, y);
+}
+
+Value MulScalars(OpBuilder& b, Location l, Value x, Value y) {
+  if (x.getType().isa<mlir::FloatType>()) {
+    return b.create<mlir::arith::MulFOp>(l, x, y);
+  }
+  return b.create<mlir::arith::MulIOp>(l, x, y);
+}
+
 Value IndexConst(OpBuilder& b, Location l, int64_t v) {
   return b.create<mlir::arith::ConstantIndexOp>(l, v);
 }

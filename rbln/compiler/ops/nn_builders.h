@@ -88,6 +88,12 @@ absl::Status CheckFloatTensor(GraphImporter& im, const ir::Node& node,
 absl::Status CheckOutput(const ir::Node& node, int output, const Shape& shape,
                          ir::DType dtype);
 
+// x + y and x * y of one float or integer type.
+mlir::Value AddScalars(mlir::OpBuilder& b, mlir::Location l, mlir::Value x,
+                       mlir::Value y);
+mlir::Value MulScalars(mlir::OpBuilder& b, mlir::Location l, mlir::Value x,
+                       mlir::Value y);
+
 // Integer scalar helpers for bodies (index type).
 mlir::Value IndexConst(mlir::OpBuilder& b, mlir::Location l, int64_t v);
 mlir::Value LoopIndex(mlir::OpBuilder& b, mlir::Location l, int dim);
