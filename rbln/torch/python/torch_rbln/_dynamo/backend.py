@@ -453,6 +453,10 @@ class CompiledGraph:
                 results.append(outs[v])
             elif kind == "input":
                 results.append(originals[v])
+            elif kind == "empty":
+                dtype, shape = v
+                out_device = torch.device("cpu") if on_host else device
+                results.append(torch.empty(shape, dtype=dtype, device=out_device))
             else:
                 results.append(v)
         return results
