@@ -44,7 +44,7 @@ class DiskCache {
   // manifest.
   absl::Status Store(const ir::Graph& graph, uint64_t key,
                      const std::string& object_path, bool uses_blas,
-                     const PartitionLayout& layout) const;
+                     bool uses_onednn, const PartitionLayout& layout) const;
 
   const std::string& dir() const { return dir_; }
 

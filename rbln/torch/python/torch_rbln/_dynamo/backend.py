@@ -59,15 +59,15 @@ _KNOWN_OPTIONS = ("num_devices", "cache_dir", "mode", "npu", "host_ops")
 # hardswish, nll_loss, stack, roll, ...) arrive as the ~160 ops tagged
 # `torch.Tag.core`, which the compiler implements or reports (SPEC J6).
 # Except these, which the compiler lowers itself because their
-# decomposition would lose a fused kernel, a library call or precision:
+# decomposition would lose a fused kernel or precision. (Ops with a
+# CompositeImplicitAutograd kernel -- linear, matmul, layer_norm, rms_norm,
+# scaled_dot_product_attention -- decompose while aot_autograd traces,
+# whatever this table says; sdpa reaches us as the CPU flash-attention op.)
 _NATIVE_OPS = frozenset({
     # The fused attention kernel (one pass, f32 softmax statistics).
-    "scaled_dot_product_attention",
     "_scaled_dot_product_flash_attention_for_cpu",
-    # One pass with f32 statistics instead of pow/mean/rsqrt/mul steps.
-    "rms_norm",
     # Index arithmetic in one kernel; the decompositions go through cumsum
-    # (repeat_interleave) or index_put (index_copy).
+    # (repeat_interleave.Tensor) or index_put (index_copy).
     "repeat_interleave",
     "index_copy",
     # ATen's arange rounds (end - start) / step in double; the
@@ -78,6 +78,7 @@ _NATIVE_OPS = frozenset({
     # the converter.
     "silu",
 })
+
 _lock = threading.Lock()
 # Programs by graph key (IR structure + static shapes): equal graphs, e.g.
 # repeated transformer blocks, share one program (P9).
