@@ -315,10 +315,6 @@ std::optional<int> DestinationArg(const c10::FunctionSchema& schema) {
   return std::nullopt;
 }
 
-// The functional results' sizes and dtypes, by running the op on meta
-// tensors. sdpa's only computed result is its output [..., L, Ev]; the rest of
-// its tuple (logsumexp, ...) is what a backward would need, and rbln's sdpa
-// runs only without grad (see RblnFusedSdpChoice).
 bool IsConvolutionBackward(const Call& call) { return call.op == "convolution_backward"; }
 
 // The overrideable convolutions have no meta kernel: their results are
@@ -362,6 +358,10 @@ std::optional<std::vector<at::Tensor>> InferConvolutionOutputs(
   }
 }
 
+// The functional results' sizes and dtypes, by running the op on meta
+// tensors. sdpa's only computed result is its output [..., L, Ev]; the rest of
+// its tuple (logsumexp, ...) is what a backward would need, and rbln's sdpa
+// runs only without grad (see RblnFusedSdpChoice).
 std::optional<std::vector<at::Tensor>> InferOutputs(const c10::OperatorHandle& op,
                                                     const torch::jit::Stack& stack,
                                                     const Call& call) {
