@@ -85,6 +85,10 @@ class BindOutputsPass
         init->set(out_arg);
         return mlir::success();
       }
+      // An init other ops also start from (CSE merges equal linalg.fill
+      // inits of two reductions) cannot become the output buffer: the others
+      // would write it too. Copy instead.
+      if (!init->get().hasOneUse()) return mlir::failure();
       result = init->get();
     }
   }

@@ -45,6 +45,10 @@ const OpConverterTable& Converters() {
     RegisterBinaryMathOps(*t);
     RegisterActivationOps(*t);
     RegisterConstructionOps(*t);
+    RegisterConvolutionOps(*t);
+    RegisterPoolingOps(*t);
+    RegisterNormOps(*t);
+    RegisterSamplingOps(*t);
     return t;
   }();
   return *table;

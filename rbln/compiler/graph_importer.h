@@ -140,6 +140,10 @@ void RegisterUnaryMathOps(OpConverterTable& table);
 void RegisterBinaryMathOps(OpConverterTable& table);
 void RegisterActivationOps(OpConverterTable& table);
 void RegisterConstructionOps(OpConverterTable& table);
+void RegisterConvolutionOps(OpConverterTable& table);
+void RegisterPoolingOps(OpConverterTable& table);
+void RegisterNormOps(OpConverterTable& table);
+void RegisterSamplingOps(OpConverterTable& table);
 
 }  // namespace rbln::compiler
 

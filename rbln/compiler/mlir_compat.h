@@ -51,6 +51,17 @@ using AffineApplyOp = mlir::AffineApplyOp;
 using AffineDialect = mlir::AffineDialect;
 #endif
 
+// 2-D grouped convolution reading its kernel as [G, F/G, C/G, KH, KW] (a
+// PyTorch weight [F, C/G, KH, KW] expanded, groups major). MLIR 16's
+// conv_2d_ngchw_fgchw indexes its kernel (g, f, c, ...) despite its name;
+// by 19 that op reads (f, g, c, ...) and the (g, f, c, ...) one is
+// conv_2d_ngchw_gfchw.
+#if RBLN_MLIR_VERSION >= 19
+using GroupedConv2DOp = mlir::linalg::Conv2DNgchwGfchwOp;
+#else
+using GroupedConv2DOp = mlir::linalg::Conv2DNgchwFgchwOp;
+#endif
+
 // True when every operand of `op` is a buffer (or scalar): the linalg op has
 // been bufferized. (16: hasBufferSemantics; 19: hasPureBufferSemantics.)
 bool HasBufferSemantics(mlir::linalg::LinalgOp op);

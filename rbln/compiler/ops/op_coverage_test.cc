@@ -7,6 +7,7 @@
 // doc's generated section, so the doc stays true; on a mismatch the test
 // prints the new section (and writes it to $RBLN_OP_COVERAGE_OUT if set).
 // Values are checked by the family tests named in the table, not here.
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -61,7 +62,16 @@ Probe Simple(const std::string& op, ir::DType t,
 // Which dtypes PyTorch's CPU kernels accept (torch 2.13, checked by hand).
 // kIntegral: integers and bool; kInteger: integers only; kNoHalf: all but
 // float16/bfloat16 (special.zeta).
-enum class Torch { kAll, kNoBool, kFloat, kIntegral, kInteger, kNoHalf };
+enum class Torch {
+  kAll,
+  kNoBool,
+  kFloat,
+  kIntegral,
+  kInteger,
+  kNoHalf,
+  kFloatInt64,
+  kFloat32Int64
+};
 
 bool TorchAccepts(Torch torch, ir::DType t) {
   switch (torch) {
@@ -75,6 +85,10 @@ bool TorchAccepts(Torch torch, ir::DType t) {
       return t == ir::INT32 || t == ir::INT64;
     case Torch::kNoHalf:
       return t != ir::FLOAT16 && t != ir::BFLOAT16;
+    case Torch::kFloatInt64:
+      return IsFloatType(t) || t == ir::INT64;
+    case Torch::kFloat32Int64:
+      return t == ir::FLOAT32 || t == ir::INT64;
     default:
       return IsFloatType(t);
   }
@@ -123,6 +137,39 @@ const char kRed[] = "reduction_ops_test";
 const char kMm[] = "matmul_ops_test";
 const char kDm[] = "data_movement_ops_test";
 const char kAttn[] = "attention_ops_test";
+const char kConv[] = "convolution_ops_test";
+const char kPool[] = "pooling_ops_test";
+const char kNorm[] = "norm_ops_test";
+const char kSample[] = "sampling_ops_test";
+
+// An NN op over inputs of dtype `t` (int64 where `index_inputs` says so) with
+// outputs of dtype t (or int64 for the ones `index_outputs` names).
+Row Nn(const std::string& label, const std::string& op, Torch torch,
+       const std::string& tests, std::vector<Shape> inputs,
+       std::vector<Shape> outputs, const Attrs& attrs,
+       std::vector<int> index_inputs = {}, std::vector<int> index_outputs = {}) {
+  auto is = [](const std::vector<int>& v, int i) {
+    return std::find(v.begin(), v.end(), i) != v.end();
+  };
+  return {"nn", label, torch, tests, [=](ir::DType t) {
+            Probe p;
+            std::vector<ir::TensorType> in_types, out_types;
+            for (size_t i = 0; i < inputs.size(); ++i) {
+              p.inputs.push_back(is(index_inputs, i)
+                                     ? Tensor(ir::INT64, inputs[i],
+                                              std::vector<double>(
+                                                  NumElements(inputs[i]), 0))
+                                     : Input(t, inputs[i], i + 1));
+              in_types.push_back(p.inputs.back().type());
+            }
+            for (size_t i = 0; i < outputs.size(); ++i) {
+              out_types.push_back(
+                  Type(is(index_outputs, i) ? ir::INT64 : t, outputs[i]));
+            }
+            p.graph = OneOpGraph(op, in_types, out_types, attrs);
+            return p;
+          }};
+}
 
 std::vector<Row> Rows() {
   std::vector<Row> rows = {
@@ -395,6 +442,73 @@ std::vector<Row> Rows() {
                   }});
   rows.push_back(move("fill", "fill", {kS}, kS, {{"value", IntA(1)}}));
   rows.push_back(move("clone", "clone", {kS}, kS, {}));
+
+  // NN ops: [N, C, H, W] = [1, 2, 4, 4].
+  const Shape x4 = {1, 2, 4, 4};
+  rows.push_back(Nn("convolution", "convolution", Torch::kNoBool, kConv,
+                    {x4, {3, 2, 3, 3}, {3}}, {{1, 3, 2, 2}}, {}));
+  rows.push_back(Nn("convolution (3-d, groups)", "convolution", Torch::kNoBool,
+                    kConv, {{1, 2, 3, 3, 3}, {2, 1, 2, 2, 2}},
+                    {{1, 2, 2, 2, 2}}, {{"groups", IntA(2)}}));
+  rows.push_back(Nn("convolution (transposed)", "convolution",
+                    Torch::kFloatInt64, kConv, {x4, {2, 3, 2, 2}},
+                    {{1, 3, 8, 8}},
+                    {{"transposed", BoolA(true)}, {"stride", StrA("2")}}));
+  rows.push_back(Nn("convolution_backward", "convolution_backward",
+                    Torch::kFloat, kConv,
+                    {{1, 3, 2, 2}, x4, {3, 2, 3, 3}}, {x4, {3, 2, 3, 3}, {3}},
+                    {}));
+  const Attrs pool2 = {{"kernel_size", StrA("2")}};
+  rows.push_back(Nn("max_pool2d_with_indices", "max_pool2d_with_indices",
+                    Torch::kNoBool, kPool, {x4}, {{1, 2, 2, 2}, {1, 2, 2, 2}},
+                    pool2, {}, {1}));
+  rows.push_back(Nn("max_pool3d_with_indices", "max_pool3d_with_indices",
+                    Torch::kNoBool, kPool, {{1, 2, 2, 2, 2}},
+                    {{1, 2, 1, 1, 1}, {1, 2, 1, 1, 1}}, pool2, {}, {1}));
+  rows.push_back(Nn("max_pool2d_with_indices_backward",
+                    "max_pool2d_with_indices_backward", Torch::kFloat, kPool,
+                    {{1, 2, 2, 2}, x4, {1, 2, 2, 2}}, {x4}, pool2, {2}));
+  rows.push_back(Nn("avg_pool2d", "avg_pool2d", Torch::kFloatInt64, kPool,
+                    {x4}, {{1, 2, 2, 2}}, pool2));
+  rows.push_back(Nn("avg_pool3d", "avg_pool3d", Torch::kFloat32Int64, kPool,
+                    {{1, 2, 2, 2, 2}}, {{1, 2, 1, 1, 1}}, pool2));
+  rows.push_back(Nn("avg_pool2d_backward", "avg_pool2d_backward",
+                    Torch::kFloatInt64, kPool, {{1, 2, 2, 2}, x4}, {x4},
+                    pool2));
+  const Attrs out2 = {{"output_size", StrA("3,2")}};
+  rows.push_back(Nn("_adaptive_avg_pool2d", "_adaptive_avg_pool2d",
+                    Torch::kFloat, kPool, {x4}, {{1, 2, 3, 2}}, out2));
+  rows.push_back(Nn("_adaptive_avg_pool3d", "_adaptive_avg_pool3d",
+                    Torch::kFloat, kPool, {{1, 2, 2, 2, 2}}, {{1, 2, 1, 1, 1}},
+                    {{"output_size", StrA("1")}}));
+  rows.push_back(Nn("_adaptive_avg_pool2d_backward",
+                    "_adaptive_avg_pool2d_backward", Torch::kFloat, kPool,
+                    {{1, 2, 3, 2}, x4}, {x4}, {}));
+  rows.push_back(Nn("adaptive_max_pool2d", "adaptive_max_pool2d",
+                    Torch::kFloat, kPool, {x4}, {{1, 2, 3, 2}, {1, 2, 3, 2}},
+                    out2, {}, {1}));
+  rows.push_back(Nn("_native_batch_norm_legit_functional",
+                    "_native_batch_norm_legit_functional", Torch::kFloat,
+                    kNorm, {x4, {2}, {2}, {2}, {2}},
+                    {x4, {2}, {2}, {2}, {2}}, {{"training", BoolA(true)}}));
+  rows.push_back(Nn("_native_batch_norm_legit_no_training",
+                    "_native_batch_norm_legit_no_training", Torch::kFloat,
+                    kNorm, {x4, {2}, {2}, {2}, {2}}, {x4, {0}, {0}}, {}));
+  rows.push_back(Nn("native_group_norm", "native_group_norm", Torch::kFloat,
+                    kNorm, {x4, {2}, {2}}, {x4, {1, 2}, {1, 2}},
+                    {{"N", IntA(1)},
+                     {"C", IntA(2)},
+                     {"HxW", IntA(16)},
+                     {"group", IntA(2)}}));
+  rows.push_back(Nn("grid_sampler_2d", "grid_sampler_2d", Torch::kFloat,
+                    kSample, {x4, {1, 3, 3, 2}}, {{1, 2, 3, 3}}, {}));
+  rows.push_back(Nn("grid_sampler_3d", "grid_sampler_3d", Torch::kFloat,
+                    kSample, {{1, 2, 2, 2, 2}, {1, 2, 2, 2, 3}},
+                    {{1, 2, 2, 2, 2}}, {}));
+  rows.push_back(Nn("upsample_nearest2d", "upsample_nearest2d", Torch::kFloat,
+                    kSample, {x4}, {{1, 2, 8, 8}}, {}));
+  rows.push_back(Nn("upsample_bilinear2d", "upsample_bilinear2d",
+                    Torch::kFloat, kSample, {x4}, {{1, 2, 8, 8}}, {}));
   return rows;
 }
 

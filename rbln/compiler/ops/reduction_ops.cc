@@ -19,8 +19,8 @@
 //     is implied by the output dtype).
 //   layer_norm(x[, weight[, bias]])    "normalized_shape" ("2,4", ATen's
 //     argument) or "normalized_ndim" int (default: the weight's rank),
-//     "eps" (default 1e-5); with two inputs and bool "has_bias" true the
-//     second input is the bias (no weight).
+//     "eps" (default 1e-5); with two inputs the second is the bias (no
+//     weight) when bool "has_weight" is false or "has_bias" is true.
 //   native_layer_norm: the same with outputs (y, mean, rstd); mean and rstd
 //     have x's shape with the normalized dims 1.
 //   rms_norm(x[, weight])              "normalized_shape" or
@@ -678,9 +678,12 @@ absl::Status ConvertLayerNorm(GraphImporter& im, const ir::Node& node) {
   const Shape shape = ShapeOf(in);
   const int rank = shape.size();
   if (absl::Status s = CheckOutputShape(node, 0, shape); !s.ok()) return s;
+  // One optional input is the weight unless "has_weight" is false (an
+  // absent optional tensor, as fx_to_ir names it) or "has_bias" is true.
+  const bool second_is_bias = !BoolAttr(node, "has_weight", true) ||
+                              BoolAttr(node, "has_bias", false);
   const bool has_bias =
-      node.inputs_size() == 3 ||
-      (node.inputs_size() == 2 && BoolAttr(node, "has_bias", false));
+      node.inputs_size() == 3 || (node.inputs_size() == 2 && second_is_bias);
   const bool has_weight =
       node.inputs_size() == 3 || (node.inputs_size() == 2 && !has_bias);
   absl::StatusOr<int64_t> normalized = NormalizedNdim(

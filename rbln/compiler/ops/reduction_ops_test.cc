@@ -679,6 +679,27 @@ TEST(ReductionOpsTest, NativeLayerNormReturnsMeanAndRstd) {
       << out.status();
 }
 
+// native_layer_norm(x, None, bias) as fx_to_ir describes it: the absent
+// weight is "has_weight" false, so the one optional input is the bias (it was
+// taken for the weight).
+TEST(ReductionOpsTest, NativeLayerNormWithBiasOnly) {
+  for (ir::DType dtype : kFloatTypes) {
+    const HostTensor x = Random(dtype, {3, 8}, 35, -3, 5);
+    const HostTensor b = Random(dtype, {8}, 36);
+    const std::string what = "native_layer_norm bias only " + DTypeText(dtype);
+    auto out = CompileAndRun(
+        OneOpGraph("native_layer_norm", {x.type(), b.type()},
+                   {x.type(), Type(dtype, {3, 1}), Type(dtype, {3, 1})},
+                   {{"normalized_shape", StrA("8")},
+                    {"eps", FloatA(1e-5)},
+                    {"has_weight", BoolA(false)}}),
+        {x, b});
+    ASSERT_TRUE(out.ok()) << what << ": " << out.status();
+    const std::vector<double> want = RefNorm(x, nullptr, &b, 1, 1e-5, false);
+    ExpectClose((*out)[0], want, RelTolerance(dtype, want, 2e-5), what);
+  }
+}
+
 TEST(ReductionOpsTest, RmsNormMatchesTheReference) {
   struct Case {
     Shape shape;

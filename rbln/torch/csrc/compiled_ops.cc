@@ -204,6 +204,10 @@ std::string GraphOpName(const c10::FunctionSchema& schema) {
   if (op == "_scaled_dot_product_fused_attention_overrideable") {
     op = "scaled_dot_product_attention";
   }
+  // ATen's convolution reaches PrivateUse1 through the overrideable ops,
+  // which take the compiler's convolution attributes.
+  if (op == "convolution_overrideable") op = "convolution";
+  if (op == "convolution_backward_overrideable") op = "convolution_backward";
   return op;
 }
 
@@ -226,7 +230,9 @@ Call ReadCall(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
     const c10::Argument& arg = args[i];
     const c10::IValue& v = stack[first + i];
     const std::string& name = arg.name();
-    if (v.isNone()) continue;
+    // An absent optional tensor: None, or an undefined tensor (ATen's
+    // _convolution passes an undefined bias on).
+    if (v.isNone() || (v.isTensor() && !v.toTensor().defined())) continue;
     if (v.isTensor()) {
       const at::Tensor& t = v.toTensor();
       if (arg.is_out()) {
@@ -255,6 +261,11 @@ Call ReadCall(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
       (*call.node.mutable_attrs())[name].set_s(absl::StrJoin(v.toIntVector(), ","));
     } else if (v.isBool()) {
       (*call.node.mutable_attrs())[name].set_b(v.toBool());
+    } else if (v.isBoolList()) {
+      // convolution_backward's output_mask: "1,0,1", as fx_to_ir writes it.
+      std::vector<std::string> bits;
+      for (bool b : v.toBoolList()) bits.push_back(b ? "1" : "0");
+      (*call.node.mutable_attrs())[name].set_s(absl::StrJoin(bits, ","));
     } else {
       call.unsupported = absl::StrCat("argument ", name, " of type ", v.tagKind());
     }
@@ -304,6 +315,49 @@ std::optional<int> DestinationArg(const c10::FunctionSchema& schema) {
   return std::nullopt;
 }
 
+bool IsConvolutionBackward(const Call& call) { return call.op == "convolution_backward"; }
+
+// The overrideable convolutions have no meta kernel: their results are
+// convolution's and convolution_backward's, whose meta kernels exist. Only
+// the gradients output_mask asks for are results (the program's outputs).
+std::optional<std::vector<at::Tensor>> InferConvolutionOutputs(
+    const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const size_t n = op.schema().arguments().size();
+  const c10::IValue* args = &stack[stack.size() - n];
+  auto meta = [](const c10::IValue& v) -> std::optional<at::Tensor> {
+    if (v.isNone() || !v.toTensor().defined()) return std::nullopt;
+    const at::Tensor& t = v.toTensor();
+    return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta));
+  };
+  try {
+    if (op.schema().name() == "aten::convolution_overrideable") {
+      return std::vector<at::Tensor>{at::convolution(
+          *meta(args[0]), *meta(args[1]), meta(args[2]), args[3].toIntVector(),
+          args[4].toIntVector(), args[5].toIntVector(), args[6].toBool(),
+          args[7].toIntVector(), args[8].toInt())};
+    }
+    const at::Tensor weight = args[2].toTensor();
+    const bool transposed = args[6].toBool();
+    const int64_t groups = args[8].toInt();
+    const std::vector<bool> mask = args[9].toBoolList().vec();
+    const std::vector<int64_t> bias = {transposed ? weight.size(1) * groups : weight.size(0)};
+    const at::OptionalIntArrayRef bias_sizes =
+        mask[2] ? at::OptionalIntArrayRef(bias) : at::OptionalIntArrayRef(std::nullopt);
+    auto grads = at::convolution_backward(
+        *meta(args[0]), *meta(args[1]), *meta(args[2]), bias_sizes, args[3].toIntVector(),
+        args[4].toIntVector(), args[5].toIntVector(), transposed, args[7].toIntVector(),
+        groups, {mask[0], mask[1], mask[2]});
+    std::vector<at::Tensor> outs;
+    for (const at::Tensor& g : {std::get<0>(grads), std::get<1>(grads), std::get<2>(grads)}) {
+      if (g.defined()) outs.push_back(g);
+    }
+    if (outs.empty()) return std::nullopt;
+    return outs;
+  } catch (const std::exception&) {
+    return std::nullopt;  // The CPU gives the user its own error.
+  }
+}
+
 // The functional results' sizes and dtypes, by running the op on meta
 // tensors. sdpa's only computed result is its output [..., L, Ev]; the rest of
 // its tuple (logsumexp, ...) is what a backward would need, and rbln's sdpa
@@ -311,6 +365,9 @@ std::optional<int> DestinationArg(const c10::FunctionSchema& schema) {
 std::optional<std::vector<at::Tensor>> InferOutputs(const c10::OperatorHandle& op,
                                                     const torch::jit::Stack& stack,
                                                     const Call& call) {
+  if (call.op == "convolution" || IsConvolutionBackward(call)) {
+    return InferConvolutionOutputs(op, stack);
+  }
   if (IsSdpa(call)) {
     const at::Tensor& q = call.inputs[0];
     const at::Tensor& v = call.inputs[2];
@@ -680,6 +737,16 @@ void Run(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     torch::jit::push(*stack, dst);
     return;
   }
+  if (op.schema().name() == "aten::convolution_backward_overrideable") {
+    // Three results; the ones output_mask does not ask for are undefined.
+    const std::vector<bool> mask = (*stack)[stack->size() - 1].toBoolList().vec();
+    torch::jit::drop(*stack, n);
+    size_t next = 0;
+    for (bool wanted : mask) {
+      torch::jit::push(*stack, wanted ? std::move(results[next++]) : at::Tensor());
+    }
+    return;
+  }
   torch::jit::drop(*stack, n);
   for (at::Tensor& r : results) torch::jit::push(*stack, std::move(r));
 }
@@ -687,7 +754,8 @@ void Run(const c10::OperatorHandle& op, torch::jit::Stack* stack,
 // The boxed kernel of one compiled overload.
 class CompiledKernel final : public c10::OperatorKernel {
  public:
-  CompiledKernel(uint32_t overload_id, bool sdpa) : overload_id_(overload_id), sdpa_(sdpa) {}
+  CompiledKernel(uint32_t overload_id, bool sdpa, bool convolution)
+      : overload_id_(overload_id), sdpa_(sdpa), convolution_(convolution) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet,
                   torch::jit::Stack* stack) {
@@ -737,6 +805,7 @@ class CompiledKernel final : public c10::OperatorKernel {
   // kernel of its own, so it runs as the CPU's sdpa.
   void Fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) const {
     if (sdpa_) return RblnSdpaCpuFallback(op, stack);
+    if (convolution_) return RblnConvolutionCpuFallback(op, stack);
     RblnCpuFallback(op, stack);
   }
 
@@ -791,6 +860,8 @@ class CompiledKernel final : public c10::OperatorKernel {
 
   const uint32_t overload_id_;
   const bool sdpa_;  // aten::_scaled_dot_product_fused_attention_overrideable.
+  // aten::convolution(_backward)_overrideable, which the CPU has no kernel of.
+  const bool convolution_;
 };
 
 // ATen overloads served by compiled kernels (SPEC G1). An op the compiler
@@ -832,14 +903,16 @@ constexpr const char* kCompiledOps[] = {
     "index_copy", "index_copy.out", "index_copy_", "repeat_interleave.self_int",
     "max.dim", "min.dim", "argmax", "argmax.out", "argmin", "argmin.out", "arange.start_out",
     "_scaled_dot_product_fused_attention_overrideable",
+    "convolution_overrideable", "convolution_backward_overrideable",
 };
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   uint32_t id = 0;
   for (const char* name : kCompiledOps) {
     const bool sdpa = absl::StrCat("aten::", name) == kSdpaOverload;
+    const bool convolution = absl::StartsWith(name, "convolution");
     m.impl(name, torch::CppFunction::makeFromBoxedFunctor(
-                     std::make_unique<CompiledKernel>(id++, sdpa)));
+                     std::make_unique<CompiledKernel>(id++, sdpa, convolution)));
   }
 }
 

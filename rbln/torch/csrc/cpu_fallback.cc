@@ -7,6 +7,9 @@
 #include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
 
+#include <optional>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "rbln/core/counters.h"
 #include "rbln/torch/csrc/explain_signals.h"
@@ -91,6 +94,50 @@ void RblnSdpaCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack
                    at::empty({0}, options.dtype(at::kLong)), max_q, max_k,
                    at::empty({0}, options.dtype(at::kLong)),
                    at::empty({0}, options.dtype(at::kLong)), at::empty({0}, options));
+}
+
+void RblnConvolutionCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  CheckSameDevice(op, *stack);
+  CountCpuFallback(op);
+  const size_t n = op.schema().arguments().size();
+  const c10::IValue* args = &(*stack)[stack->size() - n];
+  auto cpu = [](const c10::IValue& v) -> std::optional<at::Tensor> {
+    if (v.isNone() || !v.toTensor().defined()) return std::nullopt;
+    return v.toTensor().cpu();
+  };
+  if (op.schema().name() == "aten::convolution_overrideable") {
+    // (input, weight, bias?, stride, padding, dilation, transposed,
+    //  output_padding, groups)
+    TORCH_INTERNAL_ASSERT(n == 9, "rbln: unexpected schema ", op.schema());
+    const at::Tensor input = args[0].toTensor();
+    const at::Tensor out =
+        at::convolution(*cpu(args[0]), *cpu(args[1]), cpu(args[2]), args[3].toIntVector(),
+                        args[4].toIntVector(), args[5].toIntVector(), args[6].toBool(),
+                        args[7].toIntVector(), args[8].toInt())
+            .to(input.device());
+    torch::jit::drop(*stack, n);
+    torch::jit::push(*stack, out);
+    return;
+  }
+  // (grad_output, input, weight, stride, padding, dilation, transposed,
+  //  output_padding, groups, output_mask)
+  TORCH_INTERNAL_ASSERT(op.schema().name() == "aten::convolution_backward_overrideable" && n == 10,
+                        "rbln: unexpected schema ", op.schema());
+  const at::Tensor weight = args[2].toTensor();
+  const bool transposed = args[6].toBool();
+  const int64_t groups = args[8].toInt();
+  const std::vector<bool> mask = args[9].toBoolList().vec();
+  const c10::Device device = args[0].toTensor().device();
+  const std::vector<int64_t> bias = {transposed ? weight.size(1) * groups : weight.size(0)};
+  const at::OptionalIntArrayRef bias_sizes =
+      mask[2] ? at::OptionalIntArrayRef(bias) : at::OptionalIntArrayRef(std::nullopt);
+  auto [grad_input, grad_weight, grad_bias] = at::convolution_backward(
+      *cpu(args[0]), *cpu(args[1]), *cpu(args[2]), bias_sizes, args[3].toIntVector(),
+      args[4].toIntVector(), args[5].toIntVector(), transposed, args[7].toIntVector(), groups,
+      {mask[0], mask[1], mask[2]});
+  auto upload = [&](const at::Tensor& t) { return t.defined() ? t.to(device) : t; };
+  torch::jit::drop(*stack, n);
+  torch::jit::push(*stack, upload(grad_input), upload(grad_weight), upload(grad_bias));
 }
 
 namespace {

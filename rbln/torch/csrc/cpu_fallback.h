@@ -18,6 +18,13 @@ void CheckSameDevice(const c10::OperatorHandle& op, const torch::jit::Stack& sta
 // tuple with the output uploaded (counted like RblnCpuFallback).
 void RblnSdpaCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// aten::convolution_overrideable and convolution_backward_overrideable on
+// the CPU: ATen's convolution reaches them on PrivateUse1, and the CPU has no
+// kernel of theirs for the boxed fallback to call, so this runs the CPU's
+// convolution / convolution_backward on downloaded inputs and uploads the
+// results (undefined gradients stay undefined; counted like RblnCpuFallback).
+void RblnConvolutionCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
 }  // namespace rbln::torch_backend
 
 #endif  // RBLN_TORCH_CSRC_CPU_FALLBACK_H_

@@ -77,6 +77,11 @@ bool WarmKey::Add(const c10::IValue& v) {
     const c10::List<int64_t> list = v.toIntList();
     Put(static_cast<int32_t>(list.size()));
     for (int64_t x : list) Put(x);
+  } else if (v.isBoolList()) {
+    Put('B');
+    const c10::List<bool> list = v.toBoolList();
+    Put(static_cast<int32_t>(list.size()));
+    for (bool x : list) Put(x);
   } else if (v.isString()) {
     Put('S');
     const std::string& s = v.toStringRef();

@@ -41,10 +41,14 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
 from .. import _C
+from . import fake_impls as _fake_impls
 from . import fx_to_ir as _fx_to_ir
 from . import host_copies as _host_copies
 from . import host_ops as _host_ops
 from .constant_folding import fold_constants
+
+# Fake tensors on rbln give the CPU's result dtypes (fake_impls.py).
+_fake_impls.install()
 
 DYNAMIC_SHAPE_MESSAGE = "Dynamic shape not supported for rbln backend"
 
@@ -465,6 +469,10 @@ class CompiledGraph:
                 results.append(outs[v])
             elif kind == "input":
                 results.append(originals[v])
+            elif kind == "empty":
+                dtype, shape = v
+                out_device = torch.device("cpu") if on_host else device
+                results.append(torch.empty(shape, dtype=dtype, device=out_device))
             else:
                 results.append(v)
         return results

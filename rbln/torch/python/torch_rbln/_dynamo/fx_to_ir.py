@@ -9,8 +9,15 @@ contract):
   * every other argument becomes an attribute named as in the schema: bool,
     int, float, str as themselves, int lists as `"2,3,-1"`, dtypes by name;
     `None`, devices, layouts and memory formats are left out;
+  * an optional tensor argument passed as `None` becomes the bool attribute
+    `has_<name>` = false, so the inputs that remain are unambiguous
+    (`native_layer_norm(x, None, bias)` has inputs (x, bias) and
+    `has_weight` false);
   * outputs carry each result's dtype and static shape; multi-output ops list
-    all results in schema order (`getitem` picks one).
+    all results in schema order (`getitem` picks one), leaving out results
+    that are `None` (`convolution_backward`'s ungated gradients: the op's
+    attributes say which are computed) and empty results of a dtype the IR
+    lacks (batch norm's uint8 reserve), which a graph output makes afresh.
 So ops the compiler learns later need no change here. Unconvertible graphs
 raise `GraphConversionError` naming the node and why.
 """
@@ -42,6 +49,14 @@ DTYPE_NAMES = {
 }
 
 
+@dataclass(frozen=True)
+class EmptyResult:
+    """An op result with no elements of a dtype the IR lacks."""
+
+    dtype: torch.dtype
+    shape: tuple
+
+
 class GraphConversionError(RuntimeError):
     """The FX graph has something the IR cannot describe (not an op gap)."""
 
@@ -62,7 +77,7 @@ class IrGraph:
     # graph input, in order.
     input_sources: list = field(default_factory=list)
     # For each FX output: ("value", ir output index), ("input", ir input
-    # index) or ("const", python value).
+    # index), ("empty", (dtype, shape)) or ("const", python value).
     output_plan: list = field(default_factory=list)
 
     def key(self):
@@ -106,6 +121,12 @@ def _static_shape(t, what):
             raise DynamicShapeError(f"{what} has a symbolic size {d}")
         shape.append(d)
     return shape
+
+
+def _is_optional_tensor(schema_type) -> bool:
+    return isinstance(schema_type, torch.OptionalType) and isinstance(
+        schema_type.getElementType(), torch.TensorType
+    )
 
 
 def _attr_value(value, what):
@@ -247,6 +268,9 @@ class _Converter:
             else:
                 value = node.args[i]
             what = f"argument {arg.name} of {node.name} ({schema.name})"
+            if value is None and _is_optional_tensor(arg.type):
+                attrs[f"has_{arg.name}"] = False
+                continue
             if isinstance(value, torch.fx.Node):
                 produced = self.env[value]
                 if isinstance(produced, str):
@@ -275,6 +299,12 @@ class _Converter:
         elif isinstance(val, (list, tuple)):
             outputs, names = [], []
             for i, v in enumerate(val):
+                if v is None:
+                    names.append(None)  # Not computed (see the module docstring).
+                    continue
+                if isinstance(v, torch.Tensor) and v.numel() == 0 and v.dtype not in DTYPE_NAMES:
+                    names.append(EmptyResult(v.dtype, tuple(v.shape)))
+                    continue
                 if not isinstance(v, torch.Tensor):
                     raise GraphConversionError(f"{node.name}: result {i} is not a tensor ({v!r})")
                 name = self.fresh(f"{node.name}_{i}")
@@ -301,6 +331,8 @@ class _Converter:
             elif isinstance(produced, str):
                 self.ir.output_plan.append(("value", len(self.ir.outputs)))
                 self.ir.outputs.append(produced)
+            elif isinstance(produced, EmptyResult):
+                self.ir.output_plan.append(("empty", (produced.dtype, produced.shape)))
             elif isinstance(produced, list):
                 raise GraphConversionError(f"output {r} is a tuple of tensors")
             else:

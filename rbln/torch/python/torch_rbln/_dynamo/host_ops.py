@@ -144,12 +144,17 @@ def classify(gm: torch.fx.GraphModule, folded: dict, mode: str, implemented_ops)
 
 def _unsupported_dtype(node):
     """The first dtype of the node's tensors (result and inputs) that has no
-    device representation (float64, complex), or None."""
+    device representation (float64, complex), or None. Empty results are
+    made afresh, whatever their dtype (fx_to_ir.EmptyResult: batch norm's
+    uint8 reserve)."""
     values = [node.meta.get("val")] + [n.meta.get("val") for n in node.all_input_nodes]
-    for v in values:
+    for i, v in enumerate(values):
         for t in (v if isinstance(v, (list, tuple)) else [v]):
-            if isinstance(t, torch.Tensor) and t.dtype not in _fx_to_ir.DTYPE_NAMES:
-                return str(t.dtype).replace("torch.", "")
+            if not isinstance(t, torch.Tensor) or t.dtype in _fx_to_ir.DTYPE_NAMES:
+                continue
+            if i == 0 and isinstance(v, (list, tuple)) and t.numel() == 0:
+                continue
+            return str(t.dtype).replace("torch.", "")
     return None
 
 
