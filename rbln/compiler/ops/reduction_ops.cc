@@ -7,13 +7,17 @@
 // element-wise generic rounds once to the storage type.
 //
 // IR conventions (output dtypes and shapes come from the node):
-//   sum, mean, amax, amin, max, min, argmax, argmin (one input)
+//   sum, mean, amax, amin, max, min, argmax, argmin, prod, any, all
+//   (one input)
 //     "dim"     int (one dim) or string of comma-separated ints ("0,-1");
 //               absent or "" reduces every dim. Negative dims wrap.
 //     "keepdim" bool, default false.
 //     max/min with two outputs return (values, indices) like max(x, dim);
 //     with one output they are amax/amin. argmax/argmin output INT64 and
 //     index the flattened reduced dims (the whole tensor without "dim").
+//     prod multiplies in the output dtype (int64 for integers and bool,
+//     half types rounded after every step, as ATen); any/all test x != 0
+//     (NaN counts as true) into a bool output.
 //   softmax, log_softmax (x)           "dim": one dim, required.
 //   _softmax, _log_softmax: the same (ATen's inner names; "half_to_float"
 //     is implied by the output dtype).
@@ -80,9 +84,9 @@ AffineMap TrailingMap(GraphImporter& im, int rank, int ndim) {
   return AffineMap::get(rank, 0, exprs, im.context());
 }
 
-// --- sum, mean, amax, amin. --------------------------------------------------
+// --- sum, mean, amax, amin, prod, any, all. ----------------------------------
 
-enum class ReduceKind { kSum, kMean, kMax, kMin };
+enum class ReduceKind { kSum, kMean, kMax, kMin, kProd, kAny, kAll };
 
 absl::Status ConvertReduce(GraphImporter& im, const ir::Node& node,
                            ReduceKind kind) {
@@ -118,14 +122,57 @@ absl::Status ConvertReduce(GraphImporter& im, const ir::Node& node,
         "floating point or complex dtype. Got: %s (op %s, output %%%s)",
         ScalarTypeName(in.dtype()), node.op(), node.outputs(0).name()));
   }
+  const bool is_any_all = kind == ReduceKind::kAny || kind == ReduceKind::kAll;
+  if (is_any_all && out_dtype != ir::BOOL) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "op %s: output %%%s must be bool", node.op(), node.outputs(0).name()));
+  }
   // Bool max/min (any/all of 0/1 bytes) reduce like integers.
-  if (out_dtype == ir::BOOL && !is_max_min) {
+  if (out_dtype == ir::BOOL && !is_max_min && !is_any_all) {
     return absl::InvalidArgumentError(
         absl::StrFormat("op %s: bool output is not supported", node.op()));
   }
 
   Value acc;
-  if (is_max_min) {
+  if (is_any_all) {
+    // x != 0 (NaN included) or'ed (any) or and'ed (all) into a 0/1 byte.
+    const bool any = kind == ReduceKind::kAny;
+    acc = Reduce(im, im.ValueOf(node.inputs(0)), in.dtype(), in.dtype(),
+                 *reduced, keepdim, im.builder().getI8IntegerAttr(any ? 0 : 1),
+                 [&](OpBuilder& b, Location l, Value x, Value a) -> Value {
+                   Value nonzero;
+                   if (x.getType().isa<mlir::FloatType>()) {
+                     nonzero = b.create<mlir::arith::CmpFOp>(
+                         l, CmpFPredicate::UNE, x,
+                         b.create<mlir::arith::ConstantOp>(
+                             l, b.getFloatAttr(x.getType(), 0.0)));
+                   } else {
+                     nonzero = b.create<mlir::arith::CmpIOp>(
+                         l, CmpIPredicate::ne, x,
+                         b.create<mlir::arith::ConstantOp>(
+                             l, b.getIntegerAttr(x.getType(), 0)));
+                   }
+                   Value bit = b.create<mlir::arith::ExtUIOp>(l, b.getI8Type(),
+                                                              nonzero);
+                   if (any) return b.create<mlir::arith::OrIOp>(l, a, bit);
+                   return b.create<mlir::arith::AndIOp>(l, a, bit);
+                 });
+  } else if (kind == ReduceKind::kProd) {
+    // ATen multiplies in the output dtype (scalar_t, not opmath): half types
+    // round after every step, in index order.
+    const bool half = out_dtype == ir::FLOAT16 || out_dtype == ir::BFLOAT16;
+    mlir::TypedAttr one =
+        IsFloat(out_dtype)
+            ? F32(im, 1.0)
+            : im.builder().getIntegerAttr(im.ComputeType(out_dtype), 1);
+    acc = Reduce(
+        im, im.ValueOf(node.inputs(0)), in.dtype(), out_dtype, *reduced,
+        keepdim, one, [&](OpBuilder& b, Location l, Value x, Value a) -> Value {
+          Value p = Mul(b, l, a, x);
+          if (!half) return p;
+          return im.ToCompute(b, im.FromCompute(b, p, out_dtype), out_dtype);
+        });
+  } else if (is_max_min) {
     const bool max = kind == ReduceKind::kMax;
     acc = Reduce(im, im.ValueOf(node.inputs(0)), in.dtype(), out_dtype,
                  *reduced, keepdim, MaxOrMinInit(im, out_dtype, max),
@@ -613,6 +660,9 @@ void RegisterReductionOps(OpConverterTable& table) {
   table["mean"] = &ConvertReduceOp<ReduceKind::kMean>;
   table["amax"] = &ConvertReduceOp<ReduceKind::kMax>;
   table["amin"] = &ConvertReduceOp<ReduceKind::kMin>;
+  table["prod"] = &ConvertReduceOp<ReduceKind::kProd>;
+  table["any"] = &ConvertReduceOp<ReduceKind::kAny>;
+  table["all"] = &ConvertReduceOp<ReduceKind::kAll>;
   table["max"] = &ConvertMaxMin<true>;
   table["min"] = &ConvertMaxMin<false>;
   table["argmax"] = &ConvertArgOp<true>;
