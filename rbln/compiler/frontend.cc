@@ -41,6 +41,7 @@ const OpConverterTable& Converters() {
     RegisterDataMovementOps(*t);
     RegisterAttentionOps(*t);
     RegisterStridedBoxOps(*t);
+    RegisterMomentOps(*t);
     return t;
   }();
   return *table;

@@ -134,6 +134,7 @@ void RegisterMatmulOps(OpConverterTable& table);
 void RegisterDataMovementOps(OpConverterTable& table);
 void RegisterAttentionOps(OpConverterTable& table);
 void RegisterStridedBoxOps(OpConverterTable& table);
+void RegisterMomentOps(OpConverterTable& table);
 
 }  // namespace rbln::compiler
 
