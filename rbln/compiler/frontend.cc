@@ -42,6 +42,7 @@ const OpConverterTable& Converters() {
     RegisterAttentionOps(*t);
     RegisterStridedBoxOps(*t);
     RegisterMomentOps(*t);
+    RegisterVectorNormOps(*t);
     return t;
   }();
   return *table;

@@ -135,6 +135,7 @@ void RegisterDataMovementOps(OpConverterTable& table);
 void RegisterAttentionOps(OpConverterTable& table);
 void RegisterStridedBoxOps(OpConverterTable& table);
 void RegisterMomentOps(OpConverterTable& table);
+void RegisterVectorNormOps(OpConverterTable& table);
 
 }  // namespace rbln::compiler
 
