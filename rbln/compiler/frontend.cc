@@ -43,6 +43,7 @@ const OpConverterTable& Converters() {
     RegisterStridedBoxOps(*t);
     RegisterMomentOps(*t);
     RegisterVectorNormOps(*t);
+    RegisterScanOps(*t);
     return t;
   }();
   return *table;

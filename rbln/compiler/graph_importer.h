@@ -136,6 +136,7 @@ void RegisterAttentionOps(OpConverterTable& table);
 void RegisterStridedBoxOps(OpConverterTable& table);
 void RegisterMomentOps(OpConverterTable& table);
 void RegisterVectorNormOps(OpConverterTable& table);
+void RegisterScanOps(OpConverterTable& table);
 
 }  // namespace rbln::compiler
 
