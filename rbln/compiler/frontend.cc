@@ -44,6 +44,7 @@ const OpConverterTable& Converters() {
     RegisterMomentOps(*t);
     RegisterVectorNormOps(*t);
     RegisterScanOps(*t);
+    RegisterSortOps(*t);
     return t;
   }();
   return *table;

@@ -137,6 +137,7 @@ void RegisterStridedBoxOps(OpConverterTable& table);
 void RegisterMomentOps(OpConverterTable& table);
 void RegisterVectorNormOps(OpConverterTable& table);
 void RegisterScanOps(OpConverterTable& table);
+void RegisterSortOps(OpConverterTable& table);
 
 }  // namespace rbln::compiler
 
