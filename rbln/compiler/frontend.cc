@@ -45,6 +45,8 @@ const OpConverterTable& Converters() {
     RegisterVectorNormOps(*t);
     RegisterScanOps(*t);
     RegisterSortOps(*t);
+    RegisterSearchOps(*t);
+    RegisterHistogramOps(*t);
     return t;
   }();
   return *table;

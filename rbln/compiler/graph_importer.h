@@ -138,6 +138,8 @@ void RegisterMomentOps(OpConverterTable& table);
 void RegisterVectorNormOps(OpConverterTable& table);
 void RegisterScanOps(OpConverterTable& table);
 void RegisterSortOps(OpConverterTable& table);
+void RegisterSearchOps(OpConverterTable& table);
+void RegisterHistogramOps(OpConverterTable& table);
 
 }  // namespace rbln::compiler
 
