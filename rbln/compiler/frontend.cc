@@ -47,6 +47,8 @@ const OpConverterTable& Converters() {
     RegisterSortOps(*t);
     RegisterSearchOps(*t);
     RegisterHistogramOps(*t);
+    RegisterLinalgOps(*t);
+    RegisterSegmentOps(*t);
     return t;
   }();
   return *table;

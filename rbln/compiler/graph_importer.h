@@ -140,6 +140,8 @@ void RegisterScanOps(OpConverterTable& table);
 void RegisterSortOps(OpConverterTable& table);
 void RegisterSearchOps(OpConverterTable& table);
 void RegisterHistogramOps(OpConverterTable& table);
+void RegisterLinalgOps(OpConverterTable& table);
+void RegisterSegmentOps(OpConverterTable& table);
 
 }  // namespace rbln::compiler
 
