@@ -1,30 +1,32 @@
 // Sorting and selection: sort, topk, kthvalue, median, nanmedian, mode.
 //
-// The sort is a stable bottom-up merge sort of (value, index) pairs along
-// the sorted dim: ceil(log2 n) passes, each one parallel linalg.generic over
-// the whole tensor in gather form. Output position p of a pass lies in a
-// block of two sorted runs A and B of the previous pass; a binary search
-// (scf.while in the body) finds how many of the block's first k = p - start
-// outputs come from A (the merge-path co-rank), and p takes A[i] unless
-// B[k - i] sorts strictly before it, so equal keys keep their order. Keys
-// compare as ATen's comparators: ascending puts NaN last, descending first.
-// The selections read the sorted pairs: topk the first k (descending for
-// largest), kthvalue position k - 1, median the lower median or, with a
-// NaN, the first NaN (ATen's exact choice: the median of (value, index)
-// order), nanmedian the lower median of the non-NaN values, mode the most
-// frequent value (the smallest on ties) by a sequential scan of each sorted
-// row, as ATen's kernel.
+// sort(stable=True) is a stable bottom-up merge sort of (value, index) pairs
+// along the sorted dim: ceil(log2 n) passes, each one parallel
+// linalg.generic over the whole tensor in gather form. Output position p of
+// a pass lies in a block of two sorted runs A and B of the previous pass; a
+// binary search (scf.while in the body) finds how many of the block's first
+// k = p - start outputs come from A (the merge-path co-rank), and p takes
+// A[i] unless B[k - i] sorts strictly before it, so equal keys keep their
+// order. Keys compare as ATen's comparators: ascending puts NaN last,
+// descending first.
 //
-// Where ATen's result depends on its unstable std::sort / nth_element /
-// quick select, ours is the stable answer: sort(stable=False) orders equal
-// keys by index; topk, kthvalue and mode return the first (topk, kthvalue)
-// or last (mode) index among equal values; nanmedian of an all-NaN row
-// returns the first NaN's index.
+// Where ATen's CPU kernels order equal values by the exact steps of an
+// unstable algorithm, the same algorithm runs here, row by row
+// (std_sort.h): sort(stable=False) is std::sort, topk std::partial_sort or
+// std::nth_element + std::sort as topk_impl_loop chooses, kthvalue ATen's
+// quick_select_template, mode std::sort with plain `<` followed by ATen's
+// run-length scan (the first value of the highest count; the index of the
+// last element of its run). So indices of ties match ATen's.
+// median and nanmedian use the stable sort: ATen's nth_element there
+// compares (value, index), whose order is the stable one: the lower median
+// or, with a NaN, the first NaN for median; the lower median of the
+// numbers for nanmedian. (An all-NaN row's nanmedian index is the first
+// NaN's here; ATen's nth_element leaves an arbitrary NaN there.)
 //
 // IR conventions (outputs: values in x's dtype, indices int64):
 //   sort(x)       "dim" (default -1), "descending", "stable"
 //   topk(x)       "k", "dim" (default -1), "largest" (default true),
-//                 "sorted" (default true; results are always sorted)
+//                 "sorted" (default true)
 //   kthvalue(x)   "k", "dim" (default -1), "keepdim"
 //   median(x), nanmedian(x)  one output: of all elements; two outputs:
 //                 along "dim" (default -1), "keepdim"
@@ -43,6 +45,7 @@
 #include "rbln/compiler/graph_importer.h"
 #include "rbln/compiler/ir/graph_util.h"
 #include "rbln/compiler/ops/reduction_util.h"
+#include "rbln/compiler/ops/std_sort.h"
 
 namespace rbln::compiler {
 namespace {
@@ -215,22 +218,6 @@ Sorted EmitStableSort(GraphImporter& im, Value x, ir::DType dtype, int dim,
   return {values, indices};
 }
 
-// `v` along `dim`, positions [0, k) (tensor.extract_slice).
-Value Leading(GraphImporter& im, Value v, int dim, int64_t k) {
-  const Shape shape = ShapeOf(v);
-  OpBuilder& b = im.builder();
-  llvm::SmallVector<mlir::OpFoldResult> offsets(shape.size(),
-                                                b.getIndexAttr(0)),
-      sizes, strides(shape.size(), b.getIndexAttr(1));
-  Shape out = shape;
-  out[dim] = k;
-  for (int64_t s : out) sizes.push_back(b.getIndexAttr(s));
-  auto type = mlir::RankedTensorType::get(
-      out, v.getType().cast<mlir::RankedTensorType>().getElementType());
-  return b.create<mlir::tensor::ExtractSliceOp>(im.loc(), type, v, offsets,
-                                                sizes, strides);
-}
-
 // Copies of `v` into fresh tensors (a slice cannot be bound to an output).
 Value Materialize(GraphImporter& im, Value v) {
   const Shape shape = ShapeOf(v);
@@ -299,10 +286,30 @@ absl::Status ConvertSort(GraphImporter& im, const ir::Node& node) {
     im.Define(node.outputs(1), Empty(im, shape, im.builder().getI64Type()));
     return absl::OkStatus();
   }
-  Sorted sorted = EmitStableSort(im, im.ValueOf(node.inputs(0)), in.dtype(),
-                                 *dim, BoolAttr(node, "descending", false));
-  im.Define(node.outputs(0), sorted.values);
-  im.Define(node.outputs(1), sorted.indices);
+  const bool descending = BoolAttr(node, "descending", false);
+  if (BoolAttr(node, "stable", false)) {
+    Sorted sorted = EmitStableSort(im, im.ValueOf(node.inputs(0)), in.dtype(),
+                                   *dim, descending);
+    im.Define(node.outputs(0), sorted.values);
+    im.Define(node.outputs(1), sorted.indices);
+    return absl::OkStatus();
+  }
+  // ATen's unstable sort: std::sort of each row.
+  const ir::DType dtype = in.dtype();
+  const int64_t n = shape[*dim];
+  SortState rows =
+      EmitRowSort(im, im.ValueOf(node.inputs(0)), *dim,
+                  [&](OpBuilder& b, SortState s, Value row, int64_t) {
+                    return RowSorter(im, dtype,
+                                     descending ? KeyOrder::kDescending
+                                                : KeyOrder::kAscending,
+                                     n, row)
+                        .Sort(b, s, 0, n);
+                  });
+  im.Define(node.outputs(0),
+            RowsToShape(im, rows.values, shape, *dim, 0, n, false));
+  im.Define(node.outputs(1),
+            RowsToShape(im, rows.indices, shape, *dim, 0, n, false));
   return absl::OkStatus();
 }
 
@@ -334,12 +341,27 @@ absl::Status ConvertTopk(GraphImporter& im, const ir::Node& node) {
     im.Define(node.outputs(1), Empty(im, out, im.builder().getI64Type()));
     return absl::OkStatus();
   }
-  Sorted sorted = EmitStableSort(im, im.ValueOf(node.inputs(0)), in.dtype(),
-                                 *dim, BoolAttr(node, "largest", true));
+  // ATen's topk_impl_loop: std::partial_sort when k * 64 <= n, else
+  // std::nth_element at k - 1 and, when sorted, std::sort of the first
+  // k - 1.
+  const bool largest = BoolAttr(node, "largest", true);
+  const bool sorted = BoolAttr(node, "sorted", true);
+  const ir::DType dtype = in.dtype();
+  SortState rows = EmitRowSort(
+      im, im.ValueOf(node.inputs(0)), *dim,
+      [&](OpBuilder& b, SortState s, Value row, int64_t n) {
+        RowSorter sorter(im, dtype,
+                         largest ? KeyOrder::kDescending : KeyOrder::kAscending,
+                         n, row);
+        if (k * 64 <= n) return sorter.PartialSort(b, s, 0, k, n);
+        s = sorter.NthElement(b, s, 0, k - 1, n);
+        if (sorted) s = sorter.Sort(b, s, 0, k - 1);
+        return s;
+      });
   im.Define(node.outputs(0),
-            Materialize(im, Leading(im, sorted.values, *dim, k)));
+            RowsToShape(im, rows.values, shape, *dim, 0, k, false));
   im.Define(node.outputs(1),
-            Materialize(im, Leading(im, sorted.indices, *dim, k)));
+            RowsToShape(im, rows.indices, shape, *dim, 0, k, false));
   return absl::OkStatus();
 }
 
@@ -429,12 +451,18 @@ absl::Status ConvertKthvalue(GraphImporter& im, const ir::Node& node) {
     DefineScalarSelection(im, node);
     return absl::OkStatus();
   }
-  Sorted sorted = EmitStableSort(im, im.ValueOf(node.inputs(0)), in.dtype(),
-                                 *dim, /*descending=*/false);
-  DefineSelection(im, node, sorted, shape, *dim, keepdim, {},
-                  [&](OpBuilder& b, Location l, ValueRange) {
-                    return IndexConst(b, l, k - 1);
+  // ATen's quick_select_template on each row.
+  const ir::DType dtype = in.dtype();
+  SortState rows =
+      EmitRowSort(im, im.ValueOf(node.inputs(0)), *dim,
+                  [&](OpBuilder& b, SortState s, Value row, int64_t n) {
+                    return RowSorter(im, dtype, KeyOrder::kDescending, n, row)
+                        .QuickSelect(b, s, k - 1);
                   });
+  im.Define(node.outputs(0),
+            RowsToShape(im, rows.values, shape, *dim, k - 1, 1, !keepdim));
+  im.Define(node.outputs(1),
+            RowsToShape(im, rows.indices, shape, *dim, k - 1, 1, !keepdim));
   return absl::OkStatus();
 }
 
@@ -590,8 +618,16 @@ absl::Status ConvertMode(GraphImporter& im, const ir::Node& node) {
   const ir::DType dtype = in.dtype();
   const int64_t n = shape[*dim];
   const int rank = shape.size(), out_rank = out_shape.size();
-  Sorted sorted = EmitStableSort(im, im.ValueOf(node.inputs(0)), dtype, *dim,
-                                 /*descending=*/false);
+  // ATen sorts (value, index) pairs with std::sort by value (plain <).
+  SortState rows =
+      EmitRowSort(im, im.ValueOf(node.inputs(0)), *dim,
+                  [&](OpBuilder& b, SortState s, Value row, int64_t) {
+                    return RowSorter(im, dtype, KeyOrder::kPlainLess, n, row)
+                        .Sort(b, s, 0, n);
+                  });
+  const Sorted sorted = {
+      RowsToShape(im, rows.values, shape, *dim, 0, n, false),
+      RowsToShape(im, rows.indices, shape, *dim, 0, n, false)};
   const mlir::Type value_type = im.StorageType(dtype);
   mlir::ResultRange results = Generic(
       im, {},
