@@ -1,6 +1,6 @@
-// Small linear algebra: addmv, addbmm (through addmm, so they share the
-// matmul family's GEMM, f32 accumulation and alpha/beta rules), and
-// _trilinear (bilinear's contraction, one f32 reduction generic).
+// Small linear algebra: addmv (through addmm) and addbmm (through bmm), so
+// they share the matmul family's GEMMs and f32 accumulation, and _trilinear
+// (bilinear's contraction, one f32 reduction generic).
 //
 // IR conventions (output dtype and shape come from the node):
 //   addmv(self, mat[N,M], vec[M])  "beta", "alpha": beta * self +
@@ -8,15 +8,17 @@
 //     addmm(self[N,1], mat, vec[M,1]) squeezed, whose steps are internal
 //     nodes named "<output>/<step>".
 //   addbmm(self, b1[B,N,M], b2[B,M,P])  "beta", "alpha": beta * self +
-//     alpha * sum_b b1[b] @ b2[b], as one GEMM of b1 permuted to [N, B*M]
-//     and b2 as [B*M, P] (ATen loops addmm_ per batch, rounding half types
-//     after each one; here the sum is in f32 and rounds once).
+//     alpha * sum_b b1[b] @ b2[b]: the products by one bmm in f32 (the
+//     integer type for integers), then summed over b in order with a
+//     rounding to the output dtype after each batch, as ATen's loop of
+//     addmm_ rounds half types.
 //   _trilinear(i1, i2, i3)  "expand1", "expand2", "expand3" (dims each
 //     input lacks, as unsqueezed), "sumdim" (dims summed over and dropped
 //     from the output), "unroll_dim" (ignored: an ATen loop choice):
 //     out = sum over sumdim of i1 * i2 * i3, in f32 for half types,
 //     rounded once.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,11 +44,6 @@ using ::mlir::Value;
 using ::mlir::ValueRange;
 using ::mlir::utils::IteratorType;
 
-ir::Attribute StrAttr(const std::string& s) {
-  ir::Attribute a;
-  a.set_s(s);
-  return a;
-}
 ir::Attribute IntAttribute(int64_t v) {
   ir::Attribute a;
   a.set_i(v);
@@ -68,7 +65,7 @@ class Steps {
       const std::string& op, const std::vector<std::string>& inputs,
       const std::string& step, const Shape& shape,
       std::vector<std::pair<std::string, ir::Attribute>> attrs = {},
-      bool last = false) {
+      bool last = false, std::optional<ir::DType> dtype = std::nullopt) {
     ir::Node n;
     n.set_op(op);
     for (const std::string& in : inputs) n.add_inputs(in);
@@ -77,7 +74,8 @@ class Steps {
       *v = node_.outputs(0);
     } else {
       v->set_name(absl::StrFormat("%s/%s", node_.outputs(0).name(), step));
-      v->mutable_type()->set_dtype(node_.outputs(0).type().dtype());
+      v->mutable_type()->set_dtype(
+          dtype.value_or(node_.outputs(0).type().dtype()));
       for (int64_t d : shape) v->mutable_type()->add_shape(d);
     }
     for (auto& [name, attr] : attrs) (*n.mutable_attrs())[name] = attr;
@@ -154,6 +152,12 @@ absl::Status ConvertAddmv(GraphImporter& im, const ir::Node& node) {
 absl::Status ConvertAddbmm(GraphImporter& im, const ir::Node& node) {
   if (absl::Status s = CheckArity(node, 3, 1); !s.ok()) return s;
   if (absl::Status s = CheckSameDTypes(im, node); !s.ok()) return s;
+  const ir::DType dtype = node.outputs(0).type().dtype();
+  if (dtype == ir::BOOL) {
+    return absl::UnimplementedError(
+        "The following operators are not implemented: ['addbmm' on bool]");
+  }
+  const Shape self = ShapeOf(im.TypeOf(node.inputs(0)));
   const Shape b1 = ShapeOf(im.TypeOf(node.inputs(1)));
   const Shape b2 = ShapeOf(im.TypeOf(node.inputs(2)));
   if (b1.size() != 3 || b2.size() != 3 || b1[0] != b2[0] || b1[2] != b2[1]) {
@@ -165,23 +169,88 @@ absl::Status ConvertAddbmm(GraphImporter& im, const ir::Node& node) {
   }
   const int64_t batches = b1[0], n = b1[1], m = b1[2], p = b2[2];
   if (absl::Status s = CheckOutputShape(node, 0, {n, p}); !s.ok()) return s;
+  const Shape out = {n, p};
+  std::vector<mlir::AffineExpr> self_exprs;
+  for (size_t i = 0; i < self.size(); ++i) {
+    const int d = i + 2 - self.size();
+    if (d < 0 || (self[i] != 1 && self[i] != out[d])) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("op addbmm: self %s does not broadcast to [%d, %d]",
+                          ir::TypeToText(im.TypeOf(node.inputs(0))), n, p));
+    }
+    self_exprs.push_back(self[i] == out[d]
+                             ? mlir::getAffineDimExpr(d, im.context())
+                             : mlir::getAffineConstantExpr(0, im.context()));
+  }
+  const double beta = FloatAttr(node, "beta", 1.0);
+  const double alpha = FloatAttr(node, "alpha", 1.0);
+  // The batch's products in the compute type (one bmm: GEMMs).
+  const ir::DType compute = IsFloat(dtype) ? ir::FLOAT32 : dtype;
   Steps steps(im, node);
-  absl::StatusOr<std::string> permuted =
-      steps.Emit("permute", {node.inputs(1)}, "batch1", {n, batches, m},
-                 {{"dims", StrAttr("1,0,2")}});
-  if (!permuted.ok()) return permuted.status();
-  absl::StatusOr<std::string> lhs =
-      steps.Emit("reshape", {*permuted}, "lhs", {n, batches * m},
-                 {{"shape", StrAttr(absl::StrCat(n, ",", batches * m))}});
-  if (!lhs.ok()) return lhs.status();
-  absl::StatusOr<std::string> rhs =
-      steps.Emit("reshape", {node.inputs(2)}, "rhs", {batches * m, p},
-                 {{"shape", StrAttr(absl::StrCat(batches * m, ",", p))}});
-  if (!rhs.ok()) return rhs.status();
-  return steps
-      .Emit("addmm", {node.inputs(0), *lhs, *rhs}, "", {n, p}, Scales(node),
-            /*last=*/true)
-      .status();
+  std::string lhs = node.inputs(1), rhs = node.inputs(2);
+  Value products;
+  // float32 and integers ignore the product when alpha is 0 (ATen's gemm).
+  const bool use_products =
+      batches > 0 && !(alpha == 0 && (dtype == ir::FLOAT32 || !IsFloat(dtype)));
+  if (use_products) {
+    if (compute != dtype) {
+      absl::StatusOr<std::string> l =
+          steps.Emit("to_dtype", {lhs}, "batch1", b1, {}, false, compute);
+      if (!l.ok()) return l.status();
+      absl::StatusOr<std::string> r =
+          steps.Emit("to_dtype", {rhs}, "batch2", b2, {}, false, compute);
+      if (!r.ok()) return r.status();
+      lhs = *l;
+      rhs = *r;
+    }
+    absl::StatusOr<std::string> bmm = steps.Emit(
+        "bmm", {lhs, rhs}, "products", {batches, n, p}, {}, false, compute);
+    if (!bmm.ok()) return bmm.status();
+    products = im.ValueOf(*bmm);
+  }
+  // ATen's loop of addmm_: beta * self + alpha * product_0, then
+  // + alpha * product_b, each step rounded to the output dtype.
+  const AffineMap id = Identity(im, 2);
+  Value acc = Generic(
+      im, im.ValueOf(node.inputs(0)), Empty(im, out, im.ComputeType(dtype)),
+      {AffineMap::get(2, 0, self_exprs, im.context()), id},
+      {IteratorType::parallel, IteratorType::parallel},
+      [&](OpBuilder& b, Location l, ValueRange args) {
+        if (beta == 0) {
+          return llvm::SmallVector<Value>{im.ComputeConstant(b, 0, dtype)};
+        }
+        return llvm::SmallVector<Value>{
+            Mul(b, l, im.ToCompute(b, args[0], dtype),
+                im.ComputeConstant(b, beta, dtype))};
+      })[0];
+  const bool half = dtype == ir::FLOAT16 || dtype == ir::BFLOAT16;
+  if (use_products) {
+    const AffineMap batch_first =
+        AffineMap::get(3, 0,
+                       {mlir::getAffineDimExpr(2, im.context()),
+                        mlir::getAffineDimExpr(0, im.context()),
+                        mlir::getAffineDimExpr(1, im.context())},
+                       im.context());
+    const AffineMap to_out =
+        AffineMap::get(3, 0,
+                       {mlir::getAffineDimExpr(0, im.context()),
+                        mlir::getAffineDimExpr(1, im.context())},
+                       im.context());
+    acc = Generic(im, products, acc, {batch_first, to_out},
+                  {IteratorType::parallel, IteratorType::parallel,
+                   IteratorType::reduction},
+                  [&](OpBuilder& b, Location l, ValueRange args) {
+                    Value v = Add(b, l, args[1],
+                                  Mul(b, l, args[0],
+                                      im.ComputeConstant(b, alpha, dtype)));
+                    if (half) {
+                      v = im.ToCompute(b, im.FromCompute(b, v, dtype), dtype);
+                    }
+                    return llvm::SmallVector<Value>{v};
+                  })[0];
+  }
+  im.Define(node.outputs(0), Finalize(im, node, 0, acc));
+  return absl::OkStatus();
 }
 
 absl::Status ConvertTrilinear(GraphImporter& im, const ir::Node& node) {

@@ -74,6 +74,20 @@ TEST(LinalgOpsTest, AddmvMatchesTheReference) {
   }
 }
 
+// A bf16 sum over batches that per-batch rounding changes: 256 + 1 + 1
+// is 256 in bf16 step by step, 258 rounded once.
+TEST(LinalgOpsTest, AddbmmRoundsAfterEachBatch) {
+  const HostTensor self = Tensor(ir::BFLOAT16, {1, 1}, {256});
+  const HostTensor b1 = Tensor(ir::BFLOAT16, {2, 1, 1}, {1, 1});
+  const HostTensor b2 = Tensor(ir::BFLOAT16, {2, 1, 1}, {1, 1});
+  auto got =
+      CompileAndRun(OneOpGraph("addbmm", {self.type(), b1.type(), b2.type()},
+                               {Type(ir::BFLOAT16, {1, 1})}),
+                    {self, b1, b2});
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectExact((*got)[0], {256}, "256 + 1 + 1 in bf16");
+}
+
 TEST(LinalgOpsTest, AddbmmSumsTheBatch) {
   for (ir::DType t : kTypes) {
     for (int64_t batches : {3, 1, 0}) {
@@ -84,15 +98,18 @@ TEST(LinalgOpsTest, AddbmmSumsTheBatch) {
       std::vector<double> want;
       for (int i = 0; i < 4; ++i) {
         for (int j = 0; j < 6; ++j) {
-          double acc = 0;
+          // ATen's loop of addmm_: rounded to the dtype after each batch.
+          double acc = beta * self.values[i * 6 + j];
+          if (batches == 0) acc = RoundTo(t, acc);
           for (int b = 0; b < batches; ++b) {
+            double product = 0;
             for (int k = 0; k < 5; ++k) {
-              acc += b1.values[(b * 4 + i) * 5 + k] *
-                     b2.values[(b * 5 + k) * 6 + j];
+              product += b1.values[(b * 4 + i) * 5 + k] *
+                         b2.values[(b * 5 + k) * 6 + j];
             }
+            acc = RoundTo(t, acc + alpha * product);
           }
-          want.push_back(
-              RoundTo(t, beta * self.values[i * 6 + j] + alpha * acc));
+          want.push_back(acc);
         }
       }
       const std::string what =

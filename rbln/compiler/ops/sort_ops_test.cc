@@ -280,6 +280,53 @@ TEST(SortOpsTest, TopkSelectsAsAten) {
   }
 }
 
+// Outputs gathered back from the sorted rows on 1-D and 3-D inputs
+// (a middle dim), k below and at n.
+TEST(SortOpsTest, TopkAndKthvalueOnOtherRanks) {
+  for (const auto& [shape, dim] :
+       std::vector<std::pair<Shape, int>>{{{50}, 0}, {{3, 9, 4}, 1}}) {
+    const HostTensor x = WithTies(ir::FLOAT32, shape, 9);
+    for (int64_t k : {int64_t{3}, shape[dim]}) {
+      std::vector<std::vector<double>> values, indices;
+      std::vector<double> kv, ki;
+      for (const auto& row : Rows(x, dim)) {
+        std::vector<double> v, i;
+        for (const Pair& p : AtenTopk(row, k, true, true)) {
+          v.push_back(p.first);
+          i.push_back(p.second);
+        }
+        values.push_back(v);
+        indices.push_back(i);
+        const Pair kth = AtenKth(row, k - 1);
+        kv.push_back(kth.first);
+        ki.push_back(kth.second);
+      }
+      Shape out = shape;
+      out[dim] = k;
+      const std::string what = absl::StrCat(ShapeText(shape), " k=", k);
+      auto got = CompileAndRun(
+          OneOpGraph("topk", {x.type()},
+                     {Type(ir::FLOAT32, out), Type(ir::INT64, out)},
+                     {{"k", IntA(k)}, {"dim", IntA(dim)}}),
+          {x});
+      ASSERT_TRUE(got.ok()) << "topk " << what << ": " << got.status();
+      ExpectExact((*got)[0], FromRows(values, out, dim), "topk " + what);
+      ExpectExact((*got)[1], FromRows(indices, out, dim), "topk " + what);
+      std::vector<bool> reduced(shape.size(), false);
+      reduced[dim] = true;
+      const Shape kshape = ReducedShapeOf(shape, reduced, false);
+      auto kth = CompileAndRun(
+          OneOpGraph("kthvalue", {x.type()},
+                     {Type(ir::FLOAT32, kshape), Type(ir::INT64, kshape)},
+                     {{"k", IntA(k)}, {"dim", IntA(dim)}}),
+          {x});
+      ASSERT_TRUE(kth.ok()) << "kthvalue " << what << ": " << kth.status();
+      ExpectExact((*kth)[0], kv, "kthvalue " + what);
+      ExpectExact((*kth)[1], ki, "kthvalue " + what);
+    }
+  }
+}
+
 // kthvalue, median and nanmedian read one position of the ascending sort.
 TEST(SortOpsTest, SelectionsReadTheSortedRow) {
   for (ir::DType dtype : {ir::FLOAT32, ir::BFLOAT16, ir::INT32}) {

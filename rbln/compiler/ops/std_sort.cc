@@ -624,65 +624,41 @@ SortState EmitRowSort(GraphImporter& im, Value x, int dim,
 
 Value RowsToShape(GraphImporter& im, Value rows, const Shape& shape, int dim,
                   int64_t offset, int64_t count, bool drop_dim) {
-  OpBuilder& b = im.builder();
   const int rank = shape.size();
   const Type element =
       rows.getType().cast<mlir::RankedTensorType>().getElementType();
-  const int64_t num_rows = ShapeOf(rows)[0], n = ShapeOf(rows)[1];
-  if (offset != 0 || count != n) {
-    llvm::SmallVector<mlir::OpFoldResult> offsets = {b.getIndexAttr(0),
-                                                     b.getIndexAttr(offset)},
-                                          sizes = {b.getIndexAttr(num_rows),
-                                                   b.getIndexAttr(count)},
-                                          strides(2, b.getIndexAttr(1));
-    rows = b.create<mlir::tensor::ExtractSliceOp>(
-        im.loc(), mlir::RankedTensorType::get({num_rows, count}, element), rows,
-        offsets, sizes, strides);
-  }
-  Shape moved;
-  for (int d = 0; d < rank; ++d) {
-    if (d != dim) moved.push_back(shape[d]);
-  }
-  moved.push_back(count);
-  auto moved_type = mlir::RankedTensorType::get(moved, element);
-  if (rank == 1) {
-    rows = b.create<mlir::tensor::CollapseShapeOp>(
-        im.loc(), moved_type, rows,
-        std::vector<mlir::ReassociationIndices>{{0, 1}});
-  } else if (rank > 2) {
-    std::vector<mlir::ReassociationIndices> groups(2);
-    for (int d = 0; d < rank - 1; ++d) groups[0].push_back(d);
-    groups[1].push_back(rank - 1);
-    rows = b.create<mlir::tensor::ExpandShapeOp>(im.loc(), moved_type, rows,
-                                                 groups);
-  }
-  // Back to x's dim order: out[..] = moved[dims without `dim`..., dim].
+  // One gather generic over the output: rows[flat(other coords), offset +
+  // coord of dim] (no slices or reshapes, which bufferization may copy
+  // through a strided memref.copy).
   Shape out;
-  std::vector<mlir::AffineExpr> exprs;
-  int loop = 0, dim_loop = -1;
+  std::vector<int> loop_of(rank, -1);
   for (int d = 0; d < rank; ++d) {
     if (d == dim && drop_dim) continue;
-    if (d == dim) dim_loop = loop;
+    loop_of[d] = out.size();
     out.push_back(d == dim ? count : shape[d]);
-    ++loop;
   }
   const int out_rank = out.size();
-  for (int d = 0, o = 0; d < rank; ++d) {
-    if (d == dim) {
-      if (!drop_dim) ++o;
-      continue;
-    }
-    exprs.push_back(mlir::getAffineDimExpr(o++, im.context()));
-  }
-  exprs.push_back(drop_dim ? mlir::getAffineConstantExpr(0, im.context())
-                           : mlir::getAffineDimExpr(dim_loop, im.context()));
   return Generic(
-      im, rows, Empty(im, out, element),
-      {mlir::AffineMap::get(out_rank, 0, exprs, im.context()),
-       Identity(im, out_rank)},
+      im, {}, Empty(im, out, element), {Identity(im, out_rank)},
       std::vector<mlir::utils::IteratorType>(
           out_rank, mlir::utils::IteratorType::parallel),
-      [](OpBuilder&, Location, ValueRange args) { return Values{args[0]}; })[0];
+      [&](OpBuilder& b, Location l, ValueRange) {
+        Value row = C(b, 0);
+        int64_t stride = 1;
+        for (int d = rank - 1; d >= 0; --d) {
+          if (d == dim) continue;
+          row = Add(b, row,
+                    Mul(b, b.create<mlir::linalg::IndexOp>(l, loop_of[d]),
+                        C(b, stride)));
+          stride *= shape[d];
+        }
+        Value col = C(b, offset);
+        if (!drop_dim) {
+          col = Add(b, col, b.create<mlir::linalg::IndexOp>(l, loop_of[dim]));
+        }
+        return Values{
+            b.create<mlir::tensor::ExtractOp>(l, rows, ValueRange{row, col})};
+      })[0];
 }
 
 }  // namespace rbln::compiler
