@@ -49,6 +49,14 @@ const OpConverterTable& Converters() {
     RegisterPoolingOps(*t);
     RegisterNormOps(*t);
     RegisterSamplingOps(*t);
+    RegisterMomentOps(*t);
+    RegisterVectorNormOps(*t);
+    RegisterScanOps(*t);
+    RegisterSortOps(*t);
+    RegisterSearchOps(*t);
+    RegisterHistogramOps(*t);
+    RegisterLinalgOps(*t);
+    RegisterSegmentOps(*t);
     return t;
   }();
   return *table;

@@ -144,6 +144,14 @@ void RegisterConvolutionOps(OpConverterTable& table);
 void RegisterPoolingOps(OpConverterTable& table);
 void RegisterNormOps(OpConverterTable& table);
 void RegisterSamplingOps(OpConverterTable& table);
+void RegisterMomentOps(OpConverterTable& table);
+void RegisterVectorNormOps(OpConverterTable& table);
+void RegisterScanOps(OpConverterTable& table);
+void RegisterSortOps(OpConverterTable& table);
+void RegisterSearchOps(OpConverterTable& table);
+void RegisterHistogramOps(OpConverterTable& table);
+void RegisterLinalgOps(OpConverterTable& table);
+void RegisterSegmentOps(OpConverterTable& table);
 
 }  // namespace rbln::compiler
 

@@ -107,13 +107,21 @@ void CollectAccess(Operation* op, Operation* top, Access& access) {
       Value value = effect.getValue();
       Root root = kUnknown;
       if (value) {
-        // Buffers defined inside `top` are private to one worker's slice.
-        if (Operation* def = value.getDefiningOp();
+        // Buffers defined inside `top` are private to one worker's slice;
+        // a view made inside `top` of an outer buffer is that buffer (a
+        // loop writing the slices of an output, e.g. a scan's).
+        Value base = value;
+        while (auto view = llvm::dyn_cast_or_null<mlir::ViewLikeOpInterface>(
+                   base.getDefiningOp())) {
+          base = view.getViewSource();
+        }
+        if (Operation* def = base.getDefiningOp();
             def != nullptr && top != op && top->isAncestor(def)) {
           continue;
         }
-        if (auto arg = value.dyn_cast<mlir::BlockArgument>();
-            arg && top != op && top->isAncestor(arg.getOwner()->getParentOp())) {
+        if (auto arg = base.dyn_cast<mlir::BlockArgument>();
+            arg && top != op &&
+            top->isAncestor(arg.getOwner()->getParentOp())) {
           continue;
         }
         root = BarrierRoot(value);

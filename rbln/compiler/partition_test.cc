@@ -267,6 +267,39 @@ TEST(PartitionTest, DataMovement) {
   }
 }
 
+// Scans are one loop on worker 0 that writes the output slice by slice
+// (through views made inside the loop) before split ops read it: the
+// barrier must see those writes. Sorts are split passes that gather from
+// the previous pass.
+TEST(PartitionTest, ScansSortsAndSearches) {
+  for (ir::DType dtype : {ir::FLOAT32, ir::FLOAT16}) {
+    HostTensor x = Random(dtype, {5, 6, 7}, 50);
+    for (int dim : {0, 2}) {
+      ExpectSameSplit(
+          OneOpGraph("cumsum", {x.type()}, {x.type()}, {{"dim", IntA(dim)}}),
+          {x}, std::nullopt, Name("cumsum", dtype, x.shape));
+      ExpectSameSplit(
+          OneOpGraph("cummax", {x.type()}, {x.type(), Type(ir::INT64, x.shape)},
+                     {{"dim", IntA(dim)}}),
+          {x}, std::nullopt, Name("cummax", dtype, x.shape));
+      ExpectSameSplit(
+          OneOpGraph("sort", {x.type()}, {x.type(), Type(ir::INT64, x.shape)},
+                     {{"dim", IntA(dim)}}),
+          {x}, true, Name("sort", dtype, x.shape));
+    }
+    ExpectSameSplit(OneOpGraph("var", {x.type()}, {Type(dtype, {5, 7})},
+                               {{"dim", IntA(1)}}),
+                    {x}, true, Name("var", dtype, x.shape));
+    ExpectSameSplit(OneOpGraph("histc", {x.type()}, {Type(dtype, {10})},
+                               {{"bins", IntA(10)}}),
+                    {x}, std::nullopt, Name("histc", dtype, x.shape));
+    HostTensor bounds = Tensor(dtype, {4}, {-1, 0, 0.5, 1});
+    ExpectSameSplit(OneOpGraph("bucketize", {x.type(), bounds.type()},
+                               {Type(ir::INT64, x.shape)}),
+                    {x, bounds}, true, Name("bucketize", dtype, x.shape));
+  }
+}
+
 TEST(PartitionTest, Attention) {
   for (bool causal : {false, true}) {
     for (int64_t seq : {1, 3, 8, 13}) {

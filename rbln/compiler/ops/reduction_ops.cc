@@ -7,13 +7,17 @@
 // element-wise generic rounds once to the storage type.
 //
 // IR conventions (output dtypes and shapes come from the node):
-//   sum, mean, amax, amin, max, min, argmax, argmin (one input)
+//   sum, mean, amax, amin, max, min, argmax, argmin, prod, any, all
+//   (one input)
 //     "dim"     int (one dim) or string of comma-separated ints ("0,-1");
 //               absent or "" reduces every dim. Negative dims wrap.
 //     "keepdim" bool, default false.
 //     max/min with two outputs return (values, indices) like max(x, dim);
 //     with one output they are amax/amin. argmax/argmin output INT64 and
 //     index the flattened reduced dims (the whole tensor without "dim").
+//     prod multiplies in the output dtype (int64 for integers and bool,
+//     half types rounded after every step, as ATen); any/all test x != 0
+//     (NaN counts as true) into a bool output.
 //   softmax, log_softmax (x)           "dim": one dim, required.
 //   _softmax, _log_softmax: the same (ATen's inner names; "half_to_float"
 //     is implied by the output dtype).
@@ -48,6 +52,7 @@
 #include "mlir/IR/AffineMap.h"
 #include "rbln/compiler/graph_importer.h"
 #include "rbln/compiler/ir/graph_util.h"
+#include "rbln/compiler/ops/reduction_util.h"
 
 namespace rbln::compiler {
 namespace {
@@ -61,77 +66,6 @@ using ::mlir::ValueRange;
 using ::mlir::arith::CmpFPredicate;
 using ::mlir::arith::CmpIPredicate;
 using ::mlir::utils::IteratorType;
-
-// --- Small builders. -------------------------------------------------------
-
-Value Empty(GraphImporter& im, const Shape& shape, Type element) {
-  return im.builder().create<mlir::tensor::EmptyOp>(im.loc(), shape, element);
-}
-
-Value Filled(GraphImporter& im, const Shape& shape, mlir::TypedAttr value) {
-  OpBuilder& b = im.builder();
-  Value init = b.create<mlir::arith::ConstantOp>(im.loc(), value);
-  return b
-      .create<mlir::linalg::FillOp>(
-          im.loc(), ValueRange{init},
-          ValueRange{Empty(im, shape, value.getType())})
-      .getResult(0);
-}
-
-using BodyFn = llvm::function_ref<llvm::SmallVector<Value>(OpBuilder&, Location,
-                                                           ValueRange)>;
-
-// A linalg.generic writing into `inits`; `body` returns the yielded values.
-mlir::ResultRange Generic(GraphImporter& im, ValueRange inputs,
-                          ValueRange inits, llvm::ArrayRef<AffineMap> maps,
-                          llvm::ArrayRef<IteratorType> iterators, BodyFn body) {
-  auto op = im.builder().create<mlir::linalg::GenericOp>(
-      im.loc(), mlir::TypeRange(inits), inputs, inits, maps, iterators,
-      [&](OpBuilder& b, Location l, ValueRange args) {
-        b.create<mlir::linalg::YieldOp>(l, body(b, l, args));
-      });
-  return op.getResults();
-}
-
-AffineMap Identity(GraphImporter& im, int rank) {
-  return AffineMap::getMultiDimIdentityMap(rank, im.context());
-}
-
-// The map from the input's loops to a reduced value: reduced dims are dropped
-// or, with `keepdim`, read at 0.
-AffineMap ReducedMap(GraphImporter& im, const std::vector<bool>& reduced,
-                     bool keepdim) {
-  std::vector<mlir::AffineExpr> exprs;
-  for (size_t d = 0; d < reduced.size(); ++d) {
-    if (!reduced[d]) {
-      exprs.push_back(mlir::getAffineDimExpr(d, im.context()));
-    } else if (keepdim) {
-      exprs.push_back(mlir::getAffineConstantExpr(0, im.context()));
-    }
-  }
-  return AffineMap::get(reduced.size(), 0, exprs, im.context());
-}
-
-Shape ReducedShape(const Shape& in, const std::vector<bool>& reduced,
-                   bool keepdim) {
-  Shape out;
-  for (size_t d = 0; d < in.size(); ++d) {
-    if (!reduced[d]) {
-      out.push_back(in[d]);
-    } else if (keepdim) {
-      out.push_back(1);
-    }
-  }
-  return out;
-}
-
-std::vector<IteratorType> Iterators(const std::vector<bool>& reduced) {
-  std::vector<IteratorType> it;
-  for (bool r : reduced) {
-    it.push_back(r ? IteratorType::reduction : IteratorType::parallel);
-  }
-  return it;
-}
 
 // The trailing `ndim` of `rank` dims reduced.
 std::vector<bool> TrailingDims(int rank, int ndim) {
@@ -150,202 +84,9 @@ AffineMap TrailingMap(GraphImporter& im, int rank, int ndim) {
   return AffineMap::get(rank, 0, exprs, im.context());
 }
 
-mlir::TypedAttr F32(GraphImporter& im, double v) {
-  return im.builder().getF32FloatAttr(static_cast<float>(v));
-}
+// --- sum, mean, amax, amin, prod, any, all. ----------------------------------
 
-Value F32Const(OpBuilder& b, double v) {
-  return b.create<mlir::arith::ConstantOp>(
-      b.getUnknownLoc(), b.getF32FloatAttr(static_cast<float>(v)));
-}
-
-// --- Checks. ---------------------------------------------------------------
-
-absl::Status CheckOutputShape(const ir::Node& node, int output,
-                              const Shape& expected) {
-  if (ShapeOf(node.outputs(output).type()) != expected) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("op %s: output %%%s has shape %s, expected [%s]",
-                        node.op(), node.outputs(output).name(),
-                        ir::TypeToText(node.outputs(output).type()),
-                        absl::StrJoin(expected, ",")));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<int> WrapDim(const ir::Node& node, int64_t dim, int rank) {
-  // A scalar has one addressable dim, as in PyTorch.
-  const int64_t n = rank == 0 ? 1 : rank;
-  if (dim < -n || dim >= n) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "op %s: Dimension out of range (expected to be in range of [%d, %d], "
-        "but got %d)",
-        node.op(), -n, n - 1, dim));
-  }
-  return static_cast<int>(dim < 0 ? dim + n : dim);
-}
-
-// The dims reduced by attr "dim" (see the file comment).
-absl::StatusOr<std::vector<bool>> ReducedDims(const ir::Node& node, int rank) {
-  std::vector<int64_t> dims;
-  auto it = node.attrs().find("dim");
-  if (it != node.attrs().end()) {
-    if (it->second.value_case() == ir::Attribute::kS) {
-      for (absl::string_view part :
-           absl::StrSplit(it->second.s(), ',', absl::SkipWhitespace())) {
-        int64_t d;
-        if (!absl::SimpleAtoi(part, &d)) {
-          return absl::InvalidArgumentError(absl::StrFormat(
-              "op %s: attr dim must be an int or comma-separated ints, got "
-              "'%s'",
-              node.op(), it->second.s()));
-        }
-        dims.push_back(d);
-      }
-    } else {
-      dims.push_back(IntAttr(node, "dim", 0));
-    }
-  }
-  std::vector<bool> reduced(rank, dims.empty());
-  std::vector<bool> seen(rank == 0 ? 1 : rank, false);
-  for (int64_t d : dims) {
-    absl::StatusOr<int> w = WrapDim(node, d, rank);
-    if (!w.ok()) return w.status();
-    if (seen[*w]) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "op %s: dim %d appears multiple times in the list of dims", node.op(),
-          *w));
-    }
-    seen[*w] = true;
-    if (rank > 0) reduced[*w] = true;
-  }
-  return reduced;
-}
-
-absl::Status CheckFloat(const ir::Node& node, ir::DType t) {
-  if (!IsFloat(t)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("op %s: expected a floating point tensor", node.op()));
-  }
-  return absl::OkStatus();
-}
-
-// c10's name of a dtype, as PyTorch's messages print it.
-const char* ScalarTypeName(ir::DType t) {
-  switch (t) {
-    case ir::FLOAT16:
-      return "Half";
-    case ir::BFLOAT16:
-      return "BFloat16";
-    case ir::FLOAT32:
-      return "Float";
-    case ir::INT32:
-      return "Int";
-    case ir::INT64:
-      return "Long";
-    case ir::BOOL:
-      return "Bool";
-    default:
-      return "unknown";
-  }
-}
-
-absl::Status CheckNonEmptyReduction(const ir::Node& node, const Shape& shape,
-                                    const std::vector<bool>& reduced) {
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (reduced[d] && shape[d] == 0) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "op %s: Expected reduction dim %d to have non-zero size", node.op(),
-          d));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// --- Scalar combiners (compute type). ----------------------------------------
-
-Value Add(OpBuilder& b, Location l, Value x, Value y) {
-  if (x.getType().isa<mlir::FloatType>()) {
-    return b.create<mlir::arith::AddFOp>(l, x, y);
-  }
-  return b.create<mlir::arith::AddIOp>(l, x, y);
-}
-
-Value IsNan(OpBuilder& b, Location l, Value x) {
-  return b.create<mlir::arith::CmpFOp>(l, CmpFPredicate::UNO, x, x);
-}
-
-// max/min that propagate NaN as PyTorch does (arith.maxf on MLIR 16 lowers
-// to llvm.maxnum, which drops NaN).
-Value MaxOrMin(OpBuilder& b, Location l, Value x, Value acc, bool max) {
-  if (x.getType().isa<mlir::FloatType>()) {
-    Value better = b.create<mlir::arith::CmpFOp>(
-        l, max ? CmpFPredicate::OGT : CmpFPredicate::OLT, x, acc);
-    better = b.create<mlir::arith::OrIOp>(l, better, IsNan(b, l, x));
-    return b.create<mlir::arith::SelectOp>(l, better, x, acc);
-  }
-  if (max) return b.create<mlir::arith::MaxSIOp>(l, x, acc);
-  return b.create<mlir::arith::MinSIOp>(l, x, acc);
-}
-
-// The identity of max (-inf / the smallest int) or min.
-mlir::TypedAttr MaxOrMinInit(GraphImporter& im, ir::DType t, bool max) {
-  Type type = im.ComputeType(t);
-  if (IsFloat(t)) return F32(im, max ? -INFINITY : INFINITY);
-  const unsigned w = type.getIntOrFloatBitWidth();
-  return im.builder().getIntegerAttr(type,
-                                     max ? llvm::APInt::getSignedMinValue(w)
-                                         : llvm::APInt::getSignedMaxValue(w));
-}
-
-mlir::TypedAttr Zero(GraphImporter& im, ir::DType t) {
-  Type type = im.ComputeType(t);
-  if (IsFloat(t)) return F32(im, 0.0);
-  return im.builder().getIntegerAttr(type, 0);
-}
-
-// An element-wise generic over `acc`'s shape producing the node's output
-// `output` in its storage type: `fn` (or nothing) on the compute value, then
-// one rounding. Returns `acc` itself when there is nothing to do.
-Value Finalize(GraphImporter& im, const ir::Node& node, int output, Value acc,
-               std::function<Value(OpBuilder&, Location, Value)> fn = nullptr) {
-  const ir::TensorType& out = node.outputs(output).type();
-  mlir::RankedTensorType out_type = im.TensorTypeOf(out);
-  auto acc_type = acc.getType().cast<mlir::RankedTensorType>();
-  if (!fn && acc_type.getElementType() == out_type.getElementType()) return acc;
-  const int rank = out.shape_size();
-  return Generic(
-      im, acc, Empty(im, ShapeOf(out), out_type.getElementType()),
-      {Identity(im, rank), Identity(im, rank)},
-      std::vector<IteratorType>(rank, IteratorType::parallel),
-      [&](OpBuilder& b, Location l, ValueRange args) {
-        Value v = fn ? fn(b, l, args[0]) : args[0];
-        return llvm::SmallVector<Value>{im.FromCompute(b, v, out.dtype())};
-      })[0];
-}
-
-// Reduces `x` (a value of the graph, dtype `in`) over `reduced` into an
-// accumulator of `acc_dtype`'s compute type, shaped as the reduced output.
-Value Reduce(
-    GraphImporter& im, Value x, ir::DType in, ir::DType acc_dtype,
-    const std::vector<bool>& reduced, bool keepdim, mlir::TypedAttr init,
-    llvm::function_ref<Value(OpBuilder&, Location, Value, Value)> combine) {
-  const Shape in_shape =
-      x.getType().cast<mlir::RankedTensorType>().getShape().vec();
-  const int rank = in_shape.size();
-  return Generic(
-      im, x, Filled(im, ReducedShape(in_shape, reduced, keepdim), init),
-      {Identity(im, rank), ReducedMap(im, reduced, keepdim)},
-      Iterators(reduced), [&](OpBuilder& b, Location l, ValueRange args) {
-        Value v =
-            im.CastCompute(b, im.ToCompute(b, args[0], in), in, acc_dtype);
-        return llvm::SmallVector<Value>{combine(b, l, v, args[1])};
-      })[0];
-}
-
-// --- sum, mean, amax, amin. --------------------------------------------------
-
-enum class ReduceKind { kSum, kMean, kMax, kMin };
+enum class ReduceKind { kSum, kMean, kMax, kMin, kProd, kAny, kAll };
 
 absl::Status ConvertReduce(GraphImporter& im, const ir::Node& node,
                            ReduceKind kind) {
@@ -381,14 +122,57 @@ absl::Status ConvertReduce(GraphImporter& im, const ir::Node& node,
         "floating point or complex dtype. Got: %s (op %s, output %%%s)",
         ScalarTypeName(in.dtype()), node.op(), node.outputs(0).name()));
   }
+  const bool is_any_all = kind == ReduceKind::kAny || kind == ReduceKind::kAll;
+  if (is_any_all && out_dtype != ir::BOOL) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "op %s: output %%%s must be bool", node.op(), node.outputs(0).name()));
+  }
   // Bool max/min (any/all of 0/1 bytes) reduce like integers.
-  if (out_dtype == ir::BOOL && !is_max_min) {
+  if (out_dtype == ir::BOOL && !is_max_min && !is_any_all) {
     return absl::InvalidArgumentError(
         absl::StrFormat("op %s: bool output is not supported", node.op()));
   }
 
   Value acc;
-  if (is_max_min) {
+  if (is_any_all) {
+    // x != 0 (NaN included) or'ed (any) or and'ed (all) into a 0/1 byte.
+    const bool any = kind == ReduceKind::kAny;
+    acc = Reduce(im, im.ValueOf(node.inputs(0)), in.dtype(), in.dtype(),
+                 *reduced, keepdim, im.builder().getI8IntegerAttr(any ? 0 : 1),
+                 [&](OpBuilder& b, Location l, Value x, Value a) -> Value {
+                   Value nonzero;
+                   if (x.getType().isa<mlir::FloatType>()) {
+                     nonzero = b.create<mlir::arith::CmpFOp>(
+                         l, CmpFPredicate::UNE, x,
+                         b.create<mlir::arith::ConstantOp>(
+                             l, b.getFloatAttr(x.getType(), 0.0)));
+                   } else {
+                     nonzero = b.create<mlir::arith::CmpIOp>(
+                         l, CmpIPredicate::ne, x,
+                         b.create<mlir::arith::ConstantOp>(
+                             l, b.getIntegerAttr(x.getType(), 0)));
+                   }
+                   Value bit = b.create<mlir::arith::ExtUIOp>(l, b.getI8Type(),
+                                                              nonzero);
+                   if (any) return b.create<mlir::arith::OrIOp>(l, a, bit);
+                   return b.create<mlir::arith::AndIOp>(l, a, bit);
+                 });
+  } else if (kind == ReduceKind::kProd) {
+    // ATen multiplies in the output dtype (scalar_t, not opmath): half types
+    // round after every step, in index order.
+    const bool half = out_dtype == ir::FLOAT16 || out_dtype == ir::BFLOAT16;
+    mlir::TypedAttr one =
+        IsFloat(out_dtype)
+            ? F32(im, 1.0)
+            : im.builder().getIntegerAttr(im.ComputeType(out_dtype), 1);
+    acc = Reduce(
+        im, im.ValueOf(node.inputs(0)), in.dtype(), out_dtype, *reduced,
+        keepdim, one, [&](OpBuilder& b, Location l, Value x, Value a) -> Value {
+          Value p = Mul(b, l, a, x);
+          if (!half) return p;
+          return im.ToCompute(b, im.FromCompute(b, p, out_dtype), out_dtype);
+        });
+  } else if (is_max_min) {
     const bool max = kind == ReduceKind::kMax;
     acc = Reduce(im, im.ValueOf(node.inputs(0)), in.dtype(), out_dtype,
                  *reduced, keepdim, MaxOrMinInit(im, out_dtype, max),
@@ -879,6 +663,9 @@ void RegisterReductionOps(OpConverterTable& table) {
   table["mean"] = &ConvertReduceOp<ReduceKind::kMean>;
   table["amax"] = &ConvertReduceOp<ReduceKind::kMax>;
   table["amin"] = &ConvertReduceOp<ReduceKind::kMin>;
+  table["prod"] = &ConvertReduceOp<ReduceKind::kProd>;
+  table["any"] = &ConvertReduceOp<ReduceKind::kAny>;
+  table["all"] = &ConvertReduceOp<ReduceKind::kAll>;
   table["max"] = &ConvertMaxMin<true>;
   table["min"] = &ConvertMaxMin<false>;
   table["argmax"] = &ConvertArgOp<true>;

@@ -749,5 +749,99 @@ TEST(ReductionOpsTest, RmsNormDefaultEpsIsFloatEpsilon) {
   ExpectClose((*out)[0], want, RelTolerance(ir::FLOAT16, want, 0), "rms_norm");
 }
 
+// --- prod, any, all.
+// ---------------------------------------------------------
+
+// prod multiplies in the output dtype in index order: half types round after
+// every step (ATen's scalar_t accumulation), integers and bool give int64.
+TEST(ReductionOpsTest, ProdMultipliesInTheOutputDtype) {
+  for (ir::DType dtype : {ir::FLOAT32, ir::FLOAT16, ir::BFLOAT16, ir::INT32,
+                          ir::INT64, ir::BOOL}) {
+    const bool is_float =
+        dtype == ir::FLOAT32 || dtype == ir::FLOAT16 || dtype == ir::BFLOAT16;
+    const ir::DType out = is_float ? dtype : ir::INT64;
+    const HostTensor x =
+        is_float ? Random(dtype, {6, 40}, 3, 0.8, 1.25)
+                 : Random(dtype, {6, 40}, 3, dtype == ir::BOOL ? 0.5 : -3.0,
+                          dtype == ir::BOOL ? 2.0 : 3.0);
+    for (const ReduceCase& c : std::vector<ReduceCase>{{{6, 40}, {1}, false},
+                                                       {{6, 40}, {0}, true},
+                                                       {{6, 40}, {}, false}}) {
+      const std::vector<bool> reduced = Mask(c.shape, c.dims);
+      const Indexing ix = IndexReduction(c.shape, reduced);
+      const Shape out_shape = Reduced(c.shape, reduced, c.keepdim);
+      std::vector<double> want(NumElements(Reduced(c.shape, reduced, false)),
+                               1);
+      std::vector<int64_t> iwant(want.size(), 1);
+      // Row-major input order is the kernel's order within each output.
+      for (size_t i = 0; i < x.values.size(); ++i) {
+        double& w = want[ix.out[i]];
+        w = out == ir::FLOAT32
+                ? static_cast<float>(static_cast<float>(w) *
+                                     static_cast<float>(x.values[i]))
+                : RoundTo(out, w * x.values[i]);
+        iwant[ix.out[i]] *= static_cast<int64_t>(x.values[i]);
+      }
+      if (!is_float) want.assign(iwant.begin(), iwant.end());
+      Attrs attrs = ReduceAttrs(c);
+      auto got = CompileAndRun(
+          OneOpGraph("prod", {x.type()}, {Type(out, out_shape)}, attrs), {x});
+      ASSERT_TRUE(got.ok()) << Describe("prod", dtype, c) << got.status();
+      ExpectExact((*got)[0], want, Describe("prod", dtype, c));
+    }
+  }
+  const HostTensor empty{ir::FLOAT16, {2, 0}, {}};
+  auto got =
+      CompileAndRun(OneOpGraph("prod", {empty.type()}, {Type(ir::FLOAT16, {2})},
+                               {{"dim", IntA(1)}}),
+                    {empty});
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectExact((*got)[0], {1, 1}, "prod over an empty dim");
+}
+
+// any/all test x != 0: NaN counts as true; empty dims give false / true.
+TEST(ReductionOpsTest, AnyAndAllOfEveryDtype) {
+  const std::vector<double> data = {0, 0, 0, 2, 0, -1, kNan, 1, 1};
+  for (ir::DType dtype : {ir::FLOAT32, ir::FLOAT16, ir::BFLOAT16, ir::INT32,
+                          ir::INT64, ir::BOOL}) {
+    std::vector<double> values = data;
+    const bool is_float =
+        dtype == ir::FLOAT32 || dtype == ir::FLOAT16 || dtype == ir::BFLOAT16;
+    if (!is_float) values[6] = 5;
+    if (dtype == ir::BOOL) {
+      for (double& v : values) v = v != 0;
+    }
+    const HostTensor x = Tensor(dtype, {3, 3}, values);
+    for (const std::string op : {"any", "all"}) {
+      const bool any = op == "any";
+      auto rows = CompileAndRun(
+          OneOpGraph(op, {x.type()}, {Type(ir::BOOL, {3})}, {{"dim", IntA(1)}}),
+          {x});
+      ASSERT_TRUE(rows.ok()) << op << " " << DTypeText(dtype) << rows.status();
+      ExpectExact(
+          (*rows)[0],
+          any ? std::vector<double>{0, 1, 1} : std::vector<double>{0, 0, 1},
+          op + " rows " + DTypeText(dtype));
+      auto cols = CompileAndRun(
+          OneOpGraph(op, {x.type()}, {Type(ir::BOOL, {1, 3})},
+                     {{"dim", StrA("0")}, {"keepdim", BoolA(true)}}),
+          {x});
+      ASSERT_TRUE(cols.ok()) << cols.status();
+      ExpectExact(
+          (*cols)[0],
+          any ? std::vector<double>{1, 1, 1} : std::vector<double>{0, 0, 0},
+          op + " cols " + DTypeText(dtype));
+      const HostTensor empty{dtype, {2, 0}, {}};
+      auto e =
+          CompileAndRun(OneOpGraph(op, {empty.type()}, {Type(ir::BOOL, {2})},
+                                   {{"dim", IntA(1)}}),
+                        {empty});
+      ASSERT_TRUE(e.ok()) << e.status();
+      ExpectExact((*e)[0], {any ? 0.0 : 1.0, any ? 0.0 : 1.0},
+                  op + " of nothing");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace rbln::compiler
