@@ -42,6 +42,7 @@ const OpConverterTable& Converters() {
     RegisterAttentionOps(*t);
     RegisterStridedBoxOps(*t);
     RegisterGatherScatterOps(*t);
+    RegisterAdvancedIndexOps(*t);
     return t;
   }();
   return *table;

@@ -137,6 +137,7 @@ void RegisterDataMovementOps(OpConverterTable& table);
 void RegisterAttentionOps(OpConverterTable& table);
 void RegisterStridedBoxOps(OpConverterTable& table);
 void RegisterGatherScatterOps(OpConverterTable& table);
+void RegisterAdvancedIndexOps(OpConverterTable& table);
 
 }  // namespace rbln::compiler
 

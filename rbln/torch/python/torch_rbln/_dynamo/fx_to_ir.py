@@ -6,6 +6,9 @@ contract):
   * `op` is the schema's base name without namespace, overload and trailing
     `_` (`aten::add_.Tensor` -> `add`);
   * tensor arguments (and tensor lists) become node inputs in schema order;
+    a `Tensor?[]` list (index, index_put) gives its tensors as inputs and an
+    attribute of its name marking the positions that hold one
+    (`x[:, i]` -> indices="0,1");
   * every other argument becomes an attribute named as in the schema: bool,
     int, float, str as themselves, int lists as `"2,3,-1"`, dtypes by name;
     `None`, devices, layouts and memory formats are left out;
@@ -79,6 +82,11 @@ class IrGraph:
 
     def ops(self):
         return [n[0] for n in self.nodes]
+
+
+def _is_optional_tensor_list(arg) -> bool:
+    """A `Tensor?[]` schema argument (the indices of index/index_put)."""
+    return str(arg.type) == "List[Optional[Tensor]]"
 
 
 def ir_op_name(target) -> str:
@@ -253,6 +261,21 @@ class _Converter:
                     inputs.append(produced)
                     continue
                 value = produced  # A specialized non-tensor value.
+            elif isinstance(value, (list, tuple)) and _is_optional_tensor_list(arg):
+                # Tensor?[] (index, index_put): the tensors are inputs, the
+                # attribute marks which positions hold one ("0,1": x[:, i]).
+                present = []
+                for v in value:
+                    produced = self.env[v] if isinstance(v, torch.fx.Node) else v
+                    if produced is None:
+                        present.append("0")
+                    elif isinstance(produced, str):
+                        inputs.append(produced)
+                        present.append("1")
+                    else:
+                        raise GraphConversionError(f"{what}: entry {v!r} is neither a tensor nor None")
+                attrs[arg.name] = ",".join(present)
+                continue
             elif isinstance(value, (list, tuple)) and any(isinstance(v, torch.fx.Node) for v in value):
                 if all(isinstance(v, torch.fx.Node) and isinstance(self.env[v], str) for v in value):
                     inputs.extend(self.env[v] for v in value)  # Tensor[] (cat, stack).
