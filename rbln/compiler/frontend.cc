@@ -43,6 +43,9 @@ const OpConverterTable& Converters() {
     RegisterStridedBoxOps(*t);
     RegisterGatherScatterOps(*t);
     RegisterAdvancedIndexOps(*t);
+    RegisterLayoutOps(*t);
+    RegisterViewScatterOps(*t);
+    RegisterEmbeddingBagOps(*t);
     return t;
   }();
   return *table;

@@ -138,6 +138,9 @@ void RegisterAttentionOps(OpConverterTable& table);
 void RegisterStridedBoxOps(OpConverterTable& table);
 void RegisterGatherScatterOps(OpConverterTable& table);
 void RegisterAdvancedIndexOps(OpConverterTable& table);
+void RegisterLayoutOps(OpConverterTable& table);
+void RegisterViewScatterOps(OpConverterTable& table);
+void RegisterEmbeddingBagOps(OpConverterTable& table);
 
 }  // namespace rbln::compiler
 

@@ -31,6 +31,9 @@ _IR_OP_ALIASES = {"_softmax": "softmax", "_log_softmax": "log_softmax"}
 # input itself (the frontend copies graph outputs that are inputs).
 IDENTITY_OPS = frozenset({"alias", "detach", "view_of", "lift_fresh_copy"})
 
+# Views into the input's storage by explicit strides (see _rebase_as_strided).
+_AS_STRIDED_OPS = frozenset({"as_strided", "as_strided_copy", "as_strided_scatter"})
+
 # Binary ops take a scalar second operand as "other" (compiled_ops.cc does
 # the same for eager calls).
 _SCALAR_OPERAND_ALIASES = {"exponent": "other"}
@@ -290,6 +293,8 @@ class _Converter:
             if isinstance(arg.type, torch.TensorType) or "Tensor" in str(arg.type):
                 name = _SCALAR_OPERAND_ALIASES.get(name, name)  # A scalar operand.
             attrs[name] = attr
+        if op in _AS_STRIDED_OPS:
+            self._rebase_as_strided(node, attrs)
         val = self.value_of(node)
         if isinstance(val, torch.Tensor):
             name = self.fresh(node.name)
@@ -309,6 +314,32 @@ class _Converter:
         else:
             raise GraphConversionError(f"{node.name}: result of type {type(val).__name__}")
         self.ir.nodes.append((op, inputs, outputs, attrs))
+
+    def _rebase_as_strided(self, node, attrs):
+        """as_strided's strides and storage offset address the input's
+        storage; the program holds the input contiguously from its first
+        element, so the offset becomes relative to that element, and a view
+        of a non-contiguous input or reaching before the input (into the
+        larger tensor it is a view of) cannot be expressed."""
+        x = self.value_of(node.args[0])
+        if not isinstance(x, torch.Tensor):
+            return
+        if not x.is_contiguous():
+            raise GraphConversionError(
+                f"{node.name}: as_strided of a non-contiguous tensor (sizes {tuple(x.shape)}, "
+                f"strides {x.stride()}): the program holds it contiguously, so the strides "
+                "would address other elements; call .contiguous() before as_strided"
+            )
+        base = x.storage_offset()
+        offset = attrs.get("storage_offset", base) - base
+        if offset < 0:
+            raise GraphConversionError(
+                f"{node.name}: as_strided with storage_offset {offset + base} reaches "
+                f"before its input, a view at storage offset {base} of a larger tensor; "
+                "the program has only the input's own elements: pass the base tensor "
+                "(or a storage_offset of at least the input's)"
+            )
+        attrs["storage_offset"] = offset
 
     def _output(self, node):
         (results,) = node.args
