@@ -263,6 +263,30 @@ CompiledProgram::CompiledProgram(std::unique_ptr<mlir::ExecutionEngine> engine,
 
 CompiledProgram::~CompiledProgram() = default;
 
+namespace {
+
+// Which dimension a node's checked indices address, for messages.
+std::string IndexedDimText(const ir::Node& node) {
+  const std::string& op = node.op();
+  if (op == "embedding" || op == "_embedding_bag" ||
+      op == "_embedding_bag_forward_only") {
+    return "0 (rows of the weight)";
+  }
+  if (op == "index" || op == "index_put") return "? (one of the indexed dims)";
+  if (op == "put" || op == "take") return "0 of the flattened input";
+  if (op == "masked_scatter") {
+    return "0 of the flattened source (the mask has more true elements than "
+           "the source has elements)";
+  }
+  auto it = node.attrs().find("dim");
+  if (it != node.attrs().end() && it->second.value_case() == ir::Attribute::kI) {
+    return absl::StrCat(it->second.i());
+  }
+  return "0";
+}
+
+}  // namespace
+
 absl::Status CompiledProgram::KernelErrorStatus(const KernelError& e) const {
   std::string where = "an unknown op";
   std::string dim = "?";
@@ -270,11 +294,7 @@ absl::Status CompiledProgram::KernelErrorStatus(const KernelError& e) const {
     const ir::Node& node = graph_.nodes(e.site);
     where = absl::StrFormat("%s (node %d, output %%%s)", node.op(), e.site,
                             node.outputs_size() > 0 ? node.outputs(0).name() : "");
-    auto it = node.attrs().find("dim");
-    dim = node.op() == "embedding" ? "0 (rows of the weight)"
-          : it != node.attrs().end() && it->second.value_case() == ir::Attribute::kI
-              ? absl::StrCat(it->second.i())
-              : "0";
+    dim = IndexedDimText(node);
   }
   if (e.kind == KernelError::Kind::kZeroDivision) {
     // ATen's integer division kernels raise RuntimeError("ZeroDivisionError")
@@ -284,11 +304,14 @@ absl::Status CompiledProgram::KernelErrorStatus(const KernelError& e) const {
         "check the divisor for zeros (the outputs of this call are not valid)",
         where, graph_.name()));
   }
+  const std::string range = e.bound < 0
+                                ? absl::StrFormat("[%d, %d)", e.bound, -e.bound)
+                                : absl::StrFormat("[0, %d)", e.bound);
   return absl::OutOfRangeError(absl::StrFormat(
       "index out of range in %s of program %s: index %d is not in the valid "
-      "range [0, %d) of dimension %s; check the index values (the outputs of "
+      "range %s of dimension %s; check the index values (the outputs of "
       "this call are not valid)",
-      where, graph_.name(), e.index, e.bound, dim));
+      where, graph_.name(), e.index, range, dim));
 }
 
 absl::Status CompiledProgram::Execute(

@@ -57,6 +57,11 @@ const OpConverterTable& Converters() {
     RegisterHistogramOps(*t);
     RegisterLinalgOps(*t);
     RegisterSegmentOps(*t);
+    RegisterGatherScatterOps(*t);
+    RegisterAdvancedIndexOps(*t);
+    RegisterLayoutOps(*t);
+    RegisterViewScatterOps(*t);
+    RegisterEmbeddingBagOps(*t);
     return t;
   }();
   return *table;
@@ -281,7 +286,8 @@ void GraphImporter::DeclareReportFunction(const char* name, int num_args) {
   decl.setPrivate();
 }
 
-Value GraphImporter::CheckedIndex(OpBuilder& b, Value index, int64_t bound) {
+Value GraphImporter::CheckedIndex(OpBuilder& b, Value index, int64_t bound,
+                                  bool wrap_negative) {
   Location l = loc();
   // func.func private @rbln_report_index_error(i64, i64, i64)
   DeclareReportFunction(kReportIndexErrorSymbol, 3);
@@ -293,17 +299,25 @@ Value GraphImporter::CheckedIndex(OpBuilder& b, Value index, int64_t bound) {
     v = b.create<mlir::arith::ExtSIOp>(l, b.getI64Type(), v);
   }
   Value below = b.create<mlir::arith::CmpIOp>(
-      l, mlir::arith::CmpIPredicate::slt, v, i64(0));
+      l, mlir::arith::CmpIPredicate::slt, v, i64(wrap_negative ? -bound : 0));
   Value above = b.create<mlir::arith::CmpIOp>(
       l, mlir::arith::CmpIPredicate::sge, v, i64(bound));
   Value bad = b.create<mlir::arith::OrIOp>(l, below, above);
   const int64_t site = current_node_;
   b.create<mlir::scf::IfOp>(l, bad, [&](OpBuilder& then, Location tl) {
-    then.create<mlir::func::CallOp>(tl, kReportIndexErrorSymbol,
-                                    mlir::TypeRange{},
-                                    ValueRange{i64(site), v, i64(bound)});
+    then.create<mlir::func::CallOp>(
+        tl, kReportIndexErrorSymbol, mlir::TypeRange{},
+        ValueRange{i64(site), v, i64(wrap_negative ? -bound : bound)});
     then.create<mlir::scf::YieldOp>(tl);
   });
+  if (wrap_negative) {
+    Value negative = b.create<mlir::arith::CmpIOp>(
+        l, mlir::arith::CmpIPredicate::slt, v, i64(0));
+    v = b.create<mlir::arith::SelectOp>(
+        l, negative, b.create<mlir::arith::AddIOp>(l, v, i64(bound)), v);
+    below = b.create<mlir::arith::CmpIOp>(l, mlir::arith::CmpIPredicate::slt,
+                                          v, i64(0));
+  }
   Value clamped = b.create<mlir::arith::SelectOp>(
       l, below, i64(0),
       b.create<mlir::arith::SelectOp>(l, above, i64(bound - 1), v));

@@ -64,9 +64,11 @@ class GraphImporter {
   // time: out of range calls kReportIndexErrorSymbol with the current node's
   // position and goes on with the index clamped into range, so the kernel
   // never reads out of bounds (SPEC P8). Returns an `index` value.
-  // `bound` must be positive.
+  // `bound` must be positive. With `wrap_negative` (advanced indexing, put)
+  // [-bound, 0) counts from the end, as in PyTorch, and the report says so
+  // with a negative bound.
   mlir::Value CheckedIndex(mlir::OpBuilder& b, mlir::Value index,
-                           int64_t bound);
+                           int64_t bound, bool wrap_negative = false);
   // An integer divisor checked for zero at run time: zero calls
   // kReportZeroDivisionSymbol with the current node's position (ATen raises
   // ZeroDivisionError there) and is replaced by 1, so the kernel never
@@ -152,6 +154,11 @@ void RegisterSearchOps(OpConverterTable& table);
 void RegisterHistogramOps(OpConverterTable& table);
 void RegisterLinalgOps(OpConverterTable& table);
 void RegisterSegmentOps(OpConverterTable& table);
+void RegisterGatherScatterOps(OpConverterTable& table);
+void RegisterAdvancedIndexOps(OpConverterTable& table);
+void RegisterLayoutOps(OpConverterTable& table);
+void RegisterViewScatterOps(OpConverterTable& table);
+void RegisterEmbeddingBagOps(OpConverterTable& table);
 
 }  // namespace rbln::compiler
 

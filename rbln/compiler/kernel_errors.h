@@ -26,7 +26,10 @@ struct KernelError {
   Kind kind;
   int64_t site;   // node position in the graph
   int64_t index;  // kIndexOutOfRange: the offending index value
-  int64_t bound;  // kIndexOutOfRange: valid indices are [0, bound)
+  // kIndexOutOfRange: valid indices are [0, bound); a negative bound -n
+  // means [-n, n) (negative indices count from the end, as in advanced
+  // indexing).
+  int64_t bound;
 };
 
 // The functions kernels call; their addresses are given to the JIT by name.

@@ -53,6 +53,7 @@
 #include "mlir/IR/AffineMap.h"
 #include "rbln/compiler/graph_importer.h"
 #include "rbln/compiler/ir/graph_util.h"
+#include "rbln/compiler/ops/movement_util.h"
 
 namespace rbln::compiler {
 namespace {
@@ -66,173 +67,6 @@ using ::mlir::Type;
 using ::mlir::Value;
 using ::mlir::ValueRange;
 using ::mlir::utils::IteratorType;
-
-int64_t NumElements(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
-std::string ShapeText(const Shape& s) {
-  return absl::StrFormat("[%s]", absl::StrJoin(s, ", "));
-}
-
-const ir::TensorType& OutType(const ir::Node& node) {
-  return node.outputs(0).type();
-}
-
-absl::StatusOr<int> WrapDim(const ir::Node& node, int64_t dim, int rank) {
-  const int64_t n = rank == 0 ? 1 : rank;  // A scalar has one dim, as in PyTorch.
-  if (dim < -n || dim >= n) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "op %s: Dimension out of range (expected to be in range of [%d, %d], "
-        "but got %d)",
-        node.op(), -n, n - 1, dim));
-  }
-  return static_cast<int>(dim < 0 ? dim + n : dim);
-}
-
-absl::Status ShapeMismatch(const ir::Node& node, const Shape& expected) {
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "op %s: output %%%s is %s, but the inputs and attributes give shape %s",
-      node.op(), node.outputs(0).name(), ir::TypeToText(OutType(node)),
-      ShapeText(expected)));
-}
-
-absl::Status CheckOutputShape(const ir::Node& node, const Shape& expected) {
-  if (ShapeOf(OutType(node)) != expected) return ShapeMismatch(node, expected);
-  return absl::OkStatus();
-}
-
-absl::Status CheckSameDType(GraphImporter& im, const ir::Node& node,
-                            const std::string& input) {
-  if (im.TypeOf(input).dtype() != OutType(node).dtype()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "op %s: input %%%s is %s but output %%%s is %s; a data movement op "
-        "keeps the dtype (cast with _to_copy first)",
-        node.op(), input, ir::TypeToText(im.TypeOf(input)),
-        node.outputs(0).name(), ir::TypeToText(OutType(node))));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckIndexDType(GraphImporter& im, const ir::Node& node,
-                             const std::string& index) {
-  const ir::DType t = im.TypeOf(index).dtype();
-  if (t != ir::INT32 && t != ir::INT64) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "op %s: index %%%s must be int32 or int64, got %s", node.op(), index,
-        ir::TypeToText(im.TypeOf(index))));
-  }
-  return absl::OkStatus();
-}
-
-// A zero constant of `element` (a storage type).
-Value ZeroOf(OpBuilder& b, Location l, Type element) {
-  if (element.isa<mlir::FloatType>()) {
-    return b.create<arith::ConstantOp>(l, b.getFloatAttr(element, 0.0));
-  }
-  return b.create<arith::ConstantOp>(l, b.getIntegerAttr(element, 0));
-}
-
-// The node's output with no elements: a fill, so that it has a producer.
-void DefineEmpty(GraphImporter& im, const ir::Node& node) {
-  OpBuilder& b = im.builder();
-  mlir::RankedTensorType type = im.TensorTypeOf(OutType(node));
-  Value init = b.create<mlir::tensor::EmptyOp>(im.loc(), type.getShape(),
-                                               type.getElementType());
-  Value zero = ZeroOf(b, im.loc(), type.getElementType());
-  im.Define(node.outputs(0),
-            b.create<mlir::linalg::FillOp>(im.loc(), zero, init).getResult(0));
-}
-
-// One linalg.generic over the output: `inputs` read through `maps` (over the
-// output's dims), `body` gets their elements and returns the output's
-// storage element.
-using GenericBody =
-    std::function<Value(OpBuilder&, Location, ValueRange elements)>;
-Value OutputGeneric(GraphImporter& im, const ir::Node& node, ValueRange inputs,
-                    llvm::ArrayRef<AffineMap> maps, const GenericBody& body) {
-  OpBuilder& b = im.builder();
-  mlir::RankedTensorType type = im.TensorTypeOf(OutType(node));
-  const int rank = type.getRank();
-  Value init = b.create<mlir::tensor::EmptyOp>(im.loc(), type.getShape(),
-                                               type.getElementType());
-  std::vector<AffineMap> all(maps.begin(), maps.end());
-  all.push_back(b.getMultiDimIdentityMap(rank));
-  auto op = b.create<mlir::linalg::GenericOp>(
-      im.loc(), mlir::TypeRange{type}, inputs, ValueRange{init}, all,
-      std::vector<IteratorType>(rank, IteratorType::parallel),
-      [&](OpBuilder& nested, Location l, ValueRange args) {
-        nested.create<mlir::linalg::YieldOp>(
-            l, body(nested, l, args.drop_back()));
-      });
-  return op.getResult(0);
-}
-
-// Index values of the output loops inside a generic body.
-std::vector<Value> LoopIndices(OpBuilder& b, Location l, int rank) {
-  std::vector<Value> idx;
-  for (int d = 0; d < rank; ++d) idx.push_back(b.create<mlir::linalg::IndexOp>(l, d));
-  return idx;
-}
-
-Value IndexConst(OpBuilder& b, Location l, int64_t v) {
-  return b.create<arith::ConstantIndexOp>(l, v);
-}
-
-// An element of `from`'s storage type converted to `to`'s storage type,
-// with PyTorch's cast semantics (bool is 0/1; to bool tests non-zero).
-Value CastElement(GraphImporter& im, OpBuilder& b, Location l, Value v,
-                  ir::DType from, ir::DType to) {
-  if (from == to) return v;
-  Value c = im.ToCompute(b, v, from);
-  if (to == ir::BOOL) {
-    Value nz = c.getType().isa<mlir::FloatType>()
-                   ? b.create<arith::CmpFOp>(l, arith::CmpFPredicate::UNE, c,
-                                             b.create<arith::ConstantOp>(
-                                                 l, b.getFloatAttr(c.getType(), 0.0)))
-                         .getResult()
-                   : b.create<arith::CmpIOp>(
-                          l, arith::CmpIPredicate::ne, c,
-                          b.create<arith::ConstantOp>(
-                              l, b.getIntegerAttr(c.getType(), 0)))
-                         .getResult();
-    return b.create<arith::ExtUIOp>(l, b.getI8Type(), nz);
-  }
-  return im.FromCompute(b, im.CastCompute(b, c, from, to), to);
-}
-
-// --- Reshapes. ----------------------------------------------------------------
-
-// `v` reshaped (row-major) to `to`: collapse to 1-D, expand to `to`.
-Value Reshape(GraphImporter& im, Value v, const Shape& to) {
-  OpBuilder& b = im.builder();
-  auto type = v.getType().cast<mlir::RankedTensorType>();
-  if (type.getShape().vec() == to) return v;
-  const int64_t n = type.getNumElements();
-  auto flat_type = mlir::RankedTensorType::get({n}, type.getElementType());
-  Value flat = v;
-  if (type.getRank() == 0) {
-    flat = b.create<mlir::tensor::ExpandShapeOp>(
-        im.loc(), flat_type, v, llvm::ArrayRef<mlir::ReassociationIndices>{});
-  } else if (type.getRank() > 1) {
-    mlir::ReassociationIndices all;
-    for (int64_t d = 0; d < type.getRank(); ++d) all.push_back(d);
-    flat = b.create<mlir::tensor::CollapseShapeOp>(
-        im.loc(), flat_type, v, llvm::ArrayRef<mlir::ReassociationIndices>{all});
-  }
-  auto to_type = mlir::RankedTensorType::get(to, type.getElementType());
-  if (to.empty()) {
-    return b.create<mlir::tensor::CollapseShapeOp>(
-        im.loc(), to_type, flat, llvm::ArrayRef<mlir::ReassociationIndices>{});
-  }
-  if (to.size() == 1) return flat;
-  mlir::ReassociationIndices all;
-  for (size_t d = 0; d < to.size(); ++d) all.push_back(d);
-  return b.create<mlir::tensor::ExpandShapeOp>(
-      im.loc(), to_type, flat, llvm::ArrayRef<mlir::ReassociationIndices>{all});
-}
 
 // view/reshape/flatten/squeeze/unsqueeze: the output type says it all; the
 // optional size attribute must agree with it.
@@ -273,7 +107,9 @@ absl::Status ConvertReshape(GraphImporter& im, const ir::Node& node) {
   if (node.op() == "squeeze") {
     absl::StatusOr<std::vector<int64_t>> dims = IntListAttr(node, "dim");
     if (!dims.ok()) return dims.status();
-    std::vector<bool> drop(in.size(), dims->empty());
+    // squeeze() drops every size-1 dim; squeeze.dims with an empty list
+    // (dim="") drops none.
+    std::vector<bool> drop(in.size(), !HasAttr(node, "dim"));
     for (int64_t d : *dims) {
       absl::StatusOr<int> w = WrapDim(node, d, in.size());
       if (!w.ok()) return w.status();
@@ -290,24 +126,6 @@ absl::Status ConvertReshape(GraphImporter& im, const ir::Node& node) {
 }
 
 // --- Affine movements. --------------------------------------------------------
-
-// Output element `i` reads input position `exprs(i)` (one expression per
-// input dim over the output's dims).
-absl::Status EmitAffineCopy(GraphImporter& im, const ir::Node& node,
-                            const std::vector<AffineExpr>& exprs) {
-  const std::string& x = node.inputs(0);
-  if (absl::Status s = CheckSameDType(im, node, x); !s.ok()) return s;
-  if (NumElements(ShapeOf(OutType(node))) == 0) {
-    DefineEmpty(im, node);
-    return absl::OkStatus();
-  }
-  AffineMap map = AffineMap::get(OutType(node).shape_size(), 0, exprs,
-                                 im.context());
-  im.Define(node.outputs(0),
-            OutputGeneric(im, node, im.ValueOf(x), map,
-                          [](OpBuilder&, Location, ValueRange e) { return e[0]; }));
-  return absl::OkStatus();
-}
 
 absl::Status EmitPermute(GraphImporter& im, const ir::Node& node,
                          const std::vector<int>& perm) {
@@ -598,32 +416,6 @@ absl::Status ConvertCat(GraphImporter& im, const ir::Node& node) {
 
 // --- Fills and ranges. ------------------------------------------------------------
 
-// `a` (a Python number) in `t`'s compute type, cast as PyTorch casts a
-// scalar to the tensor's dtype.
-Value ScalarInDType(GraphImporter& im, OpBuilder& b, Location l,
-                    const ir::Attribute& a, ir::DType t) {
-  Type type = im.ComputeType(t);
-  if (IsFloat(t)) {
-    double v = a.value_case() == ir::Attribute::kI   ? static_cast<double>(a.i())
-               : a.value_case() == ir::Attribute::kB ? (a.b() ? 1.0 : 0.0)
-                                                     : a.f();
-    return b.create<arith::ConstantOp>(l, b.getF32FloatAttr(static_cast<float>(v)));
-  }
-  int64_t v;
-  switch (a.value_case()) {
-    case ir::Attribute::kI:
-      v = a.i();
-      break;
-    case ir::Attribute::kB:
-      v = a.b();
-      break;
-    default:
-      v = t == ir::BOOL ? a.f() != 0 : static_cast<int64_t>(a.f());
-  }
-  if (t == ir::BOOL) v = v != 0;
-  return b.create<arith::ConstantOp>(l, b.getIntegerAttr(type, v));
-}
-
 absl::Status ConvertFill(GraphImporter& im, const ir::Node& node) {
   const std::string& op = node.op();
   const bool has_like_input = op == "fill" || absl::EndsWith(op, "_like");
@@ -771,8 +563,12 @@ absl::Status ConvertIndexSelect(GraphImporter& im, const ir::Node& node) {
         *dim, x));
   }
   const int rank = expected.size();
+  // A 0-d x gives a 0-d output, read through a one-element index at 0.
   std::vector<AffineExpr> idx_exprs;
-  if (!idx.empty()) idx_exprs.push_back(mlir::getAffineDimExpr(*dim, im.context()));
+  if (!idx.empty()) {
+    idx_exprs.push_back(rank > 0 ? mlir::getAffineDimExpr(*dim, im.context())
+                                 : mlir::getAffineConstantExpr(0, im.context()));
+  }
   AffineMap idx_map = AffineMap::get(rank, 0, idx_exprs, im.context());
   const int d = *dim;
   im.Define(node.outputs(0), OutputGeneric(

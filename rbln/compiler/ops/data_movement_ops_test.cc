@@ -93,6 +93,9 @@ TEST(DataMovementOpsTest, ReshapesKeepRowMajorOrder) {
       {"squeeze", {1, 3, 1}, {3}, {}},
       {"squeeze", {1, 3, 1}, {1, 3}, {{"dim", IntA(-1)}}},
       {"squeeze", {1, 3, 1}, {3}, {{"dim", StrA("0,2")}}},
+      // squeeze.dims with an empty list squeezes nothing (OpInfo
+      // squeeze.multiple).
+      {"squeeze", {1, 1, 1}, {1, 1, 1}, {{"dim", StrA("")}}},
       {"unsqueeze", {2, 3}, {2, 3, 1}, {{"dim", IntA(-1)}}},
       {"unsqueeze", {2, 3}, {1, 2, 3}, {{"dim", IntA(0)}}},
   };
@@ -396,6 +399,21 @@ TEST(DataMovementOpsTest, IndexSelectAlongEachDim) {
                            }),
                     What(g));
       }
+    }
+  }
+}
+
+// A 0-d x with a one-element 1-D index gives a 0-d result (OpInfo
+// index_select's first sample; the index map once referred to a loop the
+// 0-d output does not have).
+TEST(DataMovementOpsTest, IndexSelectOfAScalar) {
+  for (ir::DType dtype : kAllDTypes) {
+    HostTensor x = Values(dtype, {}, 3);
+    for (const Shape& index_shape : {Shape{1}, Shape{}}) {
+      HostTensor idx = Tensor(ir::INT64, index_shape, {0});
+      ir::Graph g = OneOpGraph("index_select", {x.type(), idx.type()},
+                               {Type(dtype, {})}, {{"dim", IntA(0)}});
+      ExpectExact(RunOne(g, {x, idx}), x.values, What(g));
     }
   }
 }

@@ -6,6 +6,9 @@ contract):
   * `op` is the schema's base name without namespace, overload and trailing
     `_` (`aten::add_.Tensor` -> `add`);
   * tensor arguments (and tensor lists) become node inputs in schema order;
+    a `Tensor?[]` list (index, index_put) gives its tensors as inputs and an
+    attribute of its name marking the positions that hold one
+    (`x[:, i]` -> indices="0,1");
   * every other argument becomes an attribute named as in the schema: bool,
     int, float, str as themselves, int lists as `"2,3,-1"`, dtypes by name;
     `None`, devices, layouts and memory formats are left out;
@@ -34,6 +37,9 @@ _IR_OP_ALIASES = {"_softmax": "softmax", "_log_softmax": "log_softmax"}
 # Ops that only alias their input: in a functional graph the value is the
 # input itself (the frontend copies graph outputs that are inputs).
 IDENTITY_OPS = frozenset({"alias", "detach", "view_of", "lift_fresh_copy"})
+
+# Views into the input's storage by explicit strides (see _rebase_as_strided).
+_AS_STRIDED_OPS = frozenset({"as_strided", "as_strided_copy", "as_strided_scatter"})
 
 # Binary ops take a scalar second operand as "other" (compiled_ops.cc does
 # the same for eager calls).
@@ -94,6 +100,11 @@ class IrGraph:
 
     def ops(self):
         return [n[0] for n in self.nodes]
+
+
+def _is_optional_tensor_list(arg) -> bool:
+    """A `Tensor?[]` schema argument (the indices of index/index_put)."""
+    return str(arg.type) == "List[Optional[Tensor]]"
 
 
 def ir_op_name(target) -> str:
@@ -277,6 +288,21 @@ class _Converter:
                     inputs.append(produced)
                     continue
                 value = produced  # A specialized non-tensor value.
+            elif isinstance(value, (list, tuple)) and _is_optional_tensor_list(arg):
+                # Tensor?[] (index, index_put): the tensors are inputs, the
+                # attribute marks which positions hold one ("0,1": x[:, i]).
+                present = []
+                for v in value:
+                    produced = self.env[v] if isinstance(v, torch.fx.Node) else v
+                    if produced is None:
+                        present.append("0")
+                    elif isinstance(produced, str):
+                        inputs.append(produced)
+                        present.append("1")
+                    else:
+                        raise GraphConversionError(f"{what}: entry {v!r} is neither a tensor nor None")
+                attrs[arg.name] = ",".join(present)
+                continue
             elif isinstance(value, (list, tuple)) and any(isinstance(v, torch.fx.Node) for v in value):
                 if all(isinstance(v, torch.fx.Node) and isinstance(self.env[v], str) for v in value):
                     inputs.extend(self.env[v] for v in value)  # Tensor[] (cat, stack).
@@ -291,6 +317,8 @@ class _Converter:
             if isinstance(arg.type, torch.TensorType) or "Tensor" in str(arg.type):
                 name = _SCALAR_OPERAND_ALIASES.get(name, name)  # A scalar operand.
             attrs[name] = attr
+        if op in _AS_STRIDED_OPS:
+            self._rebase_as_strided(node, attrs)
         val = self.value_of(node)
         if isinstance(val, torch.Tensor):
             name = self.fresh(node.name)
@@ -316,6 +344,32 @@ class _Converter:
         else:
             raise GraphConversionError(f"{node.name}: result of type {type(val).__name__}")
         self.ir.nodes.append((op, inputs, outputs, attrs))
+
+    def _rebase_as_strided(self, node, attrs):
+        """as_strided's strides and storage offset address the input's
+        storage; the program holds the input contiguously from its first
+        element, so the offset becomes relative to that element, and a view
+        of a non-contiguous input or reaching before the input (into the
+        larger tensor it is a view of) cannot be expressed."""
+        x = self.value_of(node.args[0])
+        if not isinstance(x, torch.Tensor):
+            return
+        if not x.is_contiguous():
+            raise GraphConversionError(
+                f"{node.name}: as_strided of a non-contiguous tensor (sizes {tuple(x.shape)}, "
+                f"strides {x.stride()}): the program holds it contiguously, so the strides "
+                "would address other elements; call .contiguous() before as_strided"
+            )
+        base = x.storage_offset()
+        offset = attrs.get("storage_offset", base) - base
+        if offset < 0:
+            raise GraphConversionError(
+                f"{node.name}: as_strided with storage_offset {offset + base} reaches "
+                f"before its input, a view at storage offset {base} of a larger tensor; "
+                "the program has only the input's own elements: pass the base tensor "
+                "(or a storage_offset of at least the input's)"
+            )
+        attrs["storage_offset"] = offset
 
     def _output(self, node):
         (results,) = node.args
