@@ -35,7 +35,7 @@ class RunWorkspace {
     RBLN_ASSIGN_OR_RETURN(
         DeviceAllocation block,
         physical_->AllocatePhysical(unit.npu, static_cast<uint64_t>(bytes),
-                                    unit.chiplet));
+                                    unit.chiplet, /*context=*/nullptr));
     blocks_.push_back(block);
     RBLN_RETURN_IF_ERROR(physical_->SetProgramOwned(block, true));
     return physical_->HostView(block);

@@ -106,7 +106,8 @@ Runtime::Runtime(const DeviceProfile& profile, RuntimeOptions options,
                this, &dma_, options.eager_malloc),
       executor_(&storage_, this, profile.chiplets_per_npu),
       totals_(profile.num_npus),
-      chiplet_stats_(profile.num_npus) {
+      chiplet_stats_(profile.num_npus),
+      memory_fractions_(profile.num_npus, 1.0) {
   if (options.publish_stats) {
     absl::MutexLock lock(&totals_mu_);
     publisher_ = StatsPublisher::Create(profile.name, profile.num_npus,
@@ -125,9 +126,9 @@ absl::Status Runtime::CheckNpuIndex(int npu) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<DeviceAllocation> Runtime::AllocatePhysical(int npu,
-                                                           uint64_t nbytes,
-                                                           int wanted) {
+absl::StatusOr<DeviceAllocation> Runtime::AllocatePhysical(int npu, uint64_t nbytes,
+                                                           int wanted,
+                                                           AllocationContext context) {
   RBLN_RETURN_IF_ERROR(CheckNpuIndex(npu));
   const Npu& n = npus_[npu];
   if (wanted != kAnyChiplet &&
@@ -149,7 +150,7 @@ absl::StatusOr<DeviceAllocation> Runtime::AllocatePhysical(int npu,
     }
   }
   ChipletCachingAllocator& cache = *n.caches[chiplet];
-  absl::StatusOr<uint64_t> offset = cache.Allocate(nbytes);
+  absl::StatusOr<uint64_t> offset = cache.Allocate(nbytes, std::move(context));
   UpdateTotals(npu, chiplet);
   if (!offset.ok()) {
     uint64_t npu_free = 0;
@@ -269,6 +270,52 @@ void Runtime::EmptyCache() {
     droppers = droppers_;
   }
   for (const auto& drop : droppers) drop();
+}
+
+absl::Status Runtime::SetMemoryFraction(int npu, double fraction) {
+  RBLN_RETURN_IF_ERROR(CheckNpuIndex(npu));
+  if (!(fraction > 0.0 && fraction <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "rbln: invalid memory fraction %g; it must be in (0, 1] (a share of "
+        "each chiplet's memory)",
+        fraction));
+  }
+  // Whole allocation units, at least one: a fraction never forbids all.
+  const uint64_t unit = profile_.allocation_unit;
+  const uint64_t limit = std::max<uint64_t>(
+      unit, static_cast<uint64_t>(fraction * static_cast<double>(profile_.memory_per_chiplet)) /
+                unit * unit);
+  for (const auto& cache : npus_[npu].caches) {
+    cache->SetMemoryLimit(fraction >= 1.0 ? 0 : limit);
+  }
+  absl::MutexLock lock(&totals_mu_);
+  memory_fractions_[npu] = fraction;
+  return absl::OkStatus();
+}
+
+double Runtime::MemoryFraction(int npu) const {
+  absl::MutexLock lock(&totals_mu_);
+  return memory_fractions_[npu];
+}
+
+void Runtime::SetAllocationObserver(AllocationObserver* observer) {
+  for (int npu = 0; npu < num_npus(); ++npu) {
+    const Npu& n = npus_[npu];
+    for (int c = 0; c < static_cast<int>(n.caches.size()); ++c) {
+      if (observer == nullptr) {
+        n.caches[c]->SetEventSink(nullptr);
+        continue;
+      }
+      const uintptr_t base = n.memory->chiplet_base(c);
+      n.caches[c]->SetEventSink([observer, npu, c, base](const AllocationEvent& e) {
+        AllocationEvent event = e;
+        event.npu = npu;
+        event.chiplet = c;
+        if (event.action != AllocationEvent::Action::kOom) event.address += base;
+        observer->OnAllocationEvent(event);
+      });
+    }
+  }
 }
 
 void Runtime::RegisterCacheDropper(std::function<void()> dropper) {
