@@ -11,6 +11,7 @@
 #include "rbln/core/counters.h"
 #include "rbln/torch/csrc/explain_signals.h"
 #include "rbln/torch/csrc/fallback_policy.h"
+#include "rbln/torch/csrc/generator.h"
 
 namespace rbln::torch_backend {
 
@@ -59,6 +60,8 @@ void CountCpuFallback(const c10::OperatorHandle& op) {
 void RblnCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   CheckSameDevice(op, *stack);
   CountCpuFallback(op);
+  // Random ops draw from the rbln device's generator, not the CPU's.
+  ReplaceDeviceGenerators(op, stack);
   at::native::cpu_fallback(op, stack);
 }
 

@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/utils/pybind.h>  // at::Generator <-> torch.Generator
 
 #include <map>
 #include <tuple>
@@ -22,6 +23,7 @@
 #include "rbln/runtime/device_event.h"
 #include "rbln/torch/csrc/explain_bindings.h"
 #include "rbln/torch/csrc/fallback_policy.h"
+#include "rbln/torch/csrc/generator.h"
 #include "rbln/torch/csrc/graph_program.h"
 #include "rbln/torch/csrc/pinned_host_allocator.h"
 
@@ -140,6 +142,10 @@ PYBIND11_MODULE(_C, m) {
           return *ms;
         }));
   m.def("_is_committed", &RuntimeCommitted);
+  // torch.rbln.default_generators[index] (generator.h).
+  m.def("_default_generator", Translated(+[](int index) -> at::Generator {
+          return DefaultGenerator(static_cast<c10::DeviceIndex>(index));
+        }));
   // The fallback log's source location comes from this Python callable
   // (returns "file.py:LINE(func)" of the user's frame), called with the GIL.
   m.def("_set_source_location_provider", [](py::object fn) {

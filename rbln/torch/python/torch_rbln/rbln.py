@@ -15,6 +15,18 @@ from .streams import (  # noqa: F401  (re-exported as torch.rbln.*)
     set_stream,
     stream,
 )
+from . import random  # noqa: F401  (torch.rbln.random, as torch.cuda.random)
+from .random import (  # noqa: F401  (re-exported as torch.rbln.*)
+    get_rng_state,
+    get_rng_state_all,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+    set_rng_state_all,
+)
 from .memory import (  # noqa: F401  (re-exported as torch.rbln.*)
     empty_cache,
     max_memory_allocated,
@@ -67,8 +79,16 @@ __all__ = [
     "physical_device_count",
     "is_available",
     "is_initialized",
+    "default_generators",
+    "get_rng_state",
+    "get_rng_state_all",
+    "initial_seed",
     "manual_seed",
     "manual_seed_all",
+    "seed",
+    "seed_all",
+    "set_rng_state",
+    "set_rng_state_all",
     "set_device",
     "set_device_layout_like",
     "synchronize",
@@ -248,13 +268,14 @@ def _is_in_bad_fork() -> bool:
     return _C._is_in_bad_fork()
 
 
-def manual_seed(seed: int) -> None:
-    torch.default_generator.manual_seed(seed)
+def __getattr__(name):
+    # torch.rbln.default_generators, made when asked for: the device count is
+    # only known (planned) once the environment is read.
+    if name == "default_generators":
+        from .random import _device_count
 
-
-def manual_seed_all(seed: int) -> None:
-    # Random ops run on the CPU fallback with the CPU generator.
-    torch.default_generator.manual_seed(seed)
+        return tuple(_C._default_generator(i) for i in range(_device_count()))
+    raise AttributeError(f"module 'torch.rbln' has no attribute '{name}'")
 
 
 def get_amp_supported_dtype():
