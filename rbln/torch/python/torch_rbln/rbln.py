@@ -15,6 +15,7 @@ from .streams import (  # noqa: F401  (re-exported as torch.rbln.*)
     set_stream,
     stream,
 )
+from . import amp  # noqa: F401  (torch.rbln.amp, as torch.cuda.amp)
 from . import random  # noqa: F401  (torch.rbln.random, as torch.cuda.random)
 from .random import (  # noqa: F401  (re-exported as torch.rbln.*)
     get_rng_state,
