@@ -6,9 +6,11 @@
 #include <pybind11/stl.h>
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/Exceptions.h>  // torch::PyWarningHandler
 #include <torch/csrc/utils/pybind.h>  // at::Generator <-> torch.Generator
 
 #include <map>
+#include <memory>
 #include <tuple>
 #include <vector>
 #include <string>
@@ -20,6 +22,7 @@
 #include "rbln/torch/csrc/device_dtypes.h"
 #include "rbln/torch/csrc/device_state.h"
 #include "rbln/torch/csrc/streams.h"
+#include "rbln/torch/csrc/sync_debug.h"
 #include "rbln/runtime/device_event.h"
 #include "rbln/torch/csrc/explain_bindings.h"
 #include "rbln/torch/csrc/fallback_policy.h"
@@ -32,18 +35,35 @@ namespace py = pybind11;
 namespace rbln::torch_backend {
 namespace {
 
+// A SyncOpScope for the duration of a Python `with` block.
+class SyncOpScopeHolder {
+ public:
+  explicit SyncOpScopeHolder(std::string op) : op_(std::move(op)) {}
+  void Enter() { scope_ = std::make_unique<SyncOpScope>(op_); }
+  void Exit() { scope_.reset(); }
+
+ private:
+  std::string op_;
+  std::unique_ptr<SyncOpScope> scope_;
+};
+
 // Wraps `fn` so that c10 errors become the matching Python exceptions
-// without the C++ backtrace. Pass captureless lambdas with a unary +.
+// without the C++ backtrace, and TORCH_WARN a Python warning (as torch's own
+// bindings do). Pass captureless lambdas with a unary +.
 template <typename R, typename... Args>
 std::function<R(Args...)> Translated(R (*fn)(Args...)) {
   return [fn](Args... args) -> R {
+    torch::PyWarningHandler warnings;
     try {
       return fn(args...);
     } catch (const c10::IndexError& e) {
+      warnings.set_in_exception();
       throw py::index_error(e.what_without_backtrace());
     } catch (const c10::ValueError& e) {
+      warnings.set_in_exception();
       throw py::value_error(e.what_without_backtrace());
     } catch (const c10::Error& e) {
+      warnings.set_in_exception();
       throw std::runtime_error(e.what_without_backtrace());
     }
   };
@@ -114,6 +134,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("_synchronize", Translated(+[](int index) {
           // Waits for every stream of the device: pending asynchronous
           // transfers, fences, event markers (SPEC M3). Commits the runtime.
+          CheckSynchronize("torch.rbln.synchronize()",
+                           c10::Device(c10::DeviceType::PrivateUse1,
+                                       static_cast<c10::DeviceIndex>(index)));
           SynchronizeDeviceStreams(static_cast<c10::DeviceIndex>(index));
         }));
   // Streams (SPEC M1): this thread's current stream id on a device, and
@@ -142,6 +165,15 @@ PYBIND11_MODULE(_C, m) {
           return *ms;
         }));
   m.def("_is_committed", &RuntimeCommitted);
+  // torch.rbln.set_sync_debug_mode / get_sync_debug_mode (sync_debug.h).
+  m.def("_set_sync_debug_mode",
+        [](int mode) { SetSyncDebugMode(static_cast<SyncDebugMode>(mode)); });
+  m.def("_get_sync_debug_mode", [] { return static_cast<int>(GetSyncDebugMode()); });
+  // `with _SyncOpScope("print(tensor)"):` names Python-level host reads.
+  py::class_<SyncOpScopeHolder>(m, "_SyncOpScope")
+      .def(py::init<std::string>())
+      .def("__enter__", &SyncOpScopeHolder::Enter)
+      .def("__exit__", [](SyncOpScopeHolder& self, py::args) { self.Exit(); });
   // torch.rbln.default_generators[index] (generator.h).
   m.def("_default_generator", Translated(+[](int index) -> at::Generator {
           return DefaultGenerator(static_cast<c10::DeviceIndex>(index));

@@ -90,8 +90,10 @@ __all__ = [
     "seed_all",
     "set_rng_state",
     "set_rng_state_all",
+    "get_sync_debug_mode",
     "set_device",
     "set_device_layout_like",
+    "set_sync_debug_mode",
     "synchronize",
 ]
 
@@ -277,6 +279,32 @@ def __getattr__(name):
 
         return tuple(_C._default_generator(i) for i in range(_device_count()))
     raise AttributeError(f"module 'torch.rbln' has no attribute '{name}'")
+
+
+_SYNC_DEBUG_MODES = {"default": 0, "warn": 1, "error": 2}
+
+
+def set_sync_debug_mode(debug_mode) -> None:
+    """Warns about (1, "warn") or raises on (2, "error") every operation that
+    synchronizes the host with an rbln device, naming the op and the Python
+    line: host reads of device data (.item(), .cpu(), printing, the NaN/Inf
+    check's reads, ops that run on the CPU with device-resident inputs,
+    dtype-converting copies through the host) and explicit waits
+    (torch.rbln.synchronize(), Stream/Event.synchronize()). Reads of data
+    whose latest copy is on the host move nothing and are not reported.
+    0 ("default") turns it off. The per-call twin of explain()."""
+    if isinstance(debug_mode, str):
+        if debug_mode not in _SYNC_DEBUG_MODES:
+            raise RuntimeError("invalid value of debug_mode, expected one of `default`, `warn`, `error`")
+        debug_mode = _SYNC_DEBUG_MODES[debug_mode]
+    if debug_mode not in (0, 1, 2):
+        raise RuntimeError("invalid value of debug_mode, expected 0, 1 or 2 (`default`, `warn`, `error`)")
+    _C._set_sync_debug_mode(int(debug_mode))
+
+
+def get_sync_debug_mode() -> int:
+    """The current sync debug mode: 0 default, 1 warn, 2 error."""
+    return _C._get_sync_debug_mode()
 
 
 def get_amp_supported_dtype():
