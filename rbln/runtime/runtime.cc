@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -153,6 +154,13 @@ absl::StatusOr<DeviceAllocation> Runtime::AllocatePhysical(int npu, uint64_t nby
   absl::StatusOr<uint64_t> offset = cache.Allocate(nbytes, std::move(context));
   UpdateTotals(npu, chiplet);
   if (!offset.ok()) {
+    const double fraction = MemoryFraction(npu);
+    const std::string limited =
+        fraction < 1.0
+            ? absl::StrFormat("; this process may reserve %g of each chiplet of NPU %d "
+                              "(set_per_process_memory_fraction)",
+                              fraction, npu)
+            : "";
     uint64_t npu_free = 0;
     for (int c = 0; c < static_cast<int>(n.chiplets.size()); ++c) {
       npu_free += n.chiplets[c]->free_bytes() + n.caches[c]->cached_bytes();
@@ -161,10 +169,10 @@ absl::StatusOr<DeviceAllocation> Runtime::AllocatePhysical(int npu, uint64_t nby
         "rbln: out of device memory on NPU %d chiplet %d: tried to allocate "
         "%d bytes; chiplet %d has %d bytes free and %d cached of %d; the "
         "NPU's %d chiplet(s) have %d bytes free or cached in total, but a "
-        "storage cannot span chiplets (%s)",
+        "storage cannot span chiplets%s (%s)",
         npu, chiplet, nbytes, chiplet, n.chiplets[chiplet]->free_bytes(),
         cache.cached_bytes(), profile_.memory_per_chiplet, n.chiplets.size(),
-        npu_free, offset.status().message()));
+        npu_free, limited, offset.status().message()));
   }
   DeviceAllocation a;
   a.npu = npu;
@@ -214,6 +222,10 @@ AllocatorStats Runtime::ChipletStats(int npu, int chiplet) const {
 
 std::vector<SegmentInfo> Runtime::ChipletSnapshot(int npu, int chiplet) const {
   return npus_[npu].caches[chiplet]->Snapshot();
+}
+
+uintptr_t Runtime::ChipletBase(int npu, int chiplet) const {
+  return npus_[npu].memory->chiplet_base(chiplet);
 }
 
 AllocatorStats Runtime::NpuStats(int npu) const {
@@ -274,17 +286,22 @@ void Runtime::EmptyCache() {
 
 absl::Status Runtime::SetMemoryFraction(int npu, double fraction) {
   RBLN_RETURN_IF_ERROR(CheckNpuIndex(npu));
-  if (!(fraction > 0.0 && fraction <= 1.0)) {
+  if (!(fraction >= 0.0 && fraction <= 1.0)) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "rbln: invalid memory fraction %g; it must be in (0, 1] (a share of "
+        "rbln: invalid memory fraction %g; it must be in [0, 1] (a share of "
         "each chiplet's memory)",
         fraction));
   }
-  // Whole allocation units, at least one: a fraction never forbids all.
+  // Whole allocation units; 0 lets nothing new be reserved (a 1-byte cap:
+  // the cache's 0 means no cap).
   const uint64_t unit = profile_.allocation_unit;
-  const uint64_t limit = std::max<uint64_t>(
-      unit, static_cast<uint64_t>(fraction * static_cast<double>(profile_.memory_per_chiplet)) /
-                unit * unit);
+  const uint64_t limit =
+      fraction == 0.0
+          ? 1
+          : std::max<uint64_t>(
+                unit,
+                static_cast<uint64_t>(fraction * static_cast<double>(profile_.memory_per_chiplet)) /
+                    unit * unit);
   for (const auto& cache : npus_[npu].caches) {
     cache->SetMemoryLimit(fraction >= 1.0 ? 0 : limit);
   }

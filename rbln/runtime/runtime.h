@@ -78,6 +78,9 @@ class Runtime : public PhysicalMemory {
   AllocatorStats ChipletStats(int npu, int chiplet) const;
   AllocatorStats NpuStats(int npu) const ABSL_LOCKS_EXCLUDED(totals_mu_);
   std::vector<SegmentInfo> ChipletSnapshot(int npu, int chiplet) const;
+  // Device address of a chiplet's first byte: segment and block offsets of
+  // ChipletSnapshot() are relative to it; AllocationEvent addresses are not.
+  uintptr_t ChipletBase(int npu, int chiplet) const;
   void ResetPeakStats(int npu) ABSL_LOCKS_EXCLUDED(totals_mu_);
   void ResetAccumulatedStats(int npu) ABSL_LOCKS_EXCLUDED(totals_mu_);
 
@@ -88,10 +91,10 @@ class Runtime : public PhysicalMemory {
   void RegisterCacheDropper(std::function<void()> dropper)
       ABSL_LOCKS_EXCLUDED(droppers_mu_);
 
-  // Limits every chiplet of `npu` to `fraction` (0..1] of its memory for this
+  // Limits every chiplet of `npu` to `fraction` [0, 1] of its memory for this
   // process's caching allocators (set_per_process_memory_fraction): an
   // allocation that would reserve more fails as an OOM that says so.
-  // InvalidArgument outside (0, 1].
+  // InvalidArgument outside [0, 1].
   absl::Status SetMemoryFraction(int npu, double fraction);
   double MemoryFraction(int npu) const;
 

@@ -137,7 +137,7 @@ TEST(RuntimeTest, NpuIndexOutOfRange) {
 TEST(RuntimeTest, MemoryFractionLimitsEachChiplet) {
   auto rt = Runtime::Create(SmallCard());  // 64 KiB per chiplet.
   EXPECT_EQ((*rt)->MemoryFraction(0), 1.0);
-  EXPECT_FALSE((*rt)->SetMemoryFraction(0, 0.0).ok());
+  EXPECT_FALSE((*rt)->SetMemoryFraction(0, -0.5).ok());
   EXPECT_FALSE((*rt)->SetMemoryFraction(0, 1.5).ok());
   ASSERT_TRUE((*rt)->SetMemoryFraction(0, 0.5).ok());
   EXPECT_EQ((*rt)->MemoryFraction(0), 0.5);
@@ -146,8 +146,11 @@ TEST(RuntimeTest, MemoryFractionLimitsEachChiplet) {
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.status().message(), HasSubstr("NPU 0 chiplet 2"));
   EXPECT_THAT(r.status().message(), HasSubstr("per-process memory fraction"));
+  EXPECT_THAT(r.status().message(), HasSubstr("may reserve 0.5 of each chiplet of NPU 0"));
   EXPECT_TRUE((*rt)->AllocatePhysical(0, 32 * 1024, 2, nullptr).ok());
   EXPECT_TRUE((*rt)->AllocatePhysical(1, 40 * 1024, 2, nullptr).ok());  // Other NPU.
+  ASSERT_TRUE((*rt)->SetMemoryFraction(0, 0.0).ok());
+  EXPECT_FALSE((*rt)->AllocatePhysical(0, 100, 1, nullptr).ok());  // Nothing new.
   ASSERT_TRUE((*rt)->SetMemoryFraction(0, 1.0).ok());
   EXPECT_TRUE((*rt)->AllocatePhysical(0, 16 * 1024, 2, nullptr).ok());
 }
@@ -176,6 +179,9 @@ TEST(RuntimeTest, ObserverSeesEventsWithDeviceAddresses) {
   EXPECT_EQ(alloc.npu, 1);
   EXPECT_EQ(alloc.chiplet, 3);
   EXPECT_EQ(alloc.address, a->address);
+  const std::vector<SegmentInfo> segments = (*rt)->ChipletSnapshot(1, 3);
+  ASSERT_EQ(segments.size(), 1u);
+  EXPECT_EQ((*rt)->ChipletBase(1, 3) + segments[0].blocks[0].offset, a->address);
   EXPECT_EQ(observer.events[2].address, a->address);
 }
 

@@ -16,6 +16,7 @@ from .streams import (  # noqa: F401  (re-exported as torch.rbln.*)
     stream,
 )
 from . import amp  # noqa: F401  (torch.rbln.amp, as torch.cuda.amp)
+from . import memory  # noqa: F401  (torch.rbln.memory, as torch.cuda.memory)
 from . import random  # noqa: F401  (torch.rbln.random, as torch.cuda.random)
 from .random import (  # noqa: F401  (re-exported as torch.rbln.*)
     get_rng_state,
@@ -29,17 +30,30 @@ from .random import (  # noqa: F401  (re-exported as torch.rbln.*)
     set_rng_state_all,
 )
 from .memory import (  # noqa: F401  (re-exported as torch.rbln.*)
+    caching_allocator_alloc,
+    caching_allocator_delete,
     empty_cache,
+    get_per_process_memory_fraction,
+    host_memory_stats,
+    host_memory_stats_as_nested_dict,
     max_memory_allocated,
+    max_memory_cached,
     max_memory_reserved,
     memory_allocated,
+    memory_cached,
     memory_reserved,
     memory_snapshot,
     memory_stats,
+    memory_stats_as_nested_dict,
     memory_stats_per_chiplet,
     memory_summary,
+    reset_accumulated_host_memory_stats,
     reset_accumulated_memory_stats,
+    reset_max_memory_allocated,
+    reset_max_memory_cached,
+    reset_peak_host_memory_stats,
     reset_peak_memory_stats,
+    set_per_process_memory_fraction,
 )
 
 __all__ = [
