@@ -108,7 +108,15 @@ Runtime::Runtime(const DeviceProfile& profile, RuntimeOptions options,
       executor_(&storage_, this, profile.chiplets_per_npu),
       totals_(profile.num_npus),
       chiplet_stats_(profile.num_npus),
-      memory_fractions_(profile.num_npus, 1.0) {
+      memory_fractions_(profile.num_npus, 1.0),
+      busy_ns_(static_cast<size_t>(profile.num_npus) * profile.chiplets_per_npu, 0) {
+  executor_.SetBusyObserver([this](const ComputeUnit& unit, int64_t ns) {
+    absl::MutexLock lock(&totals_mu_);
+    const int64_t index = int64_t{unit.npu} * profile_.chiplets_per_npu + unit.chiplet;
+    if (index < 0 || index >= static_cast<int64_t>(busy_ns_.size())) return;
+    busy_ns_[index] += ns;
+    if (publisher_) publisher_->PublishBusy(unit.npu, unit.chiplet, busy_ns_[index]);
+  });
   if (options.publish_stats) {
     absl::MutexLock lock(&totals_mu_);
     publisher_ = StatsPublisher::Create(profile.name, profile.num_npus,
@@ -308,6 +316,11 @@ absl::Status Runtime::SetMemoryFraction(int npu, double fraction) {
   absl::MutexLock lock(&totals_mu_);
   memory_fractions_[npu] = fraction;
   return absl::OkStatus();
+}
+
+int64_t Runtime::BusyNs(int npu, int chiplet) const {
+  absl::MutexLock lock(&totals_mu_);
+  return busy_ns_[static_cast<size_t>(npu) * profile_.chiplets_per_npu + chiplet];
 }
 
 double Runtime::MemoryFraction(int npu) const {

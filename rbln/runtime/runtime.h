@@ -98,6 +98,10 @@ class Runtime : public PhysicalMemory {
   absl::Status SetMemoryFraction(int npu, double fraction);
   double MemoryFraction(int npu) const;
 
+  // Nanoseconds this process's programs ran on a chiplet since the runtime
+  // was made (published for rbln-smi as busy_ns; torch.rbln.utilization).
+  int64_t BusyNs(int npu, int chiplet) const;
+
   // Sends every allocator event of every chiplet to `observer` (not owned;
   // null stops them). See allocation_observer.h for what it may do.
   void SetAllocationObserver(AllocationObserver* observer);
@@ -149,6 +153,8 @@ class Runtime : public PhysicalMemory {
   // last write is the latest state.
   std::unique_ptr<StatsPublisher> publisher_ ABSL_GUARDED_BY(totals_mu_);
   std::vector<double> memory_fractions_ ABSL_GUARDED_BY(totals_mu_);
+  // By npu * chiplets_per_npu + chiplet.
+  std::vector<int64_t> busy_ns_ ABSL_GUARDED_BY(totals_mu_);
   absl::Mutex droppers_mu_;
   std::vector<std::function<void()>> droppers_ ABSL_GUARDED_BY(droppers_mu_);
   // Last member: streams stop (draining their tasks, which use dma_ and

@@ -174,6 +174,8 @@ PYBIND11_MODULE(_C, m) {
           return *ms;
         }));
   m.def("_is_committed", &RuntimeCommitted);
+  // torch.rbln.init(): commits the device mapping (SPEC A6).
+  m.def("_init", Translated(+[] { (void)RuntimeOrThrow(); }));
   // torch.rbln.set_sync_debug_mode / get_sync_debug_mode (sync_debug.h).
   m.def("_set_sync_debug_mode",
         [](int mode) { SetSyncDebugMode(static_cast<SyncDebugMode>(mode)); });

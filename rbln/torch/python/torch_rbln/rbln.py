@@ -1,4 +1,12 @@
-"""`torch.rbln`: the device module, shaped like `torch.cuda`."""
+"""`torch.rbln`: the device module, shaped like `torch.cuda`.
+
+The torch.cuda names porting code calls have twins here, each behaving as on
+CUDA or raising an error that says why it cannot on rbln; the list and what
+each does is rbln/torch/python/tests/cuda_parity_names.txt.
+"""
+
+import os
+import time
 
 import torch
 
@@ -15,6 +23,7 @@ from .streams import (  # noqa: F401  (re-exported as torch.rbln.*)
     set_stream,
     stream,
 )
+from . import streams  # noqa: F401  (torch.rbln.streams, as torch.cuda.streams)
 from . import amp  # noqa: F401  (torch.rbln.amp, as torch.cuda.amp)
 from . import memory  # noqa: F401  (torch.rbln.memory, as torch.cuda.memory)
 from . import random  # noqa: F401  (torch.rbln.random, as torch.cuda.random)
@@ -58,57 +67,100 @@ from .memory import (  # noqa: F401  (re-exported as torch.rbln.*)
 
 __all__ = [
     "Event",
+    "ExternalStream",
+    "MemPool",
     "Stream",
     "StreamContext",
-    "current_stream",
-    "default_stream",
-    "set_stream",
-    "stream",
+    "amp",
     "bind_device_memory",
+    "caching_allocator_alloc",
+    "caching_allocator_delete",
+    "caching_allocator_enable",
+    "can_device_access_peer",
+    "clock_rate",
     "compiled_programs",
     "counters",
     "current_device",
+    "current_stream",
+    "default_generators",
+    "default_stream",
     "device",
     "device_count",
+    "device_memory_used",
+    "device_of",
     "device_summary",
     "empty_cache",
     "explain",
-    "max_memory_allocated",
-    "max_memory_reserved",
-    "memory_allocated",
-    "memory_reserved",
-    "memory_snapshot",
-    "memory_stats",
-    "memory_stats_per_chiplet",
-    "memory_summary",
-    "reset_accumulated_memory_stats",
-    "reset_peak_memory_stats",
+    "get_allocator_backend",
     "get_amp_supported_dtype",
+    "get_arch_list",
+    "get_device_capability",
     "get_device_name",
     "get_device_profile",
     "get_device_properties",
-    "huge_host_empty",
-    "mem_get_info",
-    "mem_get_info_per_chiplet",
-    "offload",
-    "physical_device_count",
-    "is_available",
-    "is_initialized",
-    "default_generators",
+    "get_per_process_memory_fraction",
     "get_rng_state",
     "get_rng_state_all",
+    "get_stream_from_external",
+    "get_sync_debug_mode",
+    "graph",
+    "graph_pool_handle",
+    "has_half",
+    "host_memory_stats",
+    "host_memory_stats_as_nested_dict",
+    "huge_host_empty",
+    "init",
     "initial_seed",
+    "ipc_collect",
+    "is_available",
+    "is_bf16_supported",
+    "is_current_stream_capturing",
+    "is_initialized",
+    "is_tf32_supported",
+    "list_gpu_processes",
+    "make_graphed_callables",
     "manual_seed",
     "manual_seed_all",
+    "max_memory_allocated",
+    "max_memory_cached",
+    "max_memory_reserved",
+    "mem_get_info",
+    "mem_get_info_per_chiplet",
+    "memory",
+    "memory_allocated",
+    "memory_cached",
+    "memory_reserved",
+    "memory_snapshot",
+    "memory_stats",
+    "memory_stats_as_nested_dict",
+    "memory_stats_per_chiplet",
+    "memory_summary",
+    "memory_usage",
+    "offload",
+    "physical_device_count",
+    "power_draw",
+    "random",
+    "reset_accumulated_host_memory_stats",
+    "reset_accumulated_memory_stats",
+    "reset_max_memory_allocated",
+    "reset_max_memory_cached",
+    "reset_peak_host_memory_stats",
+    "reset_peak_memory_stats",
     "seed",
     "seed_all",
-    "set_rng_state",
-    "set_rng_state_all",
-    "get_sync_debug_mode",
     "set_device",
     "set_device_layout_like",
+    "set_per_process_memory_fraction",
+    "set_rng_state",
+    "set_rng_state_all",
+    "set_stream",
     "set_sync_debug_mode",
+    "stream",
+    "streams",
     "synchronize",
+    "temperature",
+    "use_mem_pool",
+    "utilization",
 ]
 
 
@@ -138,8 +190,16 @@ def physical_device_count() -> int:
 _FAMILY_NAMES = {"rebel100": "RBLN-CR (Rebel100, simulated)", "atom": "RBLN-CA (ATOM, simulated)"}
 
 
+# get_device_capability(): the NPU generation, (major, minor): ATOM is the
+# first, REBEL (the rebel100 card) the second.
+_CAPABILITY = {"atom": (1, 0), "rebel100": (2, 0)}
+
+
 class _RblnDeviceProperties:
-    """What `get_device_properties()` returns, shaped like torch.cuda's."""
+    """What `get_device_properties()` returns, shaped like torch.cuda's: name,
+    total_memory, major/minor (get_device_capability()), multi_processor_count
+    (compute units: chiplets x NPUs), is_integrated; plus the card's family,
+    chiplets per NPU, memory per chiplet and its NPUs."""
 
     def __init__(self, name, family, num_chiplet, npu_count, memory_per_chiplet, npus):
         self.name = name
@@ -149,11 +209,15 @@ class _RblnDeviceProperties:
         self.memory_per_chiplet = memory_per_chiplet
         self.total_memory = memory_per_chiplet * num_chiplet * npu_count
         self.npus = npus
+        self.major, self.minor = _CAPABILITY[family]
+        self.multi_processor_count = num_chiplet * npu_count
+        self.is_integrated = False
 
     def __repr__(self):
         return (
-            f"_RblnDeviceProperties(name='{self.name}', npu_count={self.npu_count}, "
-            f"num_chiplet={self.num_chiplet}, memory_per_chiplet={self.memory_per_chiplet >> 20}MB, "
+            f"_RblnDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
+            f"npu_count={self.npu_count}, num_chiplet={self.num_chiplet}, "
+            f"memory_per_chiplet={self.memory_per_chiplet >> 20}MB, "
             f"total_memory={self.total_memory >> 20}MB, npus={self.npus})"
         )
 
@@ -177,6 +241,195 @@ def get_device_properties(dev=None) -> _RblnDeviceProperties:
 
 def get_device_name(dev=None) -> str:
     return get_device_properties(dev).name
+
+
+def get_device_capability(dev=None) -> tuple:
+    """(major, minor): the NPU generation (ATOM (1, 0), REBEL (2, 0))."""
+    p = get_device_properties(dev)
+    return p.major, p.minor
+
+
+def get_arch_list() -> list:
+    """The device families this build's compiler generates code for."""
+    return sorted(_CAPABILITY)
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """True: compiled kernels compute in bfloat16 (and float16)."""
+    return is_available() and torch.bfloat16 in get_amp_supported_dtype()
+
+
+def is_tf32_supported() -> bool:
+    """False: float32 math runs in float32; there is no TF32 mode to enable."""
+    return False
+
+
+has_half = True
+
+
+def init() -> None:
+    """Initializes the device state: commits the device mapping (SPEC A6), as
+    torch.cuda.init() initializes CUDA. Raises if the environment is invalid."""
+    _C._init()
+
+
+def can_device_access_peer(dev, peer) -> bool:
+    """True for any two rbln devices of this process: the runtime copies
+    between their memories directly (SPEC B4)."""
+    _checked_index(dev)
+    _checked_index(peer)
+    return True
+
+
+def ipc_collect() -> None:
+    """Nothing to collect: rbln memory is never shared with other processes
+    (no IPC handles), so no freed IPC memory waits here."""
+
+
+def get_allocator_backend() -> str:
+    """"native": the runtime's per-chiplet caching allocators."""
+    return "native"
+
+
+def caching_allocator_enable(value: bool = True) -> None:
+    """The caching allocator is the runtime's and always on; `False` raises."""
+    if not value:
+        raise RuntimeError(
+            "rbln: the caching allocator cannot be disabled: device memory is managed by the runtime's "
+            "per-chiplet caching allocators; call torch.rbln.empty_cache() to return cached blocks"
+        )
+
+
+def is_current_stream_capturing() -> bool:
+    """False: rbln has no stream (graph) capture; torch.compile(backend="rbln")
+    compiles whole graphs instead."""
+    return False
+
+
+def _machine_npus(dev):
+    m = _C._device_map()
+    return set(m["devices"][_checked_index(dev)])
+
+
+def _smi_processes():
+    """Live processes publishing rbln statistics (the data rbln-smi reads)."""
+    from . import smi
+
+    processes, _, _ = smi.scan(smi.default_dir())
+    return processes
+
+
+def device_memory_used(dev=None) -> int:
+    """Device memory reserved on the device's NPUs by every process (this one
+    included, once it used the device), as rbln-smi shows it."""
+    npus = _machine_npus(dev)
+    return sum(c["reserved_current"] for p in _smi_processes() for c in p["chiplets"] if c["npu"] in npus)
+
+
+def list_gpu_processes(dev=None) -> str:
+    """The processes using the device and their device memory, as rbln-smi
+    shows them (torch.cuda.list_gpu_processes' format)."""
+    index = _checked_index(dev)
+    npus = _machine_npus(index)
+    lines = [f"RBLN:{index}"]
+    rows = []
+    for p in _smi_processes():
+        chiplets = [c for c in p["chiplets"] if c["npu"] in npus]
+        if chiplets:
+            rows.append((p["pid"], sum(c["reserved_current"] for c in chiplets)))
+    if not rows:
+        lines.append("no processes are running")
+    for pid, used in rows:
+        lines.append(f"process {pid:>10d} uses {used / (1024 * 1024):>12.3f} MB device memory")
+    return "\n".join(lines)
+
+
+# utilization()'s sample period (nvidia-smi samples over 1/6 s to 1 s).
+_UTILIZATION_SAMPLE_S = 0.1
+
+
+def _busy_ns(npus):
+    return {
+        p["pid"]: sum(c["busy_ns"] for c in p["chiplets"] if c["npu"] in npus) for p in _smi_processes()
+    }
+
+
+def utilization(dev=None) -> int:
+    """Percent (0-100) of the last sample period during which the device's
+    chiplets ran programs, averaged over the chiplets, all processes
+    together -- from the busy time every process publishes for rbln-smi. The
+    call takes the sample itself: it waits 0.1 s."""
+    index = _checked_index(dev)
+    npus = _machine_npus(index)
+    units = len(npus) * get_device_properties(index).num_chiplet
+    before, t0 = _busy_ns(npus), time.monotonic_ns()
+    time.sleep(_UTILIZATION_SAMPLE_S)
+    after, t1 = _busy_ns(npus), time.monotonic_ns()
+    busy = sum(after[pid] - before[pid] for pid in after if pid in before)
+    return max(0, min(100, round(100 * busy / ((t1 - t0) * units))))
+
+
+def _unsupported(name, why):
+    def raise_error(*args, **kwargs):
+        raise RuntimeError(f"rbln: torch.rbln.{name} is not supported: {why}")
+
+    raise_error.__name__ = name
+    raise_error.__qualname__ = name
+    raise_error.__doc__ = f"Raises: {why}."
+    return raise_error
+
+
+_NO_GRAPHS = (
+    "rbln has no stream capture (CUDA graphs); torch.compile(model, backend='rbln') compiles the "
+    "whole graph into one program and replays it with the same low launch cost"
+)
+graph = _unsupported("graph", _NO_GRAPHS)
+make_graphed_callables = _unsupported("make_graphed_callables", _NO_GRAPHS)
+graph_pool_handle = _unsupported("graph_pool_handle", _NO_GRAPHS)
+_NO_POOLS = (
+    "device memory comes from the runtime's per-chiplet caching allocators, which have no "
+    "user-created pools; set_per_process_memory_fraction() limits a process instead"
+)
+MemPool = _unsupported("MemPool", _NO_POOLS)
+use_mem_pool = _unsupported("use_mem_pool", _NO_POOLS)
+_NO_EXTERNAL_STREAMS = "rbln streams are the runtime's; there are no driver streams to wrap"
+ExternalStream = _unsupported("ExternalStream", _NO_EXTERNAL_STREAMS)
+get_stream_from_external = _unsupported("get_stream_from_external", _NO_EXTERNAL_STREAMS)
+
+
+def _no_sensor(what):
+    raise RuntimeError(
+        f"rbln: {what} is not available: the simulated NPU has no sensors; utilization(), "
+        "device_memory_used() and memory_stats() report what it measures"
+    )
+
+
+def memory_usage(dev=None) -> int:
+    """Raises: the runtime does not sample memory-bus activity."""
+    _checked_index(dev)
+    raise RuntimeError(
+        "rbln: memory_usage (percent of time device memory was read or written) is not measured by the "
+        "simulated NPU's runtime; explain() counts DMA transfers and utilization() reports compute time"
+    )
+
+
+def temperature(dev=None) -> int:
+    """Raises: no sensor on the simulated NPU."""
+    _checked_index(dev)
+    _no_sensor("temperature")
+
+
+def power_draw(dev=None) -> int:
+    """Raises: no sensor on the simulated NPU."""
+    _checked_index(dev)
+    _no_sensor("power_draw")
+
+
+def clock_rate(dev=None) -> int:
+    """Raises: the simulated NPU has no clock to report (its programs run on
+    the host CPU)."""
+    _checked_index(dev)
+    _no_sensor("clock_rate")
 
 
 def mem_get_info_per_chiplet(dev=None):
@@ -259,6 +512,14 @@ class device:
         if self.prev_idx >= 0:
             _C._set_device(self.prev_idx)
         return False
+
+
+class device_of(device):
+    """Context manager that selects the device of `obj` (a tensor or storage)
+    inside the block; no-op for objects not on rbln."""
+
+    def __init__(self, obj):
+        super().__init__(obj.get_device() if obj.device.type == "rbln" else None)
 
 
 def synchronize(dev=None) -> None:
