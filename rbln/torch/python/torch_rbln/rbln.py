@@ -75,6 +75,7 @@ __all__ = [
     "bind_device_memory",
     "caching_allocator_alloc",
     "caching_allocator_delete",
+    "caching_allocator_disabled",
     "caching_allocator_enable",
     "can_device_access_peer",
     "clock_rate",
@@ -377,6 +378,13 @@ def _unsupported(name, why):
     raise_error.__qualname__ = name
     raise_error.__doc__ = f"Raises: {why}."
     return raise_error
+
+
+caching_allocator_disabled = _unsupported(
+    "caching_allocator_disabled",
+    "device memory is only handed out by the runtime's per-chiplet caching allocators; "
+    "torch.rbln.empty_cache() returns cached blocks",
+)
 
 
 _NO_GRAPHS = (
