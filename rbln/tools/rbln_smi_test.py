@@ -96,7 +96,7 @@ def test_live_and_stale_processes(smi_dir, capsys):
     row = p["chiplets"][1 * 4 + 2]
     assert row == {"npu": 1, "chiplet": 2, "allocated_current": 3 * MIB, "allocated_peak": 5 * MIB,
                    "reserved_current": 20 * MIB, "reserved_peak": 22 * MIB, "active_current": 3 * MIB,
-                   "num_ooms": 1, "num_alloc_retries": 2}
+                   "num_ooms": 1, "num_alloc_retries": 2, "busy_ns": 0}
     assert all(c["allocated_current"] == 0 for c in p["chiplets"] if c is not row)
     assert out["stale"] == [{"path": stale_path, "pid": gone, "reason": "process is not running",
                              "removed": False}]
