@@ -2,8 +2,6 @@
 trains; torch.compile(backend="rbln") keeps autocast regions."""
 # spec: none -- torch.cuda parity (issue 18); SPEC has no autocast items.
 
-import os
-import re
 import sys
 
 import pytest
@@ -12,34 +10,11 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+import autocast_policy
+
 aten = torch.ops.aten
 LOW = (torch.float16, torch.bfloat16)
-
-
-def _policy_lists():
-    """{policy: [(op, overload or None)]} from the AT_FORALL_* macros of the
-    installed ATen/autocast_mode.h -- the lists AutocastCUDA registers."""
-    header = os.path.join(os.path.dirname(torch.__file__), "include", "ATen", "autocast_mode.h")
-    text = open(header).read()
-    out = {}
-    for macro, policy in [
-        ("AT_FORALL_LOWER_PRECISION_FP", "lower_precision_fp"),
-        ("AT_FORALL_FP32", "fp32"),
-        ("AT_FORALL_FP32_SET_OPT_DTYPE", "fp32_set_opt_dtype"),
-        ("AT_FORALL_PROMOTE", "promote"),
-    ]:
-        body = re.search(rf"#define {macro}\(_\)(.*?)\n\n", text, re.S).group(1)
-        out[policy] = [
-            (m.group(1), m.group(2)) for m in re.finditer(r"_\((\w+)(?:,\s*(\w+))?\)", body)
-        ]
-    body = re.search(r"#define AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE\(_\)(.*?)\n\n", text, re.S).group(1)
-    out["fp32_append_dtype"] = [
-        tuple(m.group(1).split(".")) for m in re.finditer(r'"(\w+\.\w+)"', body)
-    ]
-    return out
-
-
-POLICIES = _policy_lists()
+POLICIES = autocast_policy.policy_lists()
 
 
 def _t(*shape, dtype=torch.float32):
