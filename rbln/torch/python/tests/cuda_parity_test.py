@@ -274,14 +274,12 @@ def test_absent_names_are_absent(name):
     assert not hasattr(rbln, name), name
 
 
-def test_smi_data_isolated():
-    # A private RBLN_SMI_DIR: only this child's numbers. A busy thread keeps
-    # the chiplets computing; idle, utilization drops to 0. A memory fraction
-    # turns an allocation that fits the chiplet into an OOM saying so (E7).
-    with tempfile.TemporaryDirectory() as smi_dir:
-        r = rbln_test_util.run_python(
-            """
-import os, threading, torch
+FRESH_PROCESS = """
+import os, pickle, threading, torch
+
+# utilization / list_gpu_processes / device_memory_used from a private
+# RBLN_SMI_DIR: only this process's numbers. A busy thread keeps the NPU
+# computing; idle, utilization drops to 0.
 a = torch.randn(512, 512, dtype=torch.float16).to("rbln")
 a @ a  # Compiled before the sampling: busy time counts finished runs.
 stop = threading.Event()
@@ -292,22 +290,65 @@ t = threading.Thread(target=work)
 t.start()
 busy = max(torch.rbln.utilization() for _ in range(3))
 stop.set(); t.join()
-print("busy", busy, "idle", torch.rbln.utilization())
-print(torch.rbln.list_gpu_processes().splitlines()[1].split()[:2] == ["process", str(os.getpid())])
-print(torch.rbln.device_memory_used() == torch.rbln.memory_reserved())
+print("utilization", busy > 0, torch.rbln.utilization() == 0)
+print("processes", torch.rbln.list_gpu_processes().splitlines()[1].split()[:2] == ["process", str(os.getpid())],
+      torch.rbln.device_memory_used() == torch.rbln.memory_reserved())
+
+# RNG: one generator and state per device (two ATOM NPUs).
+torch.manual_seed(3)
+states = torch.rbln.get_rng_state_all()
+a0, a1 = torch.rand(4, device="rbln:0").cpu(), torch.rand(4, device="rbln:1").cpu()
+torch.rand(4, device="rbln:1")
+differ = not torch.equal(torch.rbln.get_rng_state(0), torch.rbln.get_rng_state(1))
+torch.rbln.set_rng_state_all(states)
+with torch.rbln.device(1):
+    torch.rbln.manual_seed(9)
+    seeds = torch.rbln.initial_seed()
+print("rng", len(states) == 2, torch.equal(a0, a1), differ,
+      torch.equal(torch.rand(4, device="rbln:0").cpu(), a0), seeds == 9, torch.rbln.initial_seed() == 3)
+
+# Sync debug mode: a warm eager loop of device-resident data with the
+# pre-dispatch checks off (TORCH_RBLN_DEPLOY=ON) reads nothing on the host.
+x = torch.randn(64, 64, dtype=torch.float16).to("rbln")
+y = (torch.rand(64, 64, dtype=torch.float16) * 0.5).to("rbln")
+z = x * y + x
+torch.rbln.set_sync_debug_mode("error")
+for _ in range(10):
+    z = z * y + x
+torch.rbln.set_sync_debug_mode("default")
+print("sync", bool(torch.isfinite(z.cpu()).all()))
+
+# A memory fraction turns an allocation that fits the chiplet into an OOM
+# saying so (E7); TORCH_RBLN_OOM_SNAPSHOT writes a snapshot with its trace.
+torch.rbln.memory._record_memory_history("all", stacks="python")
 torch.rbln.set_per_process_memory_fraction(0.25)
 try:
     torch.rbln.bind_device_memory(torch.empty(10 << 20, device="rbln"))  # 40 MiB of a 64 MiB chiplet
 except torch.OutOfMemoryError as e:
-    print("OOM", "chiplet" in str(e), "set_per_process_memory_fraction" in str(e), "0.25" in str(e))
-""",
-            {"RBLN_SMI_DIR": smi_dir, "RBLN_SIM_MEMORY_PER_CHIPLET": "64MiB"},
+    message = str(e)
+print("oom", "chiplet 0" in message, "set_per_process_memory_fraction" in message, "0.25" in message)
+path = message.split("memory snapshot written to ")[1].split(" (")[0]
+data = pickle.load(open(path, "rb"))
+ooms = [e for t in data["device_traces"] for e in t if e["action"] == "oom"]
+print("snapshot", path.startswith(os.environ["TORCH_RBLN_OOM_SNAPSHOT"]), len(ooms) == 1,
+      ooms[0]["size"] == 40 << 20, "device_free" in ooms[0])
+"""
+
+
+def test_in_a_fresh_process():
+    # What needs its own environment, in one child process (two 64 MiB ATOM
+    # NPUs, private rbln-smi and OOM-snapshot directories, checks off).
+    with tempfile.TemporaryDirectory() as smi_dir, tempfile.TemporaryDirectory() as snapshots:
+        r = rbln_test_util.run_python(
+            FRESH_PROCESS,
+            {"RBLN_SIM_PROFILE": "atom", "RBLN_SIM_NPUS": "2", "RBLN_SIM_MEMORY_PER_CHIPLET": "64MiB",
+             "RBLN_SMI_DIR": smi_dir, "TORCH_RBLN_OOM_SNAPSHOT": snapshots, "TORCH_RBLN_DEPLOY": "ON"},
         )
-    assert r.returncode == 0, r.stderr
-    lines = r.stdout.split("\n")
-    words = lines[0].split()
-    assert int(words[1]) > 0 and int(words[3]) == 0, lines[0]
-    assert lines[1:4] == ["True", "True", "OOM True True True"], r.stdout
+        assert r.returncode == 0, r.stderr
+        assert len(os.listdir(snapshots)) == 1
+    results = {line.split()[0]: line.split()[1:] for line in r.stdout.splitlines() if line}
+    for name in ("utilization", "processes", "rng", "sync", "oom", "snapshot"):
+        assert results.get(name) and all(v == "True" for v in results[name]), (name, r.stdout)
 
 
 def test_count():

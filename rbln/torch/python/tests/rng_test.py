@@ -8,7 +8,6 @@ import sys
 import pytest
 import torch
 
-import rbln_test_util
 
 
 def _random_step(x):
@@ -119,30 +118,8 @@ def test_checkpoint_restore_replays_a_training_step():
         assert torch.equal(g1, g2)
 
 
-def test_states_per_device():
-    # Two logical devices (ATOM NPUs): each has its own generator and state.
-    r = rbln_test_util.run_python(
-        """
-import torch
-assert torch.rbln.device_count() == 2
-torch.manual_seed(3)
-s = torch.rbln.get_rng_state_all()
-a0 = torch.rand(4, device="rbln:0").cpu(); a1 = torch.rand(4, device="rbln:1").cpu()
-assert torch.equal(a0, a1)  # Same seed on both.
-torch.rand(4, device="rbln:1")
-assert not torch.equal(torch.rbln.get_rng_state(0), torch.rbln.get_rng_state(1))
-torch.rbln.set_rng_state_all(s)
-assert torch.equal(torch.rand(4, device="rbln:1").cpu(), a1)
-with torch.rbln.device(1):
-    torch.rbln.manual_seed(9)
-    assert torch.rbln.initial_seed() == 9
-assert torch.rbln.initial_seed() == 3
-print("ok")
-""",
-        {"RBLN_SIM_PROFILE": "atom", "RBLN_SIM_NPUS": "2"},
-    )
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "ok"
+# Per-device states (two ATOM NPUs) are checked in a fresh process by
+# cuda_parity_test.py's test_in_a_fresh_process.
 
 
 if __name__ == "__main__":
