@@ -32,6 +32,7 @@ DEBIAN_PACKAGES=(
   "mlir-${LLVM_VERSION}-tools"
   "llvm-${LLVM_VERSION}-dev"
   libopenblas-dev          # tested: 0.3.21+ds-4
+  libdnnl-dev              # oneDNN, the GEMM library; tested: 2.6.3-1
 )
 
 # The compiler is also built and tested with MLIR 19 (`--config=mlir19`).

@@ -30,6 +30,8 @@
 #include "rbln/compiler/kernel_errors.h"
 #include "rbln/compiler/mlir_compat.h"
 #include "rbln/compiler/mlir_setup.h"
+#include "rbln/compiler/onednn_gemm.h"
+#include "rbln/core/status_macros.h"
 
 namespace rbln::compiler {
 namespace {
@@ -115,7 +117,24 @@ llvm::orc::SymbolMap RuntimeSymbols(llvm::orc::MangleAndInterner interner) {
       compat::ExportedSymbol(&rbln_report_zero_division);
   symbols[interner(kChipletBarrierSymbol)] =
       compat::ExportedSymbol(&TimedChipletBarrier);
+  symbols[interner(kOnednnGemmSymbol)] = compat::ExportedSymbol(&rbln_gemm);
   return symbols;
+}
+
+// Loads the GEMM library a kernel calls, or says which one is missing.
+absl::Status LoadGemmLibraryOf(const ir::Graph& graph, bool uses_blas,
+                               bool uses_onednn) {
+  if (uses_onednn && !LoadOnednn()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "program %s calls oneDNN's %s, but %s", graph.name(),
+        kOnednnGemmSymbol, OnednnDescription()));
+  }
+  if (uses_blas && !uses_onednn && !LoadOpenBlas()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "program %s calls %s, but libopenblas.so.0 could not be loaded",
+        graph.name(), kSgemmName));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status LlvmError(const std::string& what, llvm::Error error) {
@@ -130,13 +149,13 @@ absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::Create(
     mlir::ModuleOp llvm_module, const ir::Graph& graph,
     const std::string& object_path) {
   // The JIT resolves cblas_sgemm (from the BLAS rewrite) among the process's
-  // symbols, where LoadOpenBlas() puts it.
-  const bool uses_blas = llvm_module.lookupSymbol(kSgemmName) != nullptr;
-  if (uses_blas && !LoadOpenBlas()) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "program %s calls %s, but libopenblas.so.0 could not be loaded",
-        graph.name(), kSgemmName));
-  }
+  // symbols, where LoadOpenBlas() puts it; rbln_gemm is ours (RuntimeSymbols)
+  // and needs oneDNN loaded.
+  const bool uses_onednn =
+      llvm_module.lookupSymbol(kOnednnGemmSymbol) != nullptr;
+  const bool uses_blas =
+      uses_onednn || llvm_module.lookupSymbol(kSgemmName) != nullptr;
+  RBLN_RETURN_IF_ERROR(LoadGemmLibraryOf(graph, uses_blas, uses_onednn));
   absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> host = HostTargetMachine();
   if (!host.ok()) return host.status();
   llvm::TargetMachine* machine = host->get();
@@ -183,18 +202,15 @@ absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::Create(
   if (!object_path.empty()) (*engine)->dumpToObjectFile(object_path);
   return std::unique_ptr<CompiledProgram>(
       new CompiledProgram(std::move(*engine), nullptr, *entry, graph, uses_blas,
+                          uses_onednn,
                           ReadPartitionLayout(llvm_module)));
 }
 
 absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::LoadObject(
     const std::string& object, const ir::Graph& graph, bool uses_blas,
-    PartitionLayout layout) {
+    bool uses_onednn, PartitionLayout layout) {
   InitializeMlirOnce();  // The native target.
-  if (uses_blas && !LoadOpenBlas()) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "program %s calls %s, but libopenblas.so.0 could not be loaded",
-        graph.name(), kSgemmName));
-  }
+  RBLN_RETURN_IF_ERROR(LoadGemmLibraryOf(graph, uses_blas, uses_onednn));
   llvm::Expected<llvm::orc::JITTargetMachineBuilder> machine =
       llvm::orc::JITTargetMachineBuilder::detectHost();
   if (!machine) return LlvmError("detecting the host", machine.takeError());
@@ -223,16 +239,18 @@ absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::LoadObject(
   if (!entry) return LlvmError("looking up the entry point", entry.takeError());
   auto* fn = reinterpret_cast<void (*)(void**)>(entry->getValue());
   return std::unique_ptr<CompiledProgram>(new CompiledProgram(
-      nullptr, std::move(*jit), fn, graph, uses_blas, layout));
+      nullptr, std::move(*jit), fn, graph, uses_blas, uses_onednn, layout));
 }
 
 CompiledProgram::CompiledProgram(std::unique_ptr<mlir::ExecutionEngine> engine,
                                  std::unique_ptr<llvm::orc::LLJIT> jit,
                                  void (*entry)(void**), ir::Graph graph,
-                                 bool uses_blas, PartitionLayout layout)
+                                 bool uses_blas, bool uses_onednn,
+                                 PartitionLayout layout)
     : engine_(std::move(engine)),
       jit_(std::move(jit)),
       uses_blas_(uses_blas),
+      uses_onednn_(uses_onednn),
       layout_(layout),
       entry_(entry),
       graph_(std::move(graph)),

@@ -49,20 +49,31 @@ DYNAMIC_SHAPE_MESSAGE = "Dynamic shape not supported for rbln backend"
 _MODES = ("default", "compile_only")
 _KNOWN_OPTIONS = ("num_devices", "cache_dir", "mode", "npu", "host_ops")
 
-# Decompositions into ops the compiler has: aliases of permute/copy and
-# composite ops with simple core-ATen forms. Everything else reaches the IR
-# as the ATen op itself (the compiler implements or reports it).
-_DECOMPOSED_OPS = (
-    "t",
-    "transpose.int",
-    "_unsafe_view",
-    "masked_fill.Tensor",
-    "rsub.Scalar",
-    "rsub.Tensor",
-    "squeeze.default",
-    "squeeze.dim",
-    "squeeze.dims",
-)
+# What reaches the compiler: aot_autograd decomposes the captured graph with
+# PyTorch's own core ATen decompositions (`torch._decomp.
+# core_aten_decompositions()`), so composite ops (std, logsumexp, addcmul,
+# hardswish, nll_loss, stack, roll, ...) arrive as the ~160 ops tagged
+# `torch.Tag.core`, which the compiler implements or reports (SPEC J6).
+# Except these, which the compiler lowers itself because their
+# decomposition would lose a fused kernel or precision. (Ops with a
+# CompositeImplicitAutograd kernel -- linear, matmul, layer_norm, rms_norm,
+# scaled_dot_product_attention -- decompose while aot_autograd traces,
+# whatever this table says; sdpa reaches us as the CPU flash-attention op.)
+_NATIVE_OPS = frozenset({
+    # The fused attention kernel (one pass, f32 softmax statistics).
+    "_scaled_dot_product_flash_attention_for_cpu",
+    # Index arithmetic in one kernel; the decompositions go through cumsum
+    # (repeat_interleave.Tensor) or index_put (index_copy).
+    "repeat_interleave",
+    "index_copy",
+    # ATen's arange rounds (end - start) / step in double; the
+    # decomposition's iota + mul does not match it for half steps.
+    "arange",
+    # silu's decomposition is x * sigmoid(x) in the input dtype's opmath:
+    # the same arithmetic, kept as one op so eager and graph programs share
+    # the converter.
+    "silu",
+})
 
 _lock = threading.Lock()
 # Programs by graph key (IR structure + static shapes): equal graphs, e.g.
@@ -576,16 +587,13 @@ def merge_chiplet_bytes(reports) -> dict:
 
 
 def _decompositions():
-    from torch._decomp import get_decompositions
+    """PyTorch's core ATen decompositions minus `_NATIVE_OPS`, plus ours."""
+    from torch._decomp import core_aten_decompositions
 
-    ops = []
-    for name in _DECOMPOSED_OPS:
-        packet, _, overload = name.partition(".")
-        op = getattr(torch.ops.aten, packet, None)
-        if op is None:
-            continue
-        ops.append(getattr(op, overload or "default", None) or op)
-    table = get_decompositions([o for o in ops if o is not None])
+    table = {
+        op: fn for op, fn in core_aten_decompositions().items()
+        if _fx_to_ir.ir_op_name(op) not in _NATIVE_OPS
+    }
     table[torch.ops.aten._safe_softmax.default] = _safe_softmax
     table[torch.ops.aten.split.Tensor] = _split
     table[torch.ops.aten.split_with_sizes.default] = _split_with_sizes
