@@ -5,7 +5,6 @@ CUDA or raising an error that says why it cannot on rbln; the list and what
 each does is rbln/torch/python/tests/cuda_parity_names.txt.
 """
 
-import os
 import time
 
 import torch
