@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include <string>
+
 #include "absl/strings/str_format.h"
 
 namespace rbln::runtime {
@@ -50,6 +52,7 @@ struct ChipletCachingAllocator::Block {
   uint64_t requested = 0;
   bool allocated = false;
   bool program_owned = false;  // Counted in program*, not allocated/active.
+  AllocationContext context;   // Of the live allocation.
   Block* prev = nullptr;
   Block* next = nullptr;
 
@@ -124,8 +127,9 @@ ChipletCachingAllocator::Block* ChipletCachingAllocator::TakeFreeBlock(
 ChipletCachingAllocator::Block* ChipletCachingAllocator::NewSegment(
     bool small, uint64_t size) {
   uint64_t segment_size = SegmentSize(size);
-  absl::StatusOr<uint64_t> offset = heap_->Allocate(segment_size);
-  if (!offset.ok() && segment_size > size) {
+  absl::StatusOr<uint64_t> offset = absl::ResourceExhaustedError("over the limit");
+  if (!OverLimit(segment_size)) offset = heap_->Allocate(segment_size);
+  if (!offset.ok() && segment_size > size && !OverLimit(size)) {
     // A smaller segment wastes no memory, it only means more segments.
     segment_size = size;
     offset = heap_->Allocate(segment_size);
@@ -134,11 +138,31 @@ ChipletCachingAllocator::Block* ChipletCachingAllocator::NewSegment(
   stats_.segment.Increase(1);
   stats_.reserved_bytes.Increase(Signed(segment_size));
   ++stats_.num_device_alloc;
+  Emit(AllocationEvent::Action::kSegmentAlloc, *offset, segment_size);
   return new Block{*offset, segment_size, small};
 }
 
+bool ChipletCachingAllocator::OverLimit(uint64_t bytes) const {
+  return limit_ != 0 &&
+         static_cast<uint64_t>(stats_.reserved_bytes.current) + bytes > limit_;
+}
+
+void ChipletCachingAllocator::Emit(AllocationEvent::Action action, uint64_t offset,
+                                   uint64_t size, uint64_t requested,
+                                   const AllocationContext* context) {
+  if (!sink_) return;
+  AllocationEvent event{action};
+  event.address = offset;
+  event.size = size;
+  event.requested = requested;
+  event.context = context;
+  if (action == AllocationEvent::Action::kOom) event.device_free = heap_->free_bytes();
+  sink_(event);
+}
+
 uint64_t ChipletCachingAllocator::UseBlock(Block* block, uint64_t size,
-                                           uint64_t requested) {
+                                           uint64_t requested,
+                                           AllocationContext context) {
   const bool already_split = block->is_split();
   const uint64_t remainder = block->size - size;
   // Large blocks keep small remainders: splitting them off would only feed
@@ -169,16 +193,20 @@ uint64_t ChipletCachingAllocator::UseBlock(Block* block, uint64_t size,
   }
   block->allocated = true;
   block->requested = requested;
+  block->context = std::move(context);
   live_[block->offset] = block;
   stats_.allocation.Increase(1);
   stats_.allocated_bytes.Increase(Signed(block->size));
   stats_.active.Increase(1);
   stats_.active_bytes.Increase(Signed(block->size));
   stats_.requested_bytes.Increase(Signed(requested));
+  Emit(AllocationEvent::Action::kAlloc, block->offset, block->size, requested,
+       &block->context);
   return block->offset;
 }
 
-absl::StatusOr<uint64_t> ChipletCachingAllocator::Allocate(uint64_t nbytes) {
+absl::StatusOr<uint64_t> ChipletCachingAllocator::Allocate(uint64_t nbytes,
+                                                           AllocationContext context) {
   const uint64_t unit = heap_->allocation_unit();
   // Rounding a request beyond the capacity could overflow; it fails anyway.
   const uint64_t size =
@@ -201,17 +229,26 @@ absl::StatusOr<uint64_t> ChipletCachingAllocator::Allocate(uint64_t nbytes) {
   }
   if (block == nullptr) {
     ++stats_.num_ooms;
+    Emit(AllocationEvent::Action::kOom, 0, nbytes);
+    const std::string limit =
+        fits && OverLimit(size)
+            ? absl::StrFormat(
+                  "; the per-process memory fraction limits this chiplet to "
+                  "%d reserved bytes, and %d more would exceed it",
+                  limit_, size)
+            : "";
     return absl::ResourceExhaustedError(absl::StrFormat(
         "out of memory: requested %d bytes (%d after rounding to %d-byte "
         "units); the heap has %d bytes free (largest free block %d) of %d; "
         "the allocator reserves %d bytes, of which %d bytes are cached "
-        "(reserved but unallocated)",
+        "(reserved but unallocated)%s",
         nbytes, size, unit, heap_->free_bytes(), heap_->largest_free_block(),
         heap_->capacity(), stats_.reserved_bytes.current,
         stats_.reserved_bytes.current - stats_.allocated_bytes.current -
-            stats_.program_bytes.current));
+            stats_.program_bytes.current,
+        limit));
   }
-  return UseBlock(block, size, nbytes);
+  return UseBlock(block, size, nbytes, std::move(context));
 }
 
 uint64_t ChipletCachingAllocator::TryMerge(Block* dst, Block* src) {
@@ -242,6 +279,9 @@ absl::Status ChipletCachingAllocator::Free(uint64_t offset) {
   }
   Block* block = it->second;
   live_.erase(it);
+  Emit(AllocationEvent::Action::kFree, block->offset, block->size, block->requested,
+       &block->context);
+  block->context.reset();
   const uint64_t size = block->size;
   const uint64_t requested = block->requested;
   const bool program_owned = block->program_owned;
@@ -337,6 +377,7 @@ void ChipletCachingAllocator::ReleaseFreeSegments() {
       stats_.segment.Decrease(1);
       stats_.reserved_bytes.Decrease(Signed(block->size));
       ++stats_.num_device_free;
+      Emit(AllocationEvent::Action::kSegmentFree, block->offset, block->size);
       it = pool->erase(it);
       delete block;
     }
@@ -346,6 +387,21 @@ void ChipletCachingAllocator::ReleaseFreeSegments() {
 void ChipletCachingAllocator::EmptyCache() {
   absl::MutexLock lock(&mu_);
   ReleaseFreeSegments();
+}
+
+void ChipletCachingAllocator::SetMemoryLimit(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  limit_ = bytes;
+}
+
+uint64_t ChipletCachingAllocator::memory_limit() const {
+  absl::MutexLock lock(&mu_);
+  return limit_;
+}
+
+void ChipletCachingAllocator::SetEventSink(EventSink sink) {
+  absl::MutexLock lock(&mu_);
+  sink_ = std::move(sink);
 }
 
 AllocatorStats ChipletCachingAllocator::stats() const {
@@ -386,9 +442,9 @@ std::vector<SegmentInfo> ChipletCachingAllocator::Snapshot() const {
   for (const Block* head : heads) {
     SegmentInfo segment{head->offset, 0, head->small, {}};
     for (const Block* block = head; block != nullptr; block = block->next) {
-      segment.blocks.push_back(
-          {block->offset, block->size, block->requested, block->allocated,
-           block->program_owned});
+      segment.blocks.push_back({block->offset, block->size, block->requested,
+                                block->allocated, block->program_owned,
+                                block->context});
       segment.size += block->size;
     }
     segments.push_back(std::move(segment));

@@ -40,12 +40,23 @@
 // the cache, as CUDA shows memory held by graph pools. Freeing a marked
 // block releases it from program_bytes.
 //
-// Thread-safe: one mutex guards everything; it is held while calling the heap.
+// A memory limit (SetMemoryLimit, from set_per_process_memory_fraction) caps
+// reserved_bytes: a segment that would take the reserve beyond it is not
+// taken from the heap, and the allocation fails as an OOM once the cache is
+// flushed, as CUDA's allocator does with a memory fraction.
+//
+// Events (SetEventSink): every block handed out or freed, segment taken or
+// returned, and OOM goes to the sink as it happens, with the block's
+// AllocationContext, for memory histories (allocation_observer.h).
+//
+// Thread-safe: one mutex guards everything; it is held while calling the heap
+// and the event sink.
 #ifndef RBLN_RUNTIME_CACHING_ALLOCATOR_H_
 #define RBLN_RUNTIME_CACHING_ALLOCATOR_H_
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <vector>
 
@@ -54,6 +65,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "rbln/runtime/allocation_observer.h"
 #include "rbln/runtime/chiplet_heap.h"
 
 namespace rbln::runtime {
@@ -113,6 +125,7 @@ struct BlockInfo {
   uint64_t requested;  // 0 for a free block.
   bool allocated;
   bool program_owned = false;
+  AllocationContext context;  // What Allocate() was given (live blocks).
 };
 
 struct SegmentInfo {
@@ -143,8 +156,10 @@ class ChipletCachingAllocator {
   // Offset (within the chiplet) of a block of at least `nbytes`.
   // ResourceExhausted when neither the cache nor the heap can serve it; the
   // message gives the requested and rounded sizes, the heap's free bytes and
-  // the cached bytes. The caller adds which NPU and chiplet.
-  absl::StatusOr<uint64_t> Allocate(uint64_t nbytes) ABSL_LOCKS_EXCLUDED(mu_);
+  // the cached bytes, and the memory limit when it is what failed. The caller
+  // adds which NPU and chiplet. The block keeps `context` until it is freed.
+  absl::StatusOr<uint64_t> Allocate(uint64_t nbytes, AllocationContext context = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // InvalidArgument if `offset` is not a live block (unknown or double free).
   absl::Status Free(uint64_t offset) ABSL_LOCKS_EXCLUDED(mu_);
   // Moves the live block at `offset` between the user's statistics
@@ -157,6 +172,17 @@ class ChipletCachingAllocator {
 
   // Returns every fully free segment to the heap.
   void EmptyCache() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Caps reserved bytes at `bytes` (whole allocation units count); 0 lifts
+  // the cap. Segments already reserved stay; the cap applies to new ones.
+  void SetMemoryLimit(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t memory_limit() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Events with `address` the offset within the chiplet and npu/chiplet
+  // left 0 (the caller knows them); called under the allocator's mutex. An
+  // empty function stops them.
+  using EventSink = std::function<void(const AllocationEvent&)>;
+  void SetEventSink(EventSink sink) ABSL_LOCKS_EXCLUDED(mu_);
 
   AllocatorStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
   void ResetPeakStats() ABSL_LOCKS_EXCLUDED(mu_);
@@ -186,12 +212,18 @@ class ChipletCachingAllocator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Hands out `size` bytes of `block` (in no pool); splits off the rest if
   // the policy says so.
-  uint64_t UseBlock(Block* block, uint64_t size, uint64_t requested)
+  uint64_t UseBlock(Block* block, uint64_t size, uint64_t requested,
+                    AllocationContext context)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Merges `src` into `dst` if it is free; returns the bytes gained.
   uint64_t TryMerge(Block* dst, Block* src) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseFreeSegments() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Pool& PoolOf(const Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Would a new segment of `bytes` take reserved bytes beyond the limit?
+  bool OverLimit(uint64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Emit(AllocationEvent::Action action, uint64_t offset, uint64_t size,
+            uint64_t requested = 0, const AllocationContext* context = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   ChipletHeap* const heap_;
   const uint64_t max_segment_size_;  // Capacity, whole allocation units.
@@ -201,6 +233,8 @@ class ChipletCachingAllocator {
   Pool large_pool_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Block*> live_ ABSL_GUARDED_BY(mu_);
   AllocatorStats stats_ ABSL_GUARDED_BY(mu_);
+  uint64_t limit_ ABSL_GUARDED_BY(mu_) = 0;  // 0: none.
+  EventSink sink_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace rbln::runtime

@@ -2,6 +2,7 @@
 #include "rbln/runtime/caching_allocator.h"
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -485,6 +486,75 @@ TEST(AllocatorStatsTest, SumAddsCurrentPeaksAndCounters) {
   EXPECT_EQ(total.allocated_bytes.freed, 40);
   EXPECT_EQ(total.num_ooms, 3);
   EXPECT_EQ(total.num_device_alloc, 3);
+}
+
+// The per-process memory fraction (no SPEC ID; torch.cuda parity): the
+// limit caps reserved bytes, and the OOM says it was the limit.
+TEST(ChipletCachingAllocatorTest, MemoryLimitCapsReservedBytes) {
+  ChipletHeap heap(64 * kMiB, kUnit);
+  ChipletCachingAllocator allocator(&heap);
+  allocator.SetMemoryLimit(3 * kMiB);
+  EXPECT_EQ(allocator.memory_limit(), 3 * kMiB);
+  // A 2 MiB small-pool segment fits under the limit; the next one would not,
+  // so a request beyond the first segment takes an exact-size segment.
+  AllocOrDie(allocator, kMiB);
+  AllocOrDie(allocator, kMiB);
+  AllocOrDie(allocator, kMiB / 2);
+  EXPECT_LE(allocator.stats().reserved_bytes.current, 3 * kMiB);
+  absl::StatusOr<uint64_t> over = allocator.Allocate(kMiB);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(over.status().message(), HasSubstr("per-process memory fraction"));
+  EXPECT_THAT(over.status().message(), HasSubstr("3145728 reserved bytes"));
+  EXPECT_EQ(allocator.stats().num_ooms, 1);
+  // The heap itself had room: only the limit refused.
+  EXPECT_GT(heap.free_bytes(), 32 * kMiB);
+  allocator.SetMemoryLimit(0);
+  EXPECT_TRUE(allocator.Allocate(kMiB).ok());
+}
+
+// Memory histories (no SPEC ID; torch.cuda parity): every block, segment
+// and OOM event reaches the sink in order, with the block's context.
+TEST(ChipletCachingAllocatorTest, EventSinkSeesBlocksSegmentsAndOoms) {
+  ChipletHeap heap(4 * kMiB, kUnit);
+  ChipletCachingAllocator allocator(&heap);
+  std::vector<AllocationEvent> events;
+  std::vector<const void*> contexts;
+  allocator.SetEventSink([&](const AllocationEvent& e) {
+    events.push_back(e);
+    contexts.push_back(e.context != nullptr ? e.context->get() : nullptr);
+  });
+  auto context = std::make_shared<int>(7);
+  absl::StatusOr<uint64_t> a = allocator.Allocate(100, context);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(context.use_count(), 2);  // The live block holds it.
+  {
+    const std::vector<SegmentInfo> segments = allocator.Snapshot();
+    ASSERT_EQ(segments.size(), 1u);
+    EXPECT_EQ(segments[0].blocks[0].context.get(), context.get());
+  }
+  ASSERT_TRUE(allocator.Free(*a).ok());
+  EXPECT_EQ(context.use_count(), 1);  // Released with the block.
+  EXPECT_FALSE(allocator.Allocate(8 * kMiB).ok());
+  allocator.EmptyCache();
+  using Action = AllocationEvent::Action;
+  ASSERT_EQ(events.size(), 5u);
+  EXPECT_EQ(events[0].action, Action::kSegmentAlloc);
+  EXPECT_EQ(events[0].size, 2 * kMiB);
+  EXPECT_EQ(events[1].action, Action::kAlloc);
+  EXPECT_EQ(events[1].address, *a);
+  EXPECT_EQ(events[1].size, kUnit);
+  EXPECT_EQ(events[1].requested, 100u);
+  EXPECT_EQ(contexts[1], context.get());
+  EXPECT_EQ(events[2].action, Action::kFree);
+  EXPECT_EQ(contexts[2], context.get());
+  EXPECT_EQ(events[3].action, Action::kOom);
+  EXPECT_EQ(events[3].size, 8 * kMiB);
+  EXPECT_EQ(events[3].device_free, 2 * kMiB);
+  EXPECT_EQ(events[4].action, Action::kSegmentFree);
+  allocator.SetEventSink(nullptr);
+  EXPECT_TRUE(allocator.Allocate(1).ok());
+  EXPECT_EQ(events.size(), 5u);
 }
 
 }  // namespace

@@ -35,7 +35,7 @@ class RunWorkspace {
     RBLN_ASSIGN_OR_RETURN(
         DeviceAllocation block,
         physical_->AllocatePhysical(unit.npu, static_cast<uint64_t>(bytes),
-                                    unit.chiplet));
+                                    unit.chiplet, /*context=*/nullptr));
     blocks_.push_back(block);
     RBLN_RETURN_IF_ERROR(physical_->SetProgramOwned(block, true));
     return physical_->HostView(block);
@@ -172,7 +172,10 @@ absl::Status Executor::Run(const Executable& program,
   const int64_t end = ProfileRecorder::NowNs();
   execution_ns->Add(end - start);
   executions_->Increment();
-  for (const ComputeUnit& unit : units) UnitCounter(unit)->Increment();
+  for (const ComputeUnit& unit : units) {
+    UnitCounter(unit)->Increment();
+    if (busy_observer_) busy_observer_(unit, end - start);
+  }
   if (units.back().npu != units.front().npu) multi_npu_executions_->Increment();
   if (profiler) {
     // One compute stage per phase, with its worker slices (SPEC O2); an

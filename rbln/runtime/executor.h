@@ -11,6 +11,7 @@
 #define RBLN_RUNTIME_EXECUTOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -50,6 +51,12 @@ class Executor {
 
   int chiplets_per_npu() const { return chiplets_per_npu_; }
 
+  // Called after each run, once per compute unit the run used, with the
+  // run's time in the program (all units of a run work concurrently). Set it
+  // before the first Run.
+  using BusyObserver = std::function<void(const ComputeUnit& unit, int64_t busy_ns)>;
+  void SetBusyObserver(BusyObserver observer) { busy_observer_ = std::move(observer); }
+
  private:
   Counter* UnitCounter(const ComputeUnit& unit) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -62,6 +69,7 @@ class Executor {
   absl::Mutex mu_;
   // By npu * chiplets_per_npu + chiplet.
   absl::flat_hash_map<int64_t, Counter*> unit_counters_ ABSL_GUARDED_BY(mu_);
+  BusyObserver busy_observer_;
 };
 
 }  // namespace rbln::runtime

@@ -139,5 +139,27 @@ TEST(ExecutorTest, PlacesWorkersAndHomesTheirWorkspace) {
   EXPECT_NE(s.message().find("two_worker_copy"), std::string::npos) << s;
 }
 
+// torch.rbln.utilization (no SPEC ID; torch.cuda parity): every unit a run
+// used is reported busy for the run's time.
+TEST(ExecutorTest, ReportsBusyTimePerComputeUnit) {
+  FakePhysicalMemory phys(/*chiplets=*/2);
+  StorageManager storage(1, 64 << 20, &phys, phys.dma(), /*eager=*/false);
+  Executor executor(&storage, &phys, /*chiplets_per_npu=*/2);
+  std::vector<std::pair<int, int64_t>> busy;
+  executor.SetBusyObserver([&](const ComputeUnit& unit, int64_t ns) {
+    busy.emplace_back(unit.chiplet, ns);
+  });
+  const uintptr_t in = *storage.Create(0, 16);
+  const uintptr_t out = *storage.Create(0, 16);
+  std::vector<DeviceBuffer> args = {{in, DType::kFloat32, {4}, {1}},
+                                    {out, DType::kFloat32, {4}, {1}}};
+  TwoWorkerCopy program(&phys);
+  ASSERT_TRUE(executor.Run(program, args).ok());
+  ASSERT_EQ(busy.size(), 2u);
+  EXPECT_NE(busy[0].first, busy[1].first);
+  EXPECT_EQ(busy[0].second, busy[1].second);  // One run, concurrent units.
+  EXPECT_GT(busy[0].second, 0);
+}
+
 }  // namespace
 }  // namespace rbln::runtime

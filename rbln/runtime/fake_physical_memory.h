@@ -25,8 +25,8 @@ class FakePhysicalMemory : public PhysicalMemory {
     }
   }
 
-  absl::StatusOr<DeviceAllocation> AllocatePhysical(int npu, uint64_t nbytes,
-                                                    int chiplet) override {
+  absl::StatusOr<DeviceAllocation> AllocatePhysical(int npu, uint64_t nbytes, int chiplet,
+                                                    AllocationContext /*context*/) override {
     const int c = chiplet == kAnyChiplet ? next_chiplet : chiplet;
     absl::StatusOr<uint64_t> offset = heaps_[c]->Allocate(nbytes);
     if (!offset.ok()) return offset.status();

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "rbln/runtime/allocation_observer.h"
 
 namespace rbln::runtime {
 
@@ -21,11 +22,12 @@ class PhysicalMemory {
  public:
   virtual ~PhysicalMemory() = default;
   // A block on `chiplet`, or on a chiplet of the implementation's choosing
-  // when `chiplet` is kAnyChiplet.
+  // when `chiplet` is kAnyChiplet. `context` says who the block is for
+  // (allocation_observer.h; null for runtime-internal memory).
   static constexpr int kAnyChiplet = -1;
-  virtual absl::StatusOr<DeviceAllocation> AllocatePhysical(int npu,
-                                                            uint64_t nbytes,
-                                                            int chiplet) = 0;
+  virtual absl::StatusOr<DeviceAllocation> AllocatePhysical(int npu, uint64_t nbytes,
+                                                            int chiplet,
+                                                            AllocationContext context) = 0;
   virtual absl::Status FreePhysical(const DeviceAllocation& block) = 0;
   // The host-accessible view of a block, for the DMA engine and executor.
   virtual absl::StatusOr<void*> HostView(const DeviceAllocation& block) = 0;

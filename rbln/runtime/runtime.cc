@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -106,7 +107,16 @@ Runtime::Runtime(const DeviceProfile& profile, RuntimeOptions options,
                this, &dma_, options.eager_malloc),
       executor_(&storage_, this, profile.chiplets_per_npu),
       totals_(profile.num_npus),
-      chiplet_stats_(profile.num_npus) {
+      chiplet_stats_(profile.num_npus),
+      memory_fractions_(profile.num_npus, 1.0),
+      busy_ns_(static_cast<size_t>(profile.num_npus) * profile.chiplets_per_npu, 0) {
+  executor_.SetBusyObserver([this](const ComputeUnit& unit, int64_t ns) {
+    absl::MutexLock lock(&totals_mu_);
+    const int64_t index = int64_t{unit.npu} * profile_.chiplets_per_npu + unit.chiplet;
+    if (index < 0 || index >= static_cast<int64_t>(busy_ns_.size())) return;
+    busy_ns_[index] += ns;
+    if (publisher_) publisher_->PublishBusy(unit.npu, unit.chiplet, busy_ns_[index]);
+  });
   if (options.publish_stats) {
     absl::MutexLock lock(&totals_mu_);
     publisher_ = StatsPublisher::Create(profile.name, profile.num_npus,
@@ -125,9 +135,9 @@ absl::Status Runtime::CheckNpuIndex(int npu) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<DeviceAllocation> Runtime::AllocatePhysical(int npu,
-                                                           uint64_t nbytes,
-                                                           int wanted) {
+absl::StatusOr<DeviceAllocation> Runtime::AllocatePhysical(int npu, uint64_t nbytes,
+                                                           int wanted,
+                                                           AllocationContext context) {
   RBLN_RETURN_IF_ERROR(CheckNpuIndex(npu));
   const Npu& n = npus_[npu];
   if (wanted != kAnyChiplet &&
@@ -149,9 +159,16 @@ absl::StatusOr<DeviceAllocation> Runtime::AllocatePhysical(int npu,
     }
   }
   ChipletCachingAllocator& cache = *n.caches[chiplet];
-  absl::StatusOr<uint64_t> offset = cache.Allocate(nbytes);
+  absl::StatusOr<uint64_t> offset = cache.Allocate(nbytes, std::move(context));
   UpdateTotals(npu, chiplet);
   if (!offset.ok()) {
+    const double fraction = MemoryFraction(npu);
+    const std::string limited =
+        fraction < 1.0
+            ? absl::StrFormat("; this process may reserve %g of each chiplet of NPU %d "
+                              "(set_per_process_memory_fraction)",
+                              fraction, npu)
+            : "";
     uint64_t npu_free = 0;
     for (int c = 0; c < static_cast<int>(n.chiplets.size()); ++c) {
       npu_free += n.chiplets[c]->free_bytes() + n.caches[c]->cached_bytes();
@@ -160,10 +177,10 @@ absl::StatusOr<DeviceAllocation> Runtime::AllocatePhysical(int npu,
         "rbln: out of device memory on NPU %d chiplet %d: tried to allocate "
         "%d bytes; chiplet %d has %d bytes free and %d cached of %d; the "
         "NPU's %d chiplet(s) have %d bytes free or cached in total, but a "
-        "storage cannot span chiplets (%s)",
+        "storage cannot span chiplets%s (%s)",
         npu, chiplet, nbytes, chiplet, n.chiplets[chiplet]->free_bytes(),
         cache.cached_bytes(), profile_.memory_per_chiplet, n.chiplets.size(),
-        npu_free, offset.status().message()));
+        npu_free, limited, offset.status().message()));
   }
   DeviceAllocation a;
   a.npu = npu;
@@ -213,6 +230,10 @@ AllocatorStats Runtime::ChipletStats(int npu, int chiplet) const {
 
 std::vector<SegmentInfo> Runtime::ChipletSnapshot(int npu, int chiplet) const {
   return npus_[npu].caches[chiplet]->Snapshot();
+}
+
+uintptr_t Runtime::ChipletBase(int npu, int chiplet) const {
+  return npus_[npu].memory->chiplet_base(chiplet);
 }
 
 AllocatorStats Runtime::NpuStats(int npu) const {
@@ -269,6 +290,62 @@ void Runtime::EmptyCache() {
     droppers = droppers_;
   }
   for (const auto& drop : droppers) drop();
+}
+
+absl::Status Runtime::SetMemoryFraction(int npu, double fraction) {
+  RBLN_RETURN_IF_ERROR(CheckNpuIndex(npu));
+  if (!(fraction >= 0.0 && fraction <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "rbln: invalid memory fraction %g; it must be in [0, 1] (a share of "
+        "each chiplet's memory)",
+        fraction));
+  }
+  // Whole allocation units; 0 lets nothing new be reserved (a 1-byte cap:
+  // the cache's 0 means no cap).
+  const uint64_t unit = profile_.allocation_unit;
+  const uint64_t limit =
+      fraction == 0.0
+          ? 1
+          : std::max<uint64_t>(
+                unit,
+                static_cast<uint64_t>(fraction * static_cast<double>(profile_.memory_per_chiplet)) /
+                    unit * unit);
+  for (const auto& cache : npus_[npu].caches) {
+    cache->SetMemoryLimit(fraction >= 1.0 ? 0 : limit);
+  }
+  absl::MutexLock lock(&totals_mu_);
+  memory_fractions_[npu] = fraction;
+  return absl::OkStatus();
+}
+
+int64_t Runtime::BusyNs(int npu, int chiplet) const {
+  absl::MutexLock lock(&totals_mu_);
+  return busy_ns_[static_cast<size_t>(npu) * profile_.chiplets_per_npu + chiplet];
+}
+
+double Runtime::MemoryFraction(int npu) const {
+  absl::MutexLock lock(&totals_mu_);
+  return memory_fractions_[npu];
+}
+
+void Runtime::SetAllocationObserver(AllocationObserver* observer) {
+  for (int npu = 0; npu < num_npus(); ++npu) {
+    const Npu& n = npus_[npu];
+    for (int c = 0; c < static_cast<int>(n.caches.size()); ++c) {
+      if (observer == nullptr) {
+        n.caches[c]->SetEventSink(nullptr);
+        continue;
+      }
+      const uintptr_t base = n.memory->chiplet_base(c);
+      n.caches[c]->SetEventSink([observer, npu, c, base](const AllocationEvent& e) {
+        AllocationEvent event = e;
+        event.npu = npu;
+        event.chiplet = c;
+        if (event.action != AllocationEvent::Action::kOom) event.address += base;
+        observer->OnAllocationEvent(event);
+      });
+    }
+  }
 }
 
 void Runtime::RegisterCacheDropper(std::function<void()> dropper) {

@@ -63,8 +63,8 @@ class Runtime : public PhysicalMemory {
   absl::Status CheckNpuIndex(int npu) const;
 
   // PhysicalMemory.
-  absl::StatusOr<DeviceAllocation> AllocatePhysical(int npu, uint64_t nbytes,
-                                                    int chiplet) override;
+  absl::StatusOr<DeviceAllocation> AllocatePhysical(int npu, uint64_t nbytes, int chiplet,
+                                                    AllocationContext context) override;
   absl::Status FreePhysical(const DeviceAllocation& block) override;
   absl::StatusOr<void*> HostView(const DeviceAllocation& block) override;
   absl::Status SetProgramOwned(const DeviceAllocation& block, bool owned) override;
@@ -78,6 +78,9 @@ class Runtime : public PhysicalMemory {
   AllocatorStats ChipletStats(int npu, int chiplet) const;
   AllocatorStats NpuStats(int npu) const ABSL_LOCKS_EXCLUDED(totals_mu_);
   std::vector<SegmentInfo> ChipletSnapshot(int npu, int chiplet) const;
+  // Device address of a chiplet's first byte: segment and block offsets of
+  // ChipletSnapshot() are relative to it; AllocationEvent addresses are not.
+  uintptr_t ChipletBase(int npu, int chiplet) const;
   void ResetPeakStats(int npu) ABSL_LOCKS_EXCLUDED(totals_mu_);
   void ResetAccumulatedStats(int npu) ABSL_LOCKS_EXCLUDED(totals_mu_);
 
@@ -87,6 +90,21 @@ class Runtime : public PhysicalMemory {
   void EmptyCache() ABSL_LOCKS_EXCLUDED(totals_mu_, droppers_mu_);
   void RegisterCacheDropper(std::function<void()> dropper)
       ABSL_LOCKS_EXCLUDED(droppers_mu_);
+
+  // Limits every chiplet of `npu` to `fraction` [0, 1] of its memory for this
+  // process's caching allocators (set_per_process_memory_fraction): an
+  // allocation that would reserve more fails as an OOM that says so.
+  // InvalidArgument outside [0, 1].
+  absl::Status SetMemoryFraction(int npu, double fraction);
+  double MemoryFraction(int npu) const;
+
+  // Nanoseconds this process's programs ran on a chiplet since the runtime
+  // was made (published for rbln-smi as busy_ns; torch.rbln.utilization).
+  int64_t BusyNs(int npu, int chiplet) const;
+
+  // Sends every allocator event of every chiplet to `observer` (not owned;
+  // null stops them). See allocation_observer.h for what it may do.
+  void SetAllocationObserver(AllocationObserver* observer);
 
   // The stream `id` of NPU `npu` (0 is the default stream), made at its
   // first use and alive as long as the runtime (SPEC M1, M2).
@@ -134,6 +152,9 @@ class Runtime : public PhysicalMemory {
   // Null unless options.publish_stats; published under totals_mu_ so the
   // last write is the latest state.
   std::unique_ptr<StatsPublisher> publisher_ ABSL_GUARDED_BY(totals_mu_);
+  std::vector<double> memory_fractions_ ABSL_GUARDED_BY(totals_mu_);
+  // By npu * chiplets_per_npu + chiplet.
+  std::vector<int64_t> busy_ns_ ABSL_GUARDED_BY(totals_mu_);
   absl::Mutex droppers_mu_;
   std::vector<std::function<void()>> droppers_ ABSL_GUARDED_BY(droppers_mu_);
   // Last member: streams stop (draining their tasks, which use dma_ and

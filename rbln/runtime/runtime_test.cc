@@ -21,7 +21,7 @@ TEST(RuntimeTest, SpreadsAllocationsOverChiplets) {
   ASSERT_TRUE(rt.ok()) << rt.status();
   std::vector<int> chiplets;
   for (int i = 0; i < 4; ++i) {
-    auto a = (*rt)->AllocatePhysical(1, 100, Runtime::kAnyChiplet);
+    auto a = (*rt)->AllocatePhysical(1, 100, Runtime::kAnyChiplet, nullptr);
     ASSERT_TRUE(a.ok());
     EXPECT_EQ(a->npu, 1);
     EXPECT_EQ(a->size, 4096u);
@@ -35,7 +35,7 @@ TEST(RuntimeTest, SpreadsAllocationsOverChiplets) {
 TEST(RuntimeTest, FreedBlocksAreCachedUntilEmptyCache) {
   // spec: E1
   auto rt = Runtime::Create(SmallCard());
-  auto a = (*rt)->AllocatePhysical(0, 5000, Runtime::kAnyChiplet);
+  auto a = (*rt)->AllocatePhysical(0, 5000, Runtime::kAnyChiplet, nullptr);
   ASSERT_TRUE(a.ok());
   EXPECT_EQ((*rt)->ChipletStats(0, a->chiplet).allocated_bytes.current, 8192);
   EXPECT_GT((*rt)->UsedBytes(0, a->chiplet), 0u);  // A whole segment.
@@ -53,7 +53,7 @@ TEST(RuntimeTest, FreedBlocksAreCachedUntilEmptyCache) {
 TEST(RuntimeTest, OomNamesNpuChipletRequestedAndFree) {
   auto rt = Runtime::Create(SmallCard());
   // Total free is 4 x 64 KiB, but no single chiplet has 80 KiB.
-  auto r = (*rt)->AllocatePhysical(0, 80 * 1024, Runtime::kAnyChiplet);
+  auto r = (*rt)->AllocatePhysical(0, 80 * 1024, Runtime::kAnyChiplet, nullptr);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(r.status().message(), HasSubstr("NPU 0 chiplet 0"));
@@ -80,10 +80,10 @@ TEST(RuntimeTest, NpuTotalsHaveExactPeaks) {
   // spec: E5, E6 -- the NPU's peak is the running maximum of its total,
   // kept exactly (the summary's total row only sums chiplet peaks).
   auto rt = Runtime::Create(SmallCard());
-  auto a = (*rt)->AllocatePhysical(0, 8192, Runtime::kAnyChiplet);  // chiplet 0
+  auto a = (*rt)->AllocatePhysical(0, 8192, Runtime::kAnyChiplet, nullptr);  // chiplet 0
   ASSERT_TRUE((*rt)->FreePhysical(*a).ok());
-  auto b = (*rt)->AllocatePhysical(0, 8192, Runtime::kAnyChiplet);  // chiplet 0 again (least loaded)
-  auto c = (*rt)->AllocatePhysical(0, 4096, Runtime::kAnyChiplet);  // chiplet 1
+  auto b = (*rt)->AllocatePhysical(0, 8192, Runtime::kAnyChiplet, nullptr);  // chiplet 0 again (least loaded)
+  auto c = (*rt)->AllocatePhysical(0, 4096, Runtime::kAnyChiplet, nullptr);  // chiplet 1
   ASSERT_TRUE(b.ok() && c.ok());
   AllocatorStats total = (*rt)->NpuStats(0);
   EXPECT_EQ(total.allocated_bytes.current, 12288);
@@ -126,10 +126,63 @@ TEST(RuntimeTest, ProgramOwnedStoragesAreReservedNotAllocated) {
 
 TEST(RuntimeTest, NpuIndexOutOfRange) {
   auto rt = Runtime::Create(SmallCard());
-  auto r = (*rt)->AllocatePhysical(2, 1, Runtime::kAnyChiplet);
+  auto r = (*rt)->AllocatePhysical(2, 1, Runtime::kAnyChiplet, nullptr);
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.status().message(), HasSubstr("NPU index 2 is out of range"));
   EXPECT_THAT(r.status().message(), HasSubstr("0..1"));
+}
+
+// set_per_process_memory_fraction (no SPEC ID; torch.cuda parity): the
+// fraction limits each chiplet, and the OOM names NPU, chiplet and limit.
+TEST(RuntimeTest, MemoryFractionLimitsEachChiplet) {
+  auto rt = Runtime::Create(SmallCard());  // 64 KiB per chiplet.
+  EXPECT_EQ((*rt)->MemoryFraction(0), 1.0);
+  EXPECT_FALSE((*rt)->SetMemoryFraction(0, -0.5).ok());
+  EXPECT_FALSE((*rt)->SetMemoryFraction(0, 1.5).ok());
+  ASSERT_TRUE((*rt)->SetMemoryFraction(0, 0.5).ok());
+  EXPECT_EQ((*rt)->MemoryFraction(0), 0.5);
+  EXPECT_EQ((*rt)->MemoryFraction(1), 1.0);
+  auto r = (*rt)->AllocatePhysical(0, 40 * 1024, 2, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("NPU 0 chiplet 2"));
+  EXPECT_THAT(r.status().message(), HasSubstr("per-process memory fraction"));
+  EXPECT_THAT(r.status().message(), HasSubstr("may reserve 0.5 of each chiplet of NPU 0"));
+  EXPECT_TRUE((*rt)->AllocatePhysical(0, 32 * 1024, 2, nullptr).ok());
+  EXPECT_TRUE((*rt)->AllocatePhysical(1, 40 * 1024, 2, nullptr).ok());  // Other NPU.
+  ASSERT_TRUE((*rt)->SetMemoryFraction(0, 0.0).ok());
+  EXPECT_FALSE((*rt)->AllocatePhysical(0, 100, 1, nullptr).ok());  // Nothing new.
+  ASSERT_TRUE((*rt)->SetMemoryFraction(0, 1.0).ok());
+  EXPECT_TRUE((*rt)->AllocatePhysical(0, 16 * 1024, 2, nullptr).ok());
+}
+
+class RecordingObserver : public AllocationObserver {
+ public:
+  void OnAllocationEvent(const AllocationEvent& event) override { events.push_back(event); }
+  std::vector<AllocationEvent> events;
+};
+
+// Memory histories (no SPEC ID; torch.cuda parity): events carry the NPU,
+// the chiplet and device addresses that match the block handed out.
+TEST(RuntimeTest, ObserverSeesEventsWithDeviceAddresses) {
+  auto rt = Runtime::Create(SmallCard());
+  RecordingObserver observer;
+  (*rt)->SetAllocationObserver(&observer);
+  auto a = (*rt)->AllocatePhysical(1, 100, 3, nullptr);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE((*rt)->FreePhysical(*a).ok());
+  (*rt)->SetAllocationObserver(nullptr);
+  ASSERT_TRUE((*rt)->AllocatePhysical(1, 100, 3, nullptr).ok());
+  ASSERT_EQ(observer.events.size(), 3u);  // segment, alloc, free
+  EXPECT_EQ(observer.events[0].action, AllocationEvent::Action::kSegmentAlloc);
+  const AllocationEvent& alloc = observer.events[1];
+  EXPECT_EQ(alloc.action, AllocationEvent::Action::kAlloc);
+  EXPECT_EQ(alloc.npu, 1);
+  EXPECT_EQ(alloc.chiplet, 3);
+  EXPECT_EQ(alloc.address, a->address);
+  const std::vector<SegmentInfo> segments = (*rt)->ChipletSnapshot(1, 3);
+  ASSERT_EQ(segments.size(), 1u);
+  EXPECT_EQ((*rt)->ChipletBase(1, 3) + segments[0].blocks[0].offset, a->address);
+  EXPECT_EQ(observer.events[2].address, a->address);
 }
 
 }  // namespace

@@ -72,6 +72,7 @@ struct StatsPublisher::Record {
   std::atomic<int64_t> active_current;
   std::atomic<int64_t> num_ooms;
   std::atomic<int64_t> num_alloc_retries;
+  std::atomic<int64_t> busy_ns;
 };
 // Shared with other processes, so the atomics must be plain memory words.
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
@@ -303,14 +304,39 @@ void StatsPublisher::Publish(int npu, int chiplet,
   static_assert(sizeof(Record) == kRecordBytes);
   static_assert(offsetof(Record, allocated_current) == 8);
   static_assert(offsetof(Record, num_alloc_retries) == 56);
+  static_assert(offsetof(Record, busy_ns) == 64);
   if (records_ == nullptr || npu < 0 || npu >= num_npus_ || chiplet < 0 ||
       chiplet >= chiplets_per_npu_) {
     return;
   }
   if (g_pid.load(std::memory_order_relaxed) != owner_pid_) return;
   Record& r = records_[npu * chiplets_per_npu_ + chiplet];
-  // Take the record: even -> odd. Another writer holds it only for the few
-  // stores below.
+  const uint64_t seq = TakeRecord(r);
+  constexpr auto kRelaxed = std::memory_order_relaxed;
+  r.allocated_current.store(stats.allocated_bytes.current, kRelaxed);
+  r.allocated_peak.store(stats.allocated_bytes.peak, kRelaxed);
+  r.reserved_current.store(stats.reserved_bytes.current, kRelaxed);
+  r.reserved_peak.store(stats.reserved_bytes.peak, kRelaxed);
+  r.active_current.store(stats.active_bytes.current, kRelaxed);
+  r.num_ooms.store(stats.num_ooms, kRelaxed);
+  r.num_alloc_retries.store(stats.num_alloc_retries, kRelaxed);
+  r.seq.store(seq + 2, std::memory_order_release);
+}
+
+void StatsPublisher::PublishBusy(int npu, int chiplet, int64_t busy_ns) {
+  if (records_ == nullptr || npu < 0 || npu >= num_npus_ || chiplet < 0 ||
+      chiplet >= chiplets_per_npu_) {
+    return;
+  }
+  if (g_pid.load(std::memory_order_relaxed) != owner_pid_) return;
+  Record& r = records_[npu * chiplets_per_npu_ + chiplet];
+  const uint64_t seq = TakeRecord(r);
+  r.busy_ns.store(busy_ns, std::memory_order_relaxed);
+  r.seq.store(seq + 2, std::memory_order_release);
+}
+
+uint64_t StatsPublisher::TakeRecord(Record& r) {
+  // Even -> odd. Another writer holds a record only for a few stores.
   uint64_t seq = r.seq.load(std::memory_order_relaxed);
   for (int spins = 0;; ++spins) {
     if ((seq & 1) == 0 &&
@@ -321,17 +347,9 @@ void StatsPublisher::Publish(int npu, int chiplet,
     if (spins >= 64) std::this_thread::yield();
     seq = r.seq.load(std::memory_order_relaxed);
   }
-  // Readers that see any of the stores below must also see seq odd.
+  // Readers that see any of the writer's stores must also see seq odd.
   std::atomic_thread_fence(std::memory_order_release);
-  constexpr auto kRelaxed = std::memory_order_relaxed;
-  r.allocated_current.store(stats.allocated_bytes.current, kRelaxed);
-  r.allocated_peak.store(stats.allocated_bytes.peak, kRelaxed);
-  r.reserved_current.store(stats.reserved_bytes.current, kRelaxed);
-  r.reserved_peak.store(stats.reserved_bytes.peak, kRelaxed);
-  r.active_current.store(stats.active_bytes.current, kRelaxed);
-  r.num_ooms.store(stats.num_ooms, kRelaxed);
-  r.num_alloc_retries.store(stats.num_alloc_retries, kRelaxed);
-  r.seq.store(seq + 2, std::memory_order_release);
+  return seq;
 }
 
 absl::StatusOr<StatsPublisher::Snapshot> StatsPublisher::Read(
@@ -365,7 +383,7 @@ absl::StatusOr<StatsPublisher::Snapshot> StatsPublisher::Read(
   const int64_t num_records =
       int64_t{header.num_npus} * header.chiplets_per_npu;
   if (header.header_bytes < kHeaderBytes ||
-      header.record_bytes < kRecordBytes || header.record_bytes % 8 != 0 ||
+      header.record_bytes < kMinRecordBytes || header.record_bytes % 8 != 0 ||
       header.num_npus <= 0 || header.chiplets_per_npu <= 0 ||
       num_records > kMaxRecords ||
       header.header_bytes + static_cast<uint64_t>(num_records) *
@@ -411,6 +429,7 @@ absl::StatusOr<StatsPublisher::Snapshot> StatsPublisher::Read(
       out.active_current = r->active_current.load(kRelaxed);
       out.num_ooms = r->num_ooms.load(kRelaxed);
       out.num_alloc_retries = r->num_alloc_retries.load(kRelaxed);
+      out.busy_ns = header.record_bytes >= kRecordBytes ? r->busy_ns.load(kRelaxed) : 0;
       // The field loads above must complete before seq is read again.
       std::atomic_thread_fence(std::memory_order_acquire);
       consistent = r->seq.load(kRelaxed) == before;

@@ -31,7 +31,7 @@
 //      72  128  the writer's command line: the first 128 bytes of
 //               /proc/self/cmdline with NULs turned into spaces, NUL-padded
 //     200   56  reserved, zero
-//   then num_npus * chiplets_per_npu records of record_bytes = 64 bytes, the
+//   then num_npus * chiplets_per_npu records of record_bytes = 72 bytes, the
 //   record of (npu, chiplet) at index npu * chiplets_per_npu + chiplet:
 //       0    8  u64 seq: even when stable, odd while being written
 //       8    8  i64 allocated_current (bytes)
@@ -41,6 +41,10 @@
 //      40    8  i64 active_current
 //      48    8  i64 num_ooms
 //      56    8  i64 num_alloc_retries
+//      64    8  i64 busy_ns: nanoseconds programs of this process ran on the
+//               chiplet, since the process started (torch.rbln.utilization
+//               samples it); appended to the first layout, whose 64-byte
+//               records readers still accept (busy_ns 0)
 //
 // Fields may be appended to the header or to the records without a new
 // version (readers honour header_bytes and record_bytes); any other change
@@ -67,7 +71,9 @@ class StatsPublisher {
   static constexpr char kMagic[9] = "RBLNSMI1";
   static constexpr uint32_t kVersion = 1;
   static constexpr uint32_t kHeaderBytes = 256;
-  static constexpr uint32_t kRecordBytes = 64;
+  static constexpr uint32_t kRecordBytes = 72;
+  // Records of the first layout, without busy_ns; still read.
+  static constexpr uint32_t kMinRecordBytes = 64;
   static constexpr int kProfileNameBytes = 16;
   static constexpr int kCommandLineBytes = 128;
   static constexpr char kFilePrefix[] = "rbln-smi.";
@@ -82,6 +88,7 @@ class StatsPublisher {
     int64_t active_current = 0;
     int64_t num_ooms = 0;
     int64_t num_alloc_retries = 0;
+    int64_t busy_ns = 0;
   };
 
   // A whole file as read back, for tests and tools.
@@ -121,6 +128,8 @@ class StatsPublisher {
   // orders the changes. Does nothing in a fork()ed child, whose allocations
   // are not the parent's.
   void Publish(int npu, int chiplet, const AllocatorStats& stats);
+  // The chiplet's busy_ns, likewise (after every program run).
+  void PublishBusy(int npu, int chiplet, int64_t busy_ns);
 
   // The published file; empty when status() is not OK.
   const std::string& path() const { return path_; }
@@ -137,6 +146,8 @@ class StatsPublisher {
 
  private:
   struct Record;
+  // Takes `r`'s seqlock for writing; returns the (even) seq it had.
+  static uint64_t TakeRecord(Record& r);
 
   explicit StatsPublisher(absl::Status status) : status_(std::move(status)) {}
 

@@ -98,6 +98,8 @@ TEST_F(StatsPublisherTest, PublishesAndReadsBack) {
   publisher->Publish(1, 2, MakeStats(100));
   publisher->Publish(0, 0, MakeStats(0));
   publisher->Publish(0, 0, MakeStats(10));  // The latest wins.
+  publisher->PublishBusy(0, 0, 77);
+  publisher->Publish(0, 0, MakeStats(10));  // Keeps busy_ns.
 
   absl::StatusOr<StatsPublisher::Snapshot> s =
       StatsPublisher::Read(publisher->path());
@@ -122,7 +124,9 @@ TEST_F(StatsPublisherTest, PublishesAndReadsBack) {
   EXPECT_EQ(r.active_current, 105);
   EXPECT_EQ(r.num_ooms, 106);
   EXPECT_EQ(r.num_alloc_retries, 107);
+  EXPECT_EQ(r.busy_ns, 0);  // Never published; Publish() leaves it alone.
   EXPECT_EQ(s->records[0].allocated_current, 11);
+  EXPECT_EQ(s->records[0].busy_ns, 77);
   EXPECT_EQ(s->records[1].allocated_current, 0);  // Never published.
 
   const std::string path = publisher->path();
@@ -136,12 +140,13 @@ TEST_F(StatsPublisherTest, FileHasTheDocumentedLayout) {
                                           36 * 1024 * kMiB);
   ASSERT_TRUE(publisher->status().ok()) << publisher->status();
   publisher->Publish(0, 3, MakeStats(1000));
+  publisher->PublishBusy(0, 3, 4242);
   const std::string bytes = ReadBytes(publisher->path());
-  ASSERT_EQ(bytes.size(), 256u + 4 * 64);
+  ASSERT_EQ(bytes.size(), 256u + 4 * 72);
   EXPECT_EQ(bytes.substr(0, 8), "RBLNSMI1");
   EXPECT_EQ(At<uint32_t>(bytes, 8), 1u);
   EXPECT_EQ(At<uint32_t>(bytes, 12), 256u);
-  EXPECT_EQ(At<uint32_t>(bytes, 16), 64u);
+  EXPECT_EQ(At<uint32_t>(bytes, 16), 72u);
   EXPECT_EQ(At<int32_t>(bytes, 20), getpid());
   EXPECT_GT(At<int64_t>(bytes, 32), 0);
   EXPECT_EQ(At<int32_t>(bytes, 40), 1);
@@ -150,13 +155,14 @@ TEST_F(StatsPublisherTest, FileHasTheDocumentedLayout) {
   EXPECT_EQ(bytes.substr(56, 16), "a-very-long-prof");  // Cut, not terminated.
   EXPECT_EQ(bytes.substr(72, 128), ExpectedCommandField());
   EXPECT_EQ(bytes.substr(200, 56), std::string(56, '\0'));
-  const size_t record = 256 + 3 * 64;
+  const size_t record = 256 + 3 * 72;
   EXPECT_EQ(At<uint64_t>(bytes, record) % 2, 0u);  // seq: even, stable.
   EXPECT_GT(At<uint64_t>(bytes, record), 0u);
   for (int field = 0; field < 7; ++field) {
     EXPECT_EQ(At<int64_t>(bytes, record + 8 + 8 * field), 1001 + field)
         << "field " << field;
   }
+  EXPECT_EQ(At<int64_t>(bytes, record + 64), 4242);  // busy_ns
 }
 
 TEST_F(StatsPublisherTest, FailureGivesAPublisherThatDoesNothing) {

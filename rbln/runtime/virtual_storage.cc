@@ -109,7 +109,8 @@ StorageManager::~StorageManager() {
   }
 }
 
-absl::StatusOr<uintptr_t> StorageManager::Create(int npu, uint64_t nbytes) {
+absl::StatusOr<uintptr_t> StorageManager::Create(int npu, uint64_t nbytes,
+                                                 AllocationContext context) {
   if (npu < 0 || npu >= static_cast<int>(ranges_.size()) ||
       ranges_[npu].base == nullptr) {
     return absl::OutOfRangeError(
@@ -128,6 +129,7 @@ absl::StatusOr<uintptr_t> StorageManager::Create(int npu, uint64_t nbytes) {
   s->nbytes = nbytes;
   s->npu = npu;
   s->offload_dir = t_offload_dir;
+  s->context = std::move(context);
   const uintptr_t base = s->base;
   absl::MutexLock lock(&mu_);
   Storage& ref = *s;
@@ -248,14 +250,14 @@ absl::Status StorageManager::AcquireDevice(Storage& s) {
   if (s.block) return absl::OkStatus();
   if (!deferred_.empty()) FreeDeferredLocked(/*wait=*/false);
   absl::StatusOr<DeviceAllocation> allocated =
-      physical_->AllocatePhysical(s.npu, s.nbytes, PhysicalMemory::kAnyChiplet);
+      physical_->AllocatePhysical(s.npu, s.nbytes, PhysicalMemory::kAnyChiplet, s.context);
   if (!allocated.ok() && absl::IsResourceExhausted(allocated.status()) &&
       !deferred_.empty()) {
     // Blocks held back by record_stream may be what is missing: wait for
     // their streams, as CUDA's allocator does before reporting OOM.
     FreeDeferredLocked(/*wait=*/true);
     allocated =
-        physical_->AllocatePhysical(s.npu, s.nbytes, PhysicalMemory::kAnyChiplet);
+        physical_->AllocatePhysical(s.npu, s.nbytes, PhysicalMemory::kAnyChiplet, s.context);
   }
   RBLN_ASSIGN_OR_RETURN(DeviceAllocation block, std::move(allocated));
   absl::StatusOr<void*> view = physical_->HostView(block);
@@ -461,7 +463,7 @@ absl::Status StorageManager::AlignLayout(uintptr_t target_base,
   }
   RBLN_ASSIGN_OR_RETURN(DeviceAllocation block,
                         physical_->AllocatePhysical(target->npu, target->nbytes,
-                                                    ref->block->chiplet));
+                                                    ref->block->chiplet, target->context));
   absl::StatusOr<void*> view = physical_->HostView(block);
   if (!view.ok()) {
     (void)physical_->FreePhysical(block);

@@ -43,6 +43,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "rbln/core/counters.h"
+#include "rbln/runtime/allocation_observer.h"
 #include "rbln/runtime/chiplet_heap.h"
 #include "rbln/runtime/device_stream.h"
 #include "rbln/runtime/dma_engine.h"
@@ -83,7 +84,9 @@ class StorageManager {
   StorageManager& operator=(const StorageManager&) = delete;
 
   // A new storage of `nbytes` (> 0) on `npu`; returns its virtual address.
-  absl::StatusOr<uintptr_t> Create(int npu, uint64_t nbytes);
+  // Its physical blocks are allocated with `context` (allocation_observer.h).
+  absl::StatusOr<uintptr_t> Create(int npu, uint64_t nbytes,
+                                   AllocationContext context = nullptr);
   // Frees the storage at its base address and its physical block.
   absl::Status Release(uintptr_t base);
 
@@ -193,6 +196,7 @@ class StorageManager {
     std::optional<DeviceAllocation> block;
     void* backing = nullptr;  // Host view of `block`.
     bool program_owned = false;  // Applied to every block it gets (SPEC E2).
+    AllocationContext context;   // Given to every block it gets.
   };
   // A released block waiting for streams to pass points (record_stream).
   struct DeferredFree {

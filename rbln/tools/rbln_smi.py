@@ -28,7 +28,9 @@ VERSION = 1
 # profile name (16), command line (128), reserved (56).
 HEADER = struct.Struct("<8sIIIiQqiiQ16s128s56x")
 # seq (odd while being written), then the fields below.
-RECORD = struct.Struct("<Q7q")
+RECORD = struct.Struct("<Q8q")
+# Records of the first layout (64 bytes, no busy_ns), still read.
+RECORD_64 = struct.Struct("<Q7q")
 SEQ = struct.Struct("<Q")
 RECORD_FIELDS = (
     "allocated_current",
@@ -38,8 +40,9 @@ RECORD_FIELDS = (
     "active_current",
     "num_ooms",
     "num_alloc_retries",
+    "busy_ns",
 )
-assert HEADER.size == 256 and RECORD.size == 64
+assert HEADER.size == 256 and RECORD.size == 72 and RECORD_64.size == 64
 
 ENV_DIR = "RBLN_SMI_DIR"
 FILE_RE = re.compile(r"^rbln-smi\.(\d+)$")
@@ -99,14 +102,16 @@ def _field_str(raw):
     return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
-def _read_record(buf, offset, path, index):
+def _read_record(buf, offset, path, index, layout=RECORD):
     deadline = None
     while True:
         before = SEQ.unpack_from(buf, offset)[0]
         if before % 2 == 0:
-            values = RECORD.unpack_from(buf, offset)
+            values = layout.unpack_from(buf, offset)
             if SEQ.unpack_from(buf, offset)[0] == before == values[0]:
-                return dict(zip(RECORD_FIELDS, values[1:]))
+                row = dict.fromkeys(RECORD_FIELDS, 0)
+                row.update(zip(RECORD_FIELDS, values[1:]))
+                return row
         # Mid-write, or changed while we read: the writer holds a record only
         # for a few stores, so this settles at once unless it died in Publish.
         now = time.monotonic()
@@ -128,7 +133,7 @@ def parse_stats(buf, path="<buffer>"):
     if version != VERSION:
         raise StatsFileError(f"{path}: version {version}, this rbln-smi reads {VERSION}")
     n = num_npus * chiplets_per_npu
-    if (header_bytes < HEADER.size or record_bytes < RECORD.size or record_bytes % 8
+    if (header_bytes < HEADER.size or record_bytes < RECORD_64.size or record_bytes % 8
             or num_npus <= 0 or chiplets_per_npu <= 0 or header_bytes + n * record_bytes > len(buf)):
         raise StatsFileError(
             f"{path}: bad shape ({num_npus} x {chiplets_per_npu} records of {record_bytes} bytes "
@@ -136,7 +141,8 @@ def parse_stats(buf, path="<buffer>"):
     chiplets = []
     for i in range(n):
         row = {"npu": i // chiplets_per_npu, "chiplet": i % chiplets_per_npu}
-        row.update(_read_record(buf, header_bytes + i * record_bytes, path, i))
+        row.update(_read_record(buf, header_bytes + i * record_bytes, path, i,
+                                RECORD if record_bytes >= RECORD.size else RECORD_64))
         chiplets.append(row)
     return {
         "pid": pid,

@@ -44,11 +44,11 @@ def test_layout_matches_the_cpp_header():
     data = rbln_smi._pack_for_tests(
         42, {(0, 1): {"allocated_current": 7, "num_alloc_retries": 9}}, chiplets_per_npu=2,
         memory_per_chiplet=3 * MIB, profile="atom", command="python x.py", start_time=11)
-    assert len(data) == 256 + 2 * 64
+    assert len(data) == 256 + 2 * 72
     assert data[0:8] == b"RBLNSMI1"
     assert int.from_bytes(data[8:12], "little") == 1
     assert int.from_bytes(data[12:16], "little") == 256
-    assert int.from_bytes(data[16:20], "little") == 64
+    assert int.from_bytes(data[16:20], "little") == 72
     assert int.from_bytes(data[20:24], "little") == 42
     assert int.from_bytes(data[24:32], "little") == 11
     assert int.from_bytes(data[40:44], "little") == 1
@@ -57,9 +57,21 @@ def test_layout_matches_the_cpp_header():
     assert data[56:72].rstrip(b"\0") == b"atom"
     assert data[72:200].rstrip(b"\0") == b"python x.py"
     assert data[200:256] == bytes(56)
-    record = 256 + 64
+    record = 256 + 72
     assert int.from_bytes(data[record + 8:record + 16], "little") == 7
     assert int.from_bytes(data[record + 56:record + 64], "little") == 9
+    assert int.from_bytes(data[record + 64:record + 72], "little") == 0  # busy_ns
+
+
+def test_reads_the_first_64_byte_record_layout():
+    # Files of the first layout (no busy_ns) still parse, with busy_ns 0.
+    data = bytearray(rbln_smi._pack_for_tests(5, {(0, 0): {"allocated_current": 3, "busy_ns": 8}}))
+    header = bytearray(data[:256])
+    header[16:20] = (64).to_bytes(4, "little")
+    old = bytes(header) + data[256:256 + 64]
+    row = rbln_smi.parse_stats(old)["chiplets"][0]
+    assert row["allocated_current"] == 3 and row["busy_ns"] == 0
+    assert rbln_smi.parse_stats(bytes(data))["chiplets"][0]["busy_ns"] == 8
 
 
 def test_live_and_stale_processes(smi_dir, capsys):
@@ -84,7 +96,7 @@ def test_live_and_stale_processes(smi_dir, capsys):
     row = p["chiplets"][1 * 4 + 2]
     assert row == {"npu": 1, "chiplet": 2, "allocated_current": 3 * MIB, "allocated_peak": 5 * MIB,
                    "reserved_current": 20 * MIB, "reserved_peak": 22 * MIB, "active_current": 3 * MIB,
-                   "num_ooms": 1, "num_alloc_retries": 2}
+                   "num_ooms": 1, "num_alloc_retries": 2, "busy_ns": 0}
     assert all(c["allocated_current"] == 0 for c in p["chiplets"] if c is not row)
     assert out["stale"] == [{"path": stale_path, "pid": gone, "reason": "process is not running",
                              "removed": False}]

@@ -49,6 +49,7 @@
 #include "rbln/torch/csrc/explain_signals.h"
 #include "rbln/torch/csrc/fallback_policy.h"
 #include "rbln/torch/csrc/streams.h"
+#include "rbln/torch/csrc/sync_debug.h"
 #include "rbln/torch/csrc/tensor_transfer.h"
 #include "rbln/torch/csrc/warm_cache.h"
 
@@ -766,7 +767,12 @@ class CompiledKernel final : public c10::OperatorKernel {
       for (const InputSlot& slot : entry->inputs) {
         inputs.push_back(InputAt(*stack, first, slot));
       }
-      if (GetDispatchConfig().Runs(Check::kNanInf) && HasNanOrInf(inputs, sdpa_)) {
+      const bool nan_inf = [&] {
+        if (!GetDispatchConfig().Runs(Check::kNanInf)) return false;
+        const SyncOpScope scope(op.schema().name(), " (pre-dispatch NaN/Inf check)");
+        return HasNanOrInf(inputs, sdpa_);
+      }();
+      if (nan_inf) {
         Call call = ReadCall(op, *stack);
         CountFallback(call, CheckName(Check::kNanInf));
         return Fallback(op, stack);
@@ -821,7 +827,12 @@ class CompiledKernel final : public c10::OperatorKernel {
         return Fallback(op, stack);  // The fallback reports mixed devices.
       }
     }
-    if (std::optional<Check> failed = FailedShimCheck(call)) {
+    std::optional<Check> failed;
+    {
+      const SyncOpScope scope(op.schema().name(), " (pre-dispatch NaN/Inf check)");
+      failed = FailedShimCheck(call);
+    }
+    if (failed) {
       CountFallback(call, CheckName(*failed));
       return Fallback(op, stack);
     }

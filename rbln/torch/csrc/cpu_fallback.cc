@@ -14,6 +14,8 @@
 #include "rbln/core/counters.h"
 #include "rbln/torch/csrc/explain_signals.h"
 #include "rbln/torch/csrc/fallback_policy.h"
+#include "rbln/torch/csrc/generator.h"
+#include "rbln/torch/csrc/sync_debug.h"
 
 namespace rbln::torch_backend {
 
@@ -62,6 +64,9 @@ void CountCpuFallback(const c10::OperatorHandle& op) {
 void RblnCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   CheckSameDevice(op, *stack);
   CountCpuFallback(op);
+  const SyncOpScope scope(op.schema().name(), " (runs on the CPU)");
+  // Random ops draw from the rbln device's generator, not the CPU's.
+  ReplaceDeviceGenerators(op, stack);
   at::native::cpu_fallback(op, stack);
 }
 

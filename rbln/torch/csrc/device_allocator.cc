@@ -1,6 +1,7 @@
 #include "rbln/torch/csrc/device_allocator.h"
 
 #include "rbln/torch/csrc/device_state.h"
+#include "rbln/torch/csrc/memory_history.h"
 
 namespace rbln::torch_backend {
 namespace {
@@ -20,7 +21,8 @@ class RblnDeviceAllocator final : public c10::DeviceAllocator {
     const c10::Device dev(c10::DeviceType::PrivateUse1, device);
     if (nbytes == 0) return c10::DataPtr(nullptr, dev);
     absl::StatusOr<uintptr_t> address =
-        RuntimeOrThrow().storage().Create(PhysicalNpu(device), nbytes);
+        RuntimeOrThrow().storage().Create(PhysicalNpu(device), nbytes,
+                                          GatherAllocationContext());
     if (!address.ok()) ThrowStatus(address.status());
     void* ptr = reinterpret_cast<void*>(*address);
     return c10::DataPtr(ptr, ptr, &Delete, dev);
@@ -99,6 +101,7 @@ class RblnDeviceAllocator final : public c10::DeviceAllocator {
  private:
   static void Delete(void* ptr) {
     // A deleter must not throw; a failed release would be a runtime bug.
+    const FreeContextScope free_context;
     (void)RuntimeOrThrow().storage().Release(reinterpret_cast<uintptr_t>(ptr));
   }
 };

@@ -21,6 +21,10 @@ DevicePlan* g_committed_plan = nullptr;
 std::mutex g_commit_mu;
 // Droppers registered before the commit; handed to the runtime at commit.
 std::vector<std::function<void()>>* g_pending_droppers = nullptr;
+// OnCommit() functions waiting for the commit.
+std::vector<std::function<void(runtime::Runtime&)>>* g_pending_on_commit = nullptr;
+std::mutex g_oom_mu;
+OutOfMemoryObserver* g_oom_observer = nullptr;  // Guarded by g_oom_mu.
 thread_local c10::DeviceIndex t_current_device = 0;
 
 // SPEC C1 (beyond): a child forked after the parent used the device inherits
@@ -44,12 +48,55 @@ void CheckNotInBadFork() {
               "rbln tensors.");
 }
 
+// The OOM observer's note for `message`; "" without one. Not re-entered: an
+// OOM inside the observer itself is thrown as is.
+std::string OutOfMemoryNote(const std::string& message) {
+  thread_local bool in_observer = false;
+  if (in_observer) return "";
+  OutOfMemoryObserver observer;
+  {
+    std::lock_guard<std::mutex> lock(g_oom_mu);
+    if (g_oom_observer == nullptr) return "";
+    observer = *g_oom_observer;
+  }
+  in_observer = true;
+  std::string note;
+  try {
+    note = observer(message);
+  } catch (...) {
+    // The OOM is the error to report, not the observer's failure.
+  }
+  in_observer = false;
+  return note;
+}
+
 }  // namespace
 
+void SetOutOfMemoryObserver(OutOfMemoryObserver observer) {
+  std::lock_guard<std::mutex> lock(g_oom_mu);
+  delete g_oom_observer;
+  g_oom_observer = observer ? new OutOfMemoryObserver(std::move(observer)) : nullptr;
+}
+
+void OnCommit(std::function<void(runtime::Runtime&)> fn) {
+  {
+    std::lock_guard<std::mutex> lock(g_commit_mu);
+    if (g_committed.load() == nullptr) {
+      if (g_pending_on_commit == nullptr) {
+        g_pending_on_commit = new std::vector<std::function<void(runtime::Runtime&)>>();
+      }
+      g_pending_on_commit->push_back(std::move(fn));
+      return;
+    }
+  }
+  fn(*g_committed.load());
+}
+
 void ThrowStatus(const absl::Status& status) {
-  const std::string message(status.message());
+  std::string message(status.message());
   switch (status.code()) {
     case absl::StatusCode::kResourceExhausted:
+      message += OutOfMemoryNote(message);
       TORCH_CHECK_WITH(OutOfMemoryError, false, message);
     case absl::StatusCode::kOutOfRange:
       TORCH_CHECK_INDEX(false, message);
@@ -135,6 +182,10 @@ runtime::Runtime& RuntimeOrThrow() {
   }
   for (const std::string& warning : g_committed_plan->map.warnings) {
     TORCH_WARN("rbln: ", warning);
+  }
+  if (g_pending_on_commit != nullptr) {
+    for (auto& fn : *g_pending_on_commit) fn(**rt);
+    g_pending_on_commit->clear();
   }
   g_committed_pid = getpid();
   static const bool fork_handler_installed [[maybe_unused]] =

@@ -57,6 +57,16 @@ bool InBadFork();
 // before the runtime exists (e.g. from static initializers).
 void RegisterCacheDropper(std::function<void()> dropper);
 
+// Runs `fn` on the runtime when it is committed (now, if it already is).
+void OnCommit(std::function<void(runtime::Runtime&)> fn);
+
+// Called by ThrowStatus before it throws an out-of-memory error, with the
+// error's message; what it returns (if not empty) is appended to the
+// message, e.g. where a memory snapshot was written. One observer; null
+// removes it.
+using OutOfMemoryObserver = std::function<std::string(const std::string& message)>;
+void SetOutOfMemoryObserver(OutOfMemoryObserver observer);
+
 // Throws a c10::Error (or c10::OutOfMemoryError for ResourceExhausted)
 // carrying `status`'s message.
 [[noreturn]] void ThrowStatus(const absl::Status& status);

@@ -60,7 +60,9 @@ const Policy& GetPolicy() {
 std::mutex g_provider_mu;
 std::function<std::string()>* g_provider = nullptr;
 
-std::string SourceLocation() {
+}  // namespace
+
+std::string UserSourceLocation() {
   std::function<std::string()> provider;
   {
     std::lock_guard<std::mutex> lock(g_provider_mu);
@@ -68,8 +70,6 @@ std::string SourceLocation() {
   }
   return provider ? provider() : "";
 }
-
-}  // namespace
 
 absl::string_view FallbackCategoryName(FallbackCategory c) {
   switch (c) {
@@ -110,7 +110,7 @@ void LogOpFallback(absl::string_view op_name, absl::string_view reason) {
 
 void LogCheckFallback(absl::string_view message) {
   if (!GetPolicy().log_info) return;
-  const std::string where = SourceLocation();
+  const std::string where = UserSourceLocation();
   std::cerr << "[TORCH-RBLN][INFO] " << message
             << (where.empty() ? "" : " (at " + where + ")") << std::endl;
 }

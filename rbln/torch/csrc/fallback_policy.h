@@ -47,6 +47,9 @@ void LogCheckFallback(absl::string_view message);
 // Returns "file.py:LINE(func)" of the user's code, or "" (set by torch_rbln._C
 // so that this library needs no Python).
 void SetSourceLocationProvider(std::function<std::string()> provider);
+// The provider's answer ("" without one). It takes the GIL: never call it
+// while holding a runtime lock.
+std::string UserSourceLocation();
 
 }  // namespace rbln::torch_backend
 

@@ -7,6 +7,7 @@
 #include "rbln/torch/csrc/device_allocator.h"
 #include "rbln/torch/csrc/device_state.h"
 #include "rbln/torch/csrc/streams.h"
+#include "rbln/torch/csrc/sync_debug.h"
 
 namespace rbln::torch_backend {
 namespace {
@@ -98,6 +99,8 @@ struct RblnGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   void synchronizeEvent(void* event) const override {
     if (event == nullptr) return;
+    CheckSynchronize("Event.synchronize()",
+                     c10::Device(c10::DeviceType::PrivateUse1, CurrentDevice()));
     ThrowIfError(AsEvent(event)->Synchronize());
   }
   double elapsedTime(void* start, void* end,
@@ -121,10 +124,14 @@ struct RblnGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   void synchronizeStream(const c10::Stream& stream) const override {
     if (!RuntimeCommitted()) return;
+    CheckSynchronize("Stream.synchronize()", stream.device());
     ThrowIfErrorOn(stream.device(), RuntimeStream(stream).Synchronize());
   }
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
     // synchronize() is a real use: it commits (SPEC A6).
+    CheckSynchronize("torch.rbln.synchronize()",
+                     c10::Device(c10::DeviceType::PrivateUse1,
+                                 device_index < 0 ? CurrentDevice() : device_index));
     SynchronizeDeviceStreams(device_index < 0 ? CurrentDevice() : device_index);
   }
   void recordDataPtrOnStream(const c10::DataPtr& data_ptr,

@@ -34,6 +34,7 @@
 #include "rbln/core/counters.h"
 #include "rbln/torch/csrc/cpu_fallback.h"
 #include "rbln/torch/csrc/explain_signals.h"
+#include "rbln/torch/csrc/sync_debug.h"
 #include "rbln/torch/csrc/tensor_transfer.h"
 
 namespace rbln::torch_backend {
@@ -64,6 +65,7 @@ class HostPathKernel final : public c10::OperatorKernel {
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet,
                   torch::jit::Stack* stack) {
     CheckSameDevice(op, *stack);
+    const SyncOpScope scope(op.schema().name(), " (host path: runs on the CPU)");
     const c10::FunctionSchema& schema = op.schema();
     const size_t n = schema.arguments().size();
     const size_t first = stack->size() - n;

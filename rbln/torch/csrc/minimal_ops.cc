@@ -18,6 +18,7 @@
 #include "rbln/torch/csrc/device_fill.h"
 #include "rbln/torch/csrc/device_state.h"
 #include "rbln/torch/csrc/storage_resize.h"
+#include "rbln/torch/csrc/sync_debug.h"
 #include "rbln/torch/csrc/tensor_transfer.h"
 
 namespace rbln::torch_backend {
@@ -118,6 +119,7 @@ at::Tensor CopyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
 }
 
 at::Scalar LocalScalarDense(const at::Tensor& self) {
+  const SyncOpScope scope("aten::_local_scalar_dense", " (Tensor.item())");
   return at::native::_local_scalar_dense_cpu(DownloadSpan(self));
 }
 

@@ -6,8 +6,11 @@
 #include <pybind11/stl.h>
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/Exceptions.h>  // torch::PyWarningHandler
+#include <torch/csrc/utils/pybind.h>  // at::Generator <-> torch.Generator
 
 #include <map>
+#include <memory>
 #include <tuple>
 #include <vector>
 #include <string>
@@ -16,13 +19,17 @@
 #include "rbln/compiler/compiler.h"
 #include "rbln/core/counters.h"
 #include "rbln/core/device_profile.h"
+#include "rbln/torch/csrc/device_allocator.h"
 #include "rbln/torch/csrc/device_dtypes.h"
 #include "rbln/torch/csrc/device_state.h"
 #include "rbln/torch/csrc/streams.h"
+#include "rbln/torch/csrc/sync_debug.h"
 #include "rbln/runtime/device_event.h"
 #include "rbln/torch/csrc/explain_bindings.h"
 #include "rbln/torch/csrc/fallback_policy.h"
+#include "rbln/torch/csrc/generator.h"
 #include "rbln/torch/csrc/graph_program.h"
+#include "rbln/torch/csrc/memory_snapshot_bindings.h"
 #include "rbln/torch/csrc/pinned_host_allocator.h"
 
 namespace py = pybind11;
@@ -30,18 +37,42 @@ namespace py = pybind11;
 namespace rbln::torch_backend {
 namespace {
 
+// A SyncOpScope for the duration of a Python `with` block.
+class SyncOpScopeHolder {
+ public:
+  explicit SyncOpScopeHolder(std::string op) : op_(std::move(op)) {}
+  void Enter() { scope_ = std::make_unique<SyncOpScope>(op_); }
+  void Exit() { scope_.reset(); }
+
+ private:
+  std::string op_;
+  std::unique_ptr<SyncOpScope> scope_;
+};
+
 // Wraps `fn` so that c10 errors become the matching Python exceptions
-// without the C++ backtrace. Pass captureless lambdas with a unary +.
+// (torch.OutOfMemoryError for OOMs) without the C++ backtrace, and TORCH_WARN a
+// Python warning (as torch's own
+// bindings do). Pass captureless lambdas with a unary +.
 template <typename R, typename... Args>
 std::function<R(Args...)> Translated(R (*fn)(Args...)) {
   return [fn](Args... args) -> R {
+    torch::PyWarningHandler warnings;
     try {
       return fn(args...);
     } catch (const c10::IndexError& e) {
+      warnings.set_in_exception();
       throw py::index_error(e.what_without_backtrace());
     } catch (const c10::ValueError& e) {
+      warnings.set_in_exception();
       throw py::value_error(e.what_without_backtrace());
+    } catch (const c10::OutOfMemoryError& e) {
+      // torch.OutOfMemoryError, as torch's own bindings raise it.
+      warnings.set_in_exception();
+      const py::object type = py::module_::import("torch").attr("OutOfMemoryError");
+      PyErr_SetString(type.ptr(), e.what_without_backtrace());
+      throw py::error_already_set();
     } catch (const c10::Error& e) {
+      warnings.set_in_exception();
       throw std::runtime_error(e.what_without_backtrace());
     }
   };
@@ -112,6 +143,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("_synchronize", Translated(+[](int index) {
           // Waits for every stream of the device: pending asynchronous
           // transfers, fences, event markers (SPEC M3). Commits the runtime.
+          CheckSynchronize("torch.rbln.synchronize()",
+                           c10::Device(c10::DeviceType::PrivateUse1,
+                                       static_cast<c10::DeviceIndex>(index)));
           SynchronizeDeviceStreams(static_cast<c10::DeviceIndex>(index));
         }));
   // Streams (SPEC M1): this thread's current stream id on a device, and
@@ -140,6 +174,21 @@ PYBIND11_MODULE(_C, m) {
           return *ms;
         }));
   m.def("_is_committed", &RuntimeCommitted);
+  // torch.rbln.init(): commits the device mapping (SPEC A6).
+  m.def("_init", Translated(+[] { (void)RuntimeOrThrow(); }));
+  // torch.rbln.set_sync_debug_mode / get_sync_debug_mode (sync_debug.h).
+  m.def("_set_sync_debug_mode",
+        [](int mode) { SetSyncDebugMode(static_cast<SyncDebugMode>(mode)); });
+  m.def("_get_sync_debug_mode", [] { return static_cast<int>(GetSyncDebugMode()); });
+  // `with _SyncOpScope("print(tensor)"):` names Python-level host reads.
+  py::class_<SyncOpScopeHolder>(m, "_SyncOpScope")
+      .def(py::init<std::string>())
+      .def("__enter__", &SyncOpScopeHolder::Enter)
+      .def("__exit__", [](SyncOpScopeHolder& self, py::args) { self.Exit(); });
+  // torch.rbln.default_generators[index] (generator.h).
+  m.def("_default_generator", Translated(+[](int index) -> at::Generator {
+          return DefaultGenerator(static_cast<c10::DeviceIndex>(index));
+        }));
   // The fallback log's source location comes from this Python callable
   // (returns "file.py:LINE(func)" of the user's frame), called with the GIL.
   m.def("_set_source_location_provider", [](py::object fn) {
@@ -272,6 +321,69 @@ PYBIND11_MODULE(_C, m) {
           }
           return segments;
         }));
+  // set_per_process_memory_fraction: a real use (commits), as CUDA's inits.
+  m.def("_set_memory_fraction", Translated(+[](int npu, double fraction) {
+          ThrowIfError(RuntimeOrThrow().SetMemoryFraction(npu, fraction));
+        }));
+  m.def("_memory_fraction", Translated(+[](int npu) {
+          return RuntimeCommitted() ? RuntimeOrThrow().MemoryFraction(npu) : 1.0;
+        }));
+  // caching_allocator_alloc/_delete: a storage of the device allocator,
+  // bound to device memory at once so it counts as allocated.
+  m.def("_caching_allocator_alloc", Translated(+[](size_t size, int index) {
+          const c10::DeviceGuard guard(
+              c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(index)));
+          void* ptr = GetDeviceAllocator()->raw_allocate(size);
+          if (ptr != nullptr) {
+            const absl::Status bound =
+                RuntimeOrThrow().storage().Bind(reinterpret_cast<uintptr_t>(ptr));
+            if (!bound.ok()) {
+              GetDeviceAllocator()->raw_deallocate(ptr);
+              ThrowStatus(bound);
+            }
+          }
+          return reinterpret_cast<uintptr_t>(ptr);
+        }));
+  m.def("_caching_allocator_delete", Translated(+[](uintptr_t ptr) {
+          if (ptr == 0) return;
+          TORCH_CHECK_VALUE(RuntimeCommitted() &&
+                                RuntimeOrThrow().storage().Info(ptr).ok(),
+                            "rbln: caching_allocator_delete: 0x", std::hex, ptr,
+                            " is not memory from caching_allocator_alloc");
+          GetDeviceAllocator()->raw_deallocate(reinterpret_cast<void*>(ptr));
+        }));
+  // host_memory_stats_as_nested_dict(): torch.cuda's keys.
+  m.def("_host_memory_stats", [] {
+    const at::HostStats s = PinnedHostStats();
+    py::dict d;
+    auto stat = [](const c10::CachingAllocator::Stat& st) {
+      py::dict x;
+      x["current"] = st.current;
+      x["peak"] = st.peak;
+      x["allocated"] = st.allocated;
+      x["freed"] = st.freed;
+      return x;
+    };
+    auto duration = [](const c10::CachingAllocator::DurationStat& st) {
+      py::dict x;
+      x["total"] = st.total;
+      x["max"] = st.max;
+      x["min"] = st.min;
+      x["count"] = st.count;
+      x["avg"] = st.count == 0 ? 0 : st.total / st.count;
+      return x;
+    };
+    d["allocations"] = stat(s.allocations);
+    d["allocated_bytes"] = stat(s.allocated_bytes);
+    d["active_requests"] = stat(s.active_requests);
+    d["active_bytes"] = stat(s.active_bytes);
+    d["num_host_alloc"] = s.num_host_alloc;
+    d["num_host_free"] = s.num_host_free;
+    d["host_alloc_time"] = duration(s.host_alloc_time);
+    d["host_free_time"] = duration(s.host_free_time);
+    return d;
+  });
+  m.def("_reset_host_memory_stats", [](bool peak) { ResetPinnedHostStats(peak); });
   m.def("_empty_cache", [] {
     if (RuntimeCommitted()) RuntimeOrThrow().EmptyCache();
   });
@@ -295,6 +407,7 @@ PYBIND11_MODULE(_C, m) {
   });
   RegisterGraphProgramBindings(m);
   RegisterExplainBindings(m);
+  RegisterMemorySnapshotBindings(m);
   m.def("_compiler_cache_size",
         [] { return compiler::Compiler::Global().cache_size(); });
 }

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <map>
 
@@ -52,11 +53,33 @@ PinnedRegions& Regions() {
   return *regions;
 }
 
+absl::Mutex g_stats_mu;
+at::HostStats* Stats() ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_stats_mu) {
+  static auto* stats = new at::HostStats();
+  return stats;
+}
+
+int64_t MicrosSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now() - start)
+      .count();
+}
+
 void FreePinned(void* ptr) {
   auto [size, owned] = Regions().Remove(ptr);
   if (!owned) return;
+  const auto start = std::chrono::steady_clock::now();
   munlock(ptr, size);
   munmap(ptr, size);
+  const int64_t micros = MicrosSince(start);
+  absl::MutexLock lock(&g_stats_mu);
+  at::HostStats& s = *Stats();
+  s.allocations.decrease(1);
+  s.allocated_bytes.decrease(size);
+  s.active_requests.decrease(1);
+  s.active_bytes.decrease(size);
+  ++s.num_host_free;
+  s.host_free_time.increase(micros);
 }
 
 class PinnedHostAllocator final : public at::HostAllocator {
@@ -65,6 +88,7 @@ class PinnedHostAllocator final : public at::HostAllocator {
     if (nbytes == 0) return c10::DataPtr(nullptr, c10::Device(c10::kCPU));
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
     const size_t size = (nbytes + page - 1) / page * page;
+    const auto start = std::chrono::steady_clock::now();
     void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     TORCH_CHECK_WITH(OutOfMemoryError, p != MAP_FAILED,
@@ -76,6 +100,17 @@ class PinnedHostAllocator final : public at::HostAllocator {
       failures->Increment();
     }
     Regions().Add(p, size, /*owned=*/true);
+    {
+      const int64_t micros = MicrosSince(start);
+      absl::MutexLock lock(&g_stats_mu);
+      at::HostStats& s = *Stats();
+      s.allocations.increase(1);
+      s.allocated_bytes.increase(size);
+      s.active_requests.increase(1);
+      s.active_bytes.increase(size);
+      ++s.num_host_alloc;
+      s.host_alloc_time.increase(micros);
+    }
     static Counter* allocations =
         CounterRegistry::Global().Get("runtime/pinned_allocations");
     allocations->Increment();
@@ -89,9 +124,9 @@ class PinnedHostAllocator final : public at::HostAllocator {
   // Copies are synchronous for now, so no block waits on a stream.
   bool record_event(void*, void*, c10::Stream) override { return true; }
   void empty_cache() override {}  // Nothing is cached: frees unmap at once.
-  at::HostStats get_stats() override { return at::HostStats(); }
-  void reset_accumulated_stats() override {}
-  void reset_peak_stats() override {}
+  at::HostStats get_stats() override { return PinnedHostStats(); }
+  void reset_accumulated_stats() override { ResetPinnedHostStats(/*peak=*/false); }
+  void reset_peak_stats() override { ResetPinnedHostStats(/*peak=*/true); }
 };
 
 PinnedHostAllocator g_pinned;
@@ -109,5 +144,32 @@ void RegisterPinnedRegion(const void* ptr, size_t nbytes) {
 }
 
 void UnregisterPinnedRegion(const void* ptr) { Regions().Remove(ptr); }
+
+at::HostStats PinnedHostStats() {
+  absl::MutexLock lock(&g_stats_mu);
+  return *Stats();
+}
+
+void ResetPinnedHostStats(bool peak) {
+  absl::MutexLock lock(&g_stats_mu);
+  at::HostStats& s = *Stats();
+  for (c10::CachingAllocator::Stat* stat :
+       {&s.allocations, &s.allocated_bytes, &s.active_requests, &s.active_bytes}) {
+    if (peak) {
+      stat->reset_peak();
+    } else {
+      stat->reset_accumulated();
+    }
+  }
+  if (peak) {
+    s.host_alloc_time.reset_peak();
+    s.host_free_time.reset_peak();
+  } else {
+    s.host_alloc_time.reset_accumulated();
+    s.host_free_time.reset_accumulated();
+    s.num_host_alloc = 0;
+    s.num_host_free = 0;
+  }
+}
 
 }  // namespace rbln::torch_backend

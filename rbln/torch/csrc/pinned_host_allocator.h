@@ -7,6 +7,7 @@
 #ifndef RBLN_TORCH_CSRC_PINNED_HOST_ALLOCATOR_H_
 #define RBLN_TORCH_CSRC_PINNED_HOST_ALLOCATOR_H_
 
+#include <ATen/core/CachingHostAllocator.h>
 #include <c10/core/Allocator.h>
 
 #include <cstddef>
@@ -20,6 +21,12 @@ bool IsPinnedHostPtr(const void* ptr);
 // UnregisterPinnedRegion.
 void RegisterPinnedRegion(const void* ptr, size_t nbytes);
 void UnregisterPinnedRegion(const void* ptr);
+
+// Statistics of the blocks this allocator made (torch.rbln.host_memory_stats):
+// nothing is cached, so allocations equal active requests; times are the
+// mmap+mlock and munlock+munmap calls, in microseconds.
+at::HostStats PinnedHostStats();
+void ResetPinnedHostStats(bool peak);
 
 }  // namespace rbln::torch_backend
 

@@ -10,6 +10,7 @@
 #include "rbln/torch/csrc/fallback_policy.h"
 #include "rbln/torch/csrc/pinned_host_allocator.h"
 #include "rbln/torch/csrc/streams.h"
+#include "rbln/torch/csrc/sync_debug.h"
 
 namespace rbln::torch_backend {
 namespace {
@@ -61,7 +62,11 @@ bool TryCopyAsync(const at::Tensor& src, const at::Tensor& dst) {
 // asynchronous transfers (they may use the same host buffers).
 void CompletePendingTransfers(const at::Tensor& device_tensor) {
   const c10::DeviceIndex device = device_tensor.device().index();
-  if (RuntimeOrThrow().NpuBusy(PhysicalNpu(device))) SynchronizeDeviceStreams(device);
+  if (RuntimeOrThrow().NpuBusy(PhysicalNpu(device))) {
+    CheckSynchronize("a synchronous copy (it waits for pending non_blocking copies)",
+                     device_tensor.device());
+    SynchronizeDeviceStreams(device);
+  }
 }
 
 // A CPU tensor with `device_tensor`'s sizes, strides and dtype holding the
@@ -71,6 +76,7 @@ at::Tensor ReadSpanFromDevice(const at::Tensor& device_tensor) {
   at::Tensor flat = at::empty({SpanElements(device_tensor)},
                               device_tensor.options().device(at::kCPU));
   if (flat.numel() > 0) {
+    CheckHostRead(Address(device_tensor), flat.nbytes(), /*always_device=*/true);
     ThrowIfErrorOn(device_tensor.device(),
                    RuntimeOrThrow().storage().ReadFromDevice(
                        flat.data_ptr(), Address(device_tensor), flat.nbytes()));
@@ -91,6 +97,7 @@ at::Tensor DownloadSpan(const at::Tensor& device_tensor) {
   at::Tensor flat = at::empty({SpanElements(device_tensor)},
                               device_tensor.options().device(at::kCPU));
   if (flat.numel() > 0) {
+    CheckHostRead(Address(device_tensor), flat.nbytes());
     ThrowIfError(RuntimeOrThrow().storage().ReadToHost(
         flat.data_ptr(), Address(device_tensor), flat.nbytes()));
   }
@@ -113,6 +120,7 @@ void CopyWithDevice(const at::Tensor& src, const at::Tensor& dst,
   if (src_dev != dst_dev) CompletePendingTransfers(src_dev ? src : dst);
   if (src_dev && !dst_dev) {  // D2H
     if (SameLayout(src, dst)) {
+      CheckHostRead(Address(src), dst.nbytes());
       ThrowIfError(storage.ReadToHost(dst.data_ptr(), Address(src), dst.nbytes()));
     } else {
       const_cast<at::Tensor&>(dst).copy_(DownloadSpan(src));

@@ -18,6 +18,8 @@ host-latest or in-sync data.
 
 import torch._tensor_str as _tensor_str_module
 
+from . import _C
+
 _MARK = "_torch_rbln_formats_a_cpu_copy"
 
 
@@ -29,7 +31,9 @@ def install():
 
     def _tensor_str(self, indent):
         if self.device.type == "rbln":
-            self = self.cpu()
+            # Named for torch.rbln.set_sync_debug_mode's reports.
+            with _C._SyncOpScope("print(tensor) (formats a CPU copy)"):
+                self = self.cpu()
         return original(self, indent)
 
     setattr(_tensor_str, _MARK, True)

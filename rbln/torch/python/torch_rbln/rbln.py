@@ -1,4 +1,11 @@
-"""`torch.rbln`: the device module, shaped like `torch.cuda`."""
+"""`torch.rbln`: the device module, shaped like `torch.cuda`.
+
+The torch.cuda names porting code calls have twins here, each behaving as on
+CUDA or raising an error that says why it cannot on rbln; the list and what
+each does is rbln/torch/python/tests/cuda_parity_names.txt.
+"""
+
+import time
 
 import torch
 
@@ -15,63 +22,145 @@ from .streams import (  # noqa: F401  (re-exported as torch.rbln.*)
     set_stream,
     stream,
 )
+from . import streams  # noqa: F401  (torch.rbln.streams, as torch.cuda.streams)
+from . import amp  # noqa: F401  (torch.rbln.amp, as torch.cuda.amp)
+from . import memory  # noqa: F401  (torch.rbln.memory, as torch.cuda.memory)
+from . import random  # noqa: F401  (torch.rbln.random, as torch.cuda.random)
+from .random import (  # noqa: F401  (re-exported as torch.rbln.*)
+    get_rng_state,
+    get_rng_state_all,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+    set_rng_state_all,
+)
 from .memory import (  # noqa: F401  (re-exported as torch.rbln.*)
+    caching_allocator_alloc,
+    caching_allocator_delete,
     empty_cache,
+    get_per_process_memory_fraction,
+    host_memory_stats,
+    host_memory_stats_as_nested_dict,
     max_memory_allocated,
+    max_memory_cached,
     max_memory_reserved,
     memory_allocated,
+    memory_cached,
     memory_reserved,
     memory_snapshot,
     memory_stats,
+    memory_stats_as_nested_dict,
     memory_stats_per_chiplet,
     memory_summary,
+    reset_accumulated_host_memory_stats,
     reset_accumulated_memory_stats,
+    reset_max_memory_allocated,
+    reset_max_memory_cached,
+    reset_peak_host_memory_stats,
     reset_peak_memory_stats,
+    set_per_process_memory_fraction,
 )
 
 __all__ = [
     "Event",
+    "ExternalStream",
+    "MemPool",
     "Stream",
     "StreamContext",
-    "current_stream",
-    "default_stream",
-    "set_stream",
-    "stream",
+    "amp",
     "bind_device_memory",
+    "caching_allocator_alloc",
+    "caching_allocator_delete",
+    "caching_allocator_disabled",
+    "caching_allocator_enable",
+    "can_device_access_peer",
+    "clock_rate",
     "compiled_programs",
     "counters",
     "current_device",
+    "current_stream",
+    "default_generators",
+    "default_stream",
     "device",
     "device_count",
+    "device_memory_used",
+    "device_of",
     "device_summary",
     "empty_cache",
     "explain",
-    "max_memory_allocated",
-    "max_memory_reserved",
-    "memory_allocated",
-    "memory_reserved",
-    "memory_snapshot",
-    "memory_stats",
-    "memory_stats_per_chiplet",
-    "memory_summary",
-    "reset_accumulated_memory_stats",
-    "reset_peak_memory_stats",
+    "get_allocator_backend",
     "get_amp_supported_dtype",
+    "get_arch_list",
+    "get_device_capability",
     "get_device_name",
     "get_device_profile",
     "get_device_properties",
+    "get_per_process_memory_fraction",
+    "get_rng_state",
+    "get_rng_state_all",
+    "get_stream_from_external",
+    "get_sync_debug_mode",
+    "graph",
+    "graph_pool_handle",
+    "has_half",
+    "host_memory_stats",
+    "host_memory_stats_as_nested_dict",
     "huge_host_empty",
-    "mem_get_info",
-    "mem_get_info_per_chiplet",
-    "offload",
-    "physical_device_count",
+    "init",
+    "initial_seed",
+    "ipc_collect",
     "is_available",
+    "is_bf16_supported",
+    "is_current_stream_capturing",
     "is_initialized",
+    "is_tf32_supported",
+    "list_gpu_processes",
+    "make_graphed_callables",
     "manual_seed",
     "manual_seed_all",
+    "max_memory_allocated",
+    "max_memory_cached",
+    "max_memory_reserved",
+    "mem_get_info",
+    "mem_get_info_per_chiplet",
+    "memory",
+    "memory_allocated",
+    "memory_cached",
+    "memory_reserved",
+    "memory_snapshot",
+    "memory_stats",
+    "memory_stats_as_nested_dict",
+    "memory_stats_per_chiplet",
+    "memory_summary",
+    "memory_usage",
+    "offload",
+    "physical_device_count",
+    "power_draw",
+    "random",
+    "reset_accumulated_host_memory_stats",
+    "reset_accumulated_memory_stats",
+    "reset_max_memory_allocated",
+    "reset_max_memory_cached",
+    "reset_peak_host_memory_stats",
+    "reset_peak_memory_stats",
+    "seed",
+    "seed_all",
     "set_device",
     "set_device_layout_like",
+    "set_per_process_memory_fraction",
+    "set_rng_state",
+    "set_rng_state_all",
+    "set_stream",
+    "set_sync_debug_mode",
+    "stream",
+    "streams",
     "synchronize",
+    "temperature",
+    "use_mem_pool",
+    "utilization",
 ]
 
 
@@ -101,8 +190,16 @@ def physical_device_count() -> int:
 _FAMILY_NAMES = {"rebel100": "RBLN-CR (Rebel100, simulated)", "atom": "RBLN-CA (ATOM, simulated)"}
 
 
+# get_device_capability(): the NPU generation, (major, minor): ATOM is the
+# first, REBEL (the rebel100 card) the second.
+_CAPABILITY = {"atom": (1, 0), "rebel100": (2, 0)}
+
+
 class _RblnDeviceProperties:
-    """What `get_device_properties()` returns, shaped like torch.cuda's."""
+    """What `get_device_properties()` returns, shaped like torch.cuda's: name,
+    total_memory, major/minor (get_device_capability()), multi_processor_count
+    (compute units: chiplets x NPUs), is_integrated; plus the card's family,
+    chiplets per NPU, memory per chiplet and its NPUs."""
 
     def __init__(self, name, family, num_chiplet, npu_count, memory_per_chiplet, npus):
         self.name = name
@@ -112,11 +209,15 @@ class _RblnDeviceProperties:
         self.memory_per_chiplet = memory_per_chiplet
         self.total_memory = memory_per_chiplet * num_chiplet * npu_count
         self.npus = npus
+        self.major, self.minor = _CAPABILITY[family]
+        self.multi_processor_count = num_chiplet * npu_count
+        self.is_integrated = False
 
     def __repr__(self):
         return (
-            f"_RblnDeviceProperties(name='{self.name}', npu_count={self.npu_count}, "
-            f"num_chiplet={self.num_chiplet}, memory_per_chiplet={self.memory_per_chiplet >> 20}MB, "
+            f"_RblnDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
+            f"npu_count={self.npu_count}, num_chiplet={self.num_chiplet}, "
+            f"memory_per_chiplet={self.memory_per_chiplet >> 20}MB, "
             f"total_memory={self.total_memory >> 20}MB, npus={self.npus})"
         )
 
@@ -140,6 +241,202 @@ def get_device_properties(dev=None) -> _RblnDeviceProperties:
 
 def get_device_name(dev=None) -> str:
     return get_device_properties(dev).name
+
+
+def get_device_capability(dev=None) -> tuple:
+    """(major, minor): the NPU generation (ATOM (1, 0), REBEL (2, 0))."""
+    p = get_device_properties(dev)
+    return p.major, p.minor
+
+
+def get_arch_list() -> list:
+    """The device families this build's compiler generates code for."""
+    return sorted(_CAPABILITY)
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """True: compiled kernels compute in bfloat16 (and float16)."""
+    return is_available() and torch.bfloat16 in get_amp_supported_dtype()
+
+
+def is_tf32_supported() -> bool:
+    """False: float32 math runs in float32; there is no TF32 mode to enable."""
+    return False
+
+
+has_half = True
+
+
+def init() -> None:
+    """Initializes the device state: commits the device mapping (SPEC A6), as
+    torch.cuda.init() initializes CUDA. Raises if the environment is invalid."""
+    _C._init()
+
+
+def can_device_access_peer(dev, peer) -> bool:
+    """True for any two rbln devices of this process: the runtime copies
+    between their memories directly (SPEC B4)."""
+    _checked_index(dev)
+    _checked_index(peer)
+    return True
+
+
+def ipc_collect() -> None:
+    """Nothing to collect: rbln memory is never shared with other processes
+    (no IPC handles), so no freed IPC memory waits here."""
+
+
+def get_allocator_backend() -> str:
+    """"native": the runtime's per-chiplet caching allocators."""
+    return "native"
+
+
+def caching_allocator_enable(value: bool = True) -> None:
+    """The caching allocator is the runtime's and always on; `False` raises."""
+    if not value:
+        raise RuntimeError(
+            "rbln: the caching allocator cannot be disabled: device memory is managed by the runtime's "
+            "per-chiplet caching allocators; call torch.rbln.empty_cache() to return cached blocks"
+        )
+
+
+def is_current_stream_capturing() -> bool:
+    """False: rbln has no stream (graph) capture; torch.compile(backend="rbln")
+    compiles whole graphs instead."""
+    return False
+
+
+def _machine_npus(dev):
+    m = _C._device_map()
+    return set(m["devices"][_checked_index(dev)])
+
+
+def _smi_processes():
+    """Live processes publishing rbln statistics (the data rbln-smi reads)."""
+    from . import smi
+
+    processes, _, _ = smi.scan(smi.default_dir())
+    return processes
+
+
+def device_memory_used(dev=None) -> int:
+    """Device memory reserved on the device's NPUs by every process (this one
+    included, once it used the device), as rbln-smi shows it."""
+    npus = _machine_npus(dev)
+    return sum(c["reserved_current"] for p in _smi_processes() for c in p["chiplets"] if c["npu"] in npus)
+
+
+def list_gpu_processes(dev=None) -> str:
+    """The processes using the device and their device memory, as rbln-smi
+    shows them (torch.cuda.list_gpu_processes' format)."""
+    index = _checked_index(dev)
+    npus = _machine_npus(index)
+    lines = [f"RBLN:{index}"]
+    rows = []
+    for p in _smi_processes():
+        chiplets = [c for c in p["chiplets"] if c["npu"] in npus]
+        if chiplets:
+            rows.append((p["pid"], sum(c["reserved_current"] for c in chiplets)))
+    if not rows:
+        lines.append("no processes are running")
+    for pid, used in rows:
+        lines.append(f"process {pid:>10d} uses {used / (1024 * 1024):>12.3f} MB device memory")
+    return "\n".join(lines)
+
+
+# utilization()'s sample period (nvidia-smi samples over 1/6 s to 1 s).
+_UTILIZATION_SAMPLE_S = 0.1
+
+
+def _busy_ns(npus):
+    return {
+        p["pid"]: sum(c["busy_ns"] for c in p["chiplets"] if c["npu"] in npus) for p in _smi_processes()
+    }
+
+
+def utilization(dev=None) -> int:
+    """Percent (0-100) of the last sample period during which the device's
+    chiplets ran programs, averaged over the chiplets, all processes
+    together -- from the busy time every process publishes for rbln-smi. The
+    call takes the sample itself: it waits 0.1 s."""
+    index = _checked_index(dev)
+    npus = _machine_npus(index)
+    units = len(npus) * get_device_properties(index).num_chiplet
+    before, t0 = _busy_ns(npus), time.monotonic_ns()
+    time.sleep(_UTILIZATION_SAMPLE_S)
+    after, t1 = _busy_ns(npus), time.monotonic_ns()
+    busy = sum(after[pid] - before[pid] for pid in after if pid in before)
+    return max(0, min(100, round(100 * busy / ((t1 - t0) * units))))
+
+
+def _unsupported(name, why):
+    def raise_error(*args, **kwargs):
+        raise RuntimeError(f"rbln: torch.rbln.{name} is not supported: {why}")
+
+    raise_error.__name__ = name
+    raise_error.__qualname__ = name
+    raise_error.__doc__ = f"Raises: {why}."
+    return raise_error
+
+
+caching_allocator_disabled = _unsupported(
+    "caching_allocator_disabled",
+    "device memory is only handed out by the runtime's per-chiplet caching allocators; "
+    "torch.rbln.empty_cache() returns cached blocks",
+)
+
+
+_NO_GRAPHS = (
+    "rbln has no stream capture (CUDA graphs); torch.compile(model, backend='rbln') compiles the "
+    "whole graph into one program and replays it with the same low launch cost"
+)
+graph = _unsupported("graph", _NO_GRAPHS)
+make_graphed_callables = _unsupported("make_graphed_callables", _NO_GRAPHS)
+graph_pool_handle = _unsupported("graph_pool_handle", _NO_GRAPHS)
+_NO_POOLS = (
+    "device memory comes from the runtime's per-chiplet caching allocators, which have no "
+    "user-created pools; set_per_process_memory_fraction() limits a process instead"
+)
+MemPool = _unsupported("MemPool", _NO_POOLS)
+use_mem_pool = _unsupported("use_mem_pool", _NO_POOLS)
+_NO_EXTERNAL_STREAMS = "rbln streams are the runtime's; there are no driver streams to wrap"
+ExternalStream = _unsupported("ExternalStream", _NO_EXTERNAL_STREAMS)
+get_stream_from_external = _unsupported("get_stream_from_external", _NO_EXTERNAL_STREAMS)
+
+
+def _no_sensor(what):
+    raise RuntimeError(
+        f"rbln: {what} is not available: the simulated NPU has no sensors; utilization(), "
+        "device_memory_used() and memory_stats() report what it measures"
+    )
+
+
+def memory_usage(dev=None) -> int:
+    """Raises: the runtime does not sample memory-bus activity."""
+    _checked_index(dev)
+    raise RuntimeError(
+        "rbln: memory_usage (percent of time device memory was read or written) is not measured by the "
+        "simulated NPU's runtime; explain() counts DMA transfers and utilization() reports compute time"
+    )
+
+
+def temperature(dev=None) -> int:
+    """Raises: no sensor on the simulated NPU."""
+    _checked_index(dev)
+    _no_sensor("temperature")
+
+
+def power_draw(dev=None) -> int:
+    """Raises: no sensor on the simulated NPU."""
+    _checked_index(dev)
+    _no_sensor("power_draw")
+
+
+def clock_rate(dev=None) -> int:
+    """Raises: the simulated NPU has no clock to report (its programs run on
+    the host CPU)."""
+    _checked_index(dev)
+    _no_sensor("clock_rate")
 
 
 def mem_get_info_per_chiplet(dev=None):
@@ -224,6 +521,14 @@ class device:
         return False
 
 
+class device_of(device):
+    """Context manager that selects the device of `obj` (a tensor or storage)
+    inside the block; no-op for objects not on rbln."""
+
+    def __init__(self, obj):
+        super().__init__(obj.get_device() if obj.device.type == "rbln" else None)
+
+
 def synchronize(dev=None) -> None:
     """Waits for all streams of the device (current by default): pending
     asynchronous transfers, fences and event markers (SPEC M3). A real use:
@@ -248,13 +553,40 @@ def _is_in_bad_fork() -> bool:
     return _C._is_in_bad_fork()
 
 
-def manual_seed(seed: int) -> None:
-    torch.default_generator.manual_seed(seed)
+def __getattr__(name):
+    # torch.rbln.default_generators, made when asked for: the device count is
+    # only known (planned) once the environment is read.
+    if name == "default_generators":
+        from .random import _device_count
+
+        return tuple(_C._default_generator(i) for i in range(_device_count()))
+    raise AttributeError(f"module 'torch.rbln' has no attribute '{name}'")
 
 
-def manual_seed_all(seed: int) -> None:
-    # Random ops run on the CPU fallback with the CPU generator.
-    torch.default_generator.manual_seed(seed)
+_SYNC_DEBUG_MODES = {"default": 0, "warn": 1, "error": 2}
+
+
+def set_sync_debug_mode(debug_mode) -> None:
+    """Warns about (1, "warn") or raises on (2, "error") every operation that
+    synchronizes the host with an rbln device, naming the op and the Python
+    line: host reads of device data (.item(), .cpu(), printing, the NaN/Inf
+    check's reads, ops that run on the CPU with device-resident inputs,
+    dtype-converting copies through the host) and explicit waits
+    (torch.rbln.synchronize(), Stream/Event.synchronize()). Reads of data
+    whose latest copy is on the host move nothing and are not reported.
+    0 ("default") turns it off. The per-call twin of explain()."""
+    if isinstance(debug_mode, str):
+        if debug_mode not in _SYNC_DEBUG_MODES:
+            raise RuntimeError("invalid value of debug_mode, expected one of `default`, `warn`, `error`")
+        debug_mode = _SYNC_DEBUG_MODES[debug_mode]
+    if debug_mode not in (0, 1, 2):
+        raise RuntimeError("invalid value of debug_mode, expected 0, 1 or 2 (`default`, `warn`, `error`)")
+    _C._set_sync_debug_mode(int(debug_mode))
+
+
+def get_sync_debug_mode() -> int:
+    """The current sync debug mode: 0 default, 1 warn, 2 error."""
+    return _C._get_sync_debug_mode()
 
 
 def get_amp_supported_dtype():
