@@ -23,29 +23,12 @@ using ::mlir::Value;
 using ::mlir::ValueRange;
 using ::mlir::utils::IteratorType;
 
-int64_t NumElements(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
 std::string ShapeText(const Shape& s) {
   return absl::StrFormat("[%s]", absl::StrJoin(s, ", "));
 }
 
 const ir::TensorType& OutType(const ir::Node& node, int output) {
   return node.outputs(output).type();
-}
-
-absl::StatusOr<int> WrapDim(const ir::Node& node, int64_t dim, int rank) {
-  const int64_t n = rank == 0 ? 1 : rank;  // A scalar has one dim, as in PyTorch.
-  if (dim < -n || dim >= n) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "op %s: Dimension out of range (expected to be in range of [%d, %d], "
-        "but got %d)",
-        node.op(), -n, n - 1, dim));
-  }
-  return static_cast<int>(dim < 0 ? dim + n : dim);
 }
 
 absl::Status ShapeMismatch(const ir::Node& node, const Shape& expected) {
@@ -81,10 +64,6 @@ absl::Status CheckIndexDType(GraphImporter& im, const ir::Node& node,
         ir::TypeToText(im.TypeOf(index))));
   }
   return absl::OkStatus();
-}
-
-Value IndexConst(OpBuilder& b, Location l, int64_t v) {
-  return b.create<arith::ConstantIndexOp>(l, v);
 }
 
 Value ZeroOf(OpBuilder& b, Location l, Type element) {

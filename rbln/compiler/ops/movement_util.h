@@ -16,16 +16,14 @@
 #include "mlir/IR/AffineMap.h"
 #include "mlir/IR/Builders.h"
 #include "rbln/compiler/graph_importer.h"
+#include "rbln/compiler/ops/shape_util.h"
 #include "rbln/compiler/ir/graph.pb.h"
 
 namespace rbln::compiler {
 
-int64_t NumElements(const Shape& shape);
 std::string ShapeText(const Shape& s);
 const ir::TensorType& OutType(const ir::Node& node, int output = 0);
 
-// `dim` wrapped into [0, rank) as PyTorch does (a 0-d tensor has one dim).
-absl::StatusOr<int> WrapDim(const ir::Node& node, int64_t dim, int rank);
 
 absl::Status ShapeMismatch(const ir::Node& node, const Shape& expected);
 absl::Status CheckOutputShape(const ir::Node& node, const Shape& expected);
@@ -36,7 +34,6 @@ absl::Status CheckSameDType(GraphImporter& im, const ir::Node& node,
 absl::Status CheckIndexDType(GraphImporter& im, const ir::Node& node,
                              const std::string& index);
 
-mlir::Value IndexConst(mlir::OpBuilder& b, mlir::Location l, int64_t v);
 // A zero constant of `element` (a storage type).
 mlir::Value ZeroOf(mlir::OpBuilder& b, mlir::Location l, mlir::Type element);
 // Output `output` of the node, without elements: a fill, so that it has a

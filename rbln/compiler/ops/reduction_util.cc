@@ -92,12 +92,6 @@ std::vector<IteratorType> Iterators(const std::vector<bool>& reduced) {
   return it;
 }
 
-int64_t NumElements(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
 mlir::TypedAttr F32(GraphImporter& im, double v) {
   return im.builder().getF32FloatAttr(static_cast<float>(v));
 }
@@ -105,10 +99,6 @@ mlir::TypedAttr F32(GraphImporter& im, double v) {
 Value F32Const(OpBuilder& b, double v) {
   return b.create<mlir::arith::ConstantOp>(
       b.getUnknownLoc(), b.getF32FloatAttr(static_cast<float>(v)));
-}
-
-Value IndexConst(OpBuilder& b, Location l, int64_t v) {
-  return b.create<mlir::arith::ConstantIndexOp>(l, v);
 }
 
 Value I64Const(OpBuilder& b, Location l, int64_t v) {
@@ -127,18 +117,6 @@ absl::Status CheckOutputShape(const ir::Node& node, int output,
                         absl::StrJoin(expected, ",")));
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<int> WrapDim(const ir::Node& node, int64_t dim, int rank) {
-  // A scalar has one addressable dim, as in PyTorch.
-  const int64_t n = rank == 0 ? 1 : rank;
-  if (dim < -n || dim >= n) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "op %s: Dimension out of range (expected to be in range of [%d, %d], "
-        "but got %d)",
-        node.op(), -n, n - 1, dim));
-  }
-  return static_cast<int>(dim < 0 ? dim + n : dim);
 }
 
 absl::StatusOr<std::vector<bool>> ReducedDims(const ir::Node& node, int rank) {

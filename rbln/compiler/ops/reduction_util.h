@@ -17,6 +17,7 @@
 #include "mlir/IR/AffineMap.h"
 #include "mlir/IR/Builders.h"
 #include "rbln/compiler/graph_importer.h"
+#include "rbln/compiler/ops/shape_util.h"
 #include "rbln/compiler/ir/graph.pb.h"
 
 namespace rbln::compiler {
@@ -49,19 +50,15 @@ Shape ReducedShape(const Shape& in, const std::vector<bool>& reduced,
 std::vector<mlir::utils::IteratorType> Iterators(
     const std::vector<bool>& reduced);
 
-int64_t NumElements(const Shape& shape);
 
 mlir::TypedAttr F32(GraphImporter& im, double v);
 mlir::Value F32Const(mlir::OpBuilder& b, double v);
-mlir::Value IndexConst(mlir::OpBuilder& b, mlir::Location l, int64_t v);
 mlir::Value I64Const(mlir::OpBuilder& b, mlir::Location l, int64_t v);
 
 // --- Checks. -----------------------------------------------------------------
 
 absl::Status CheckOutputShape(const ir::Node& node, int output,
                               const Shape& expected);
-// Wraps a negative dim; a scalar has one addressable dim, as in PyTorch.
-absl::StatusOr<int> WrapDim(const ir::Node& node, int64_t dim, int rank);
 // The dims reduced by attr "dim": an int or comma-separated ints; absent or
 // "" reduces every dim. Negative dims wrap; repeated dims are an error.
 absl::StatusOr<std::vector<bool>> ReducedDims(const ir::Node& node, int rank);
