@@ -33,10 +33,12 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -67,20 +69,29 @@ std::string StrAttr(const ir::Node& node, const std::string& name,
 
 enum class Combine { kAssign, kAdd, kMul, kMax, kMin, kMean };
 
-absl::StatusOr<Combine> ParseReduce(const ir::Node& node,
-                                    const std::string& reduce) {
-  if (reduce == "add" || reduce == "sum") return Combine::kAdd;
-  if (reduce == "multiply" || reduce == "prod") return Combine::kMul;
-  if (reduce == "amax") return Combine::kMax;
-  if (reduce == "amin") return Combine::kMin;
-  if (reduce == "mean") return Combine::kMean;
+// The node's "reduce" attribute in its op's vocabulary: scatter's
+// (add, multiply), scatter_reduce's (sum, prod, mean, amax, amin) or
+// index_reduce's (prod, mean, amax, amin).
+absl::StatusOr<Combine> ParseReduce(const ir::Node& node) {
+  std::vector<std::pair<std::string, Combine>> names;
+  if (node.op() == "scatter") {
+    names = {{"add", Combine::kAdd}, {"multiply", Combine::kMul}};
+  } else {
+    if (node.op() == "scatter_reduce") names.push_back({"sum", Combine::kAdd});
+    names.insert(names.end(), {{"prod", Combine::kMul},
+                               {"mean", Combine::kMean},
+                               {"amax", Combine::kMax},
+                               {"amin", Combine::kMin}});
+  }
+  const std::string reduce = StrAttr(node, "reduce", "");
+  std::vector<std::string> known;
+  for (const auto& [name, combine] : names) {
+    if (reduce == name) return combine;
+    known.push_back(name);
+  }
   return absl::InvalidArgumentError(absl::StrFormat(
       "op %s: reduce argument must be one of %s, got '%s'", node.op(),
-      node.op() == "scatter" ? "add or multiply"
-      : node.op() == "index_reduce"
-          ? "prod, mean, amax or amin"
-          : "sum, prod, mean, amax or amin",
-      reduce));
+      absl::StrJoin(known, ", "), reduce));
 }
 
 // `old` combined with `v`, both in the compute type of `t` (bool as i8 0/1).
@@ -349,11 +360,8 @@ absl::Status ConvertScatter(GraphImporter& im, const ir::Node& node) {
   if (op == "scatter_add") {
     combine = Combine::kAdd;
   } else if (op == "scatter_reduce" || HasAttr(node, "reduce")) {
-    absl::StatusOr<Combine> c = ParseReduce(node, StrAttr(node, "reduce", ""));
+    absl::StatusOr<Combine> c = ParseReduce(node);
     if (!c.ok()) return c.status();
-    if (op == "scatter" && *c != Combine::kAdd && *c != Combine::kMul) {
-      return ParseReduce(node, "?").status();
-    }
     combine = *c;
   }
   if (combine == Combine::kMean && t == ir::BOOL) {
@@ -483,13 +491,11 @@ absl::Status ConvertIndexReduce(GraphImporter& im, const ir::Node& node) {
   if (!dim.ok()) return dim.status();
   Combine combine = Combine::kAdd;
   if (!add) {
-    const std::string reduce = StrAttr(node, "reduce", "");
-    absl::StatusOr<Combine> c = ParseReduce(node, reduce);
+    absl::StatusOr<Combine> c = ParseReduce(node);
     if (!c.ok()) return c.status();
-    if (*c == Combine::kAdd) return ParseReduce(node, "sum?").status();
     combine = *c;
   }
-  if (t == ir::BOOL && (!add || combine == Combine::kMean)) {
+  if (t == ir::BOOL && combine == Combine::kMean) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "op %s: not defined for bool (PyTorch raises too); cast to a number "
         "type first",

@@ -20,8 +20,6 @@ namespace {
 
 constexpr ir::DType kAllDTypes[] = {ir::FLOAT16, ir::BFLOAT16, ir::FLOAT32,
                                     ir::INT32,   ir::INT64,    ir::BOOL};
-constexpr ir::DType kNumberDTypes[] = {ir::FLOAT16, ir::BFLOAT16, ir::FLOAT32,
-                                       ir::INT32, ir::INT64};
 
 bool IsFloatDType(ir::DType t) {
   return t == ir::FLOAT16 || t == ir::BFLOAT16 || t == ir::FLOAT32;
@@ -389,7 +387,7 @@ TEST(GatherScatterOpsTest, ScatterRejectsBadShapesAndReductions) {
 // --- index_add, index_reduce. ------------------------------------------------------
 
 TEST(GatherScatterOpsTest, IndexReduceRoundsEveryStep) {
-  for (ir::DType dtype : kNumberDTypes) {
+  for (ir::DType dtype : kAllDTypes) {
     for (const Shape& shape : {Shape{4, 3}, Shape{5}}) {
       HostTensor x = Values(dtype, shape, 15, /*nan=*/true);
       for (int dim = 0; dim < static_cast<int>(shape.size()); ++dim) {
@@ -398,6 +396,7 @@ TEST(GatherScatterOpsTest, IndexReduceRoundsEveryStep) {
         HostTensor source = Values(dtype, src_shape, 16 + dim, /*nan=*/true);
         HostTensor index = Random(ir::INT64, {6}, 18 + dim, 0, shape[dim] - 1);
         for (Reduce r : {Reduce::kProd, Reduce::kMean, Reduce::kAmax, Reduce::kAmin}) {
+          if (r == Reduce::kMean && dtype == ir::BOOL) continue;  // PyTorch raises
           for (bool include_self : {true, false}) {
             ir::Graph g = OneOpGraph(
                 "index_reduce", {x.type(), index.type(), source.type()}, {x.type()},

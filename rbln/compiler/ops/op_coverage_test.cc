@@ -171,6 +171,66 @@ Row Nn(const std::string& label, const std::string& op, Torch torch,
           }};
 }
 
+const char kGs[] = "gather_scatter_ops_test";
+const char kAdv[] = "advanced_index_ops_test";
+const char kLay[] = "layout_ops_test";
+const char kVs[] = "view_scatter_ops_test";
+const char kBag[] = "embedding_bag_ops_test";
+
+// An op over x (dtype t, [2, 3]) and `extra` inputs, with output `out`.
+Row Indexing(const std::string& family, const std::string& label,
+             const std::string& op, Torch torch, const std::string& tests,
+             std::vector<std::function<HostTensor(ir::DType)>> extra,
+             std::function<ir::TensorType(ir::DType)> out, const Attrs& attrs = {}) {
+  return {family, label, torch, tests, [=](ir::DType t) {
+            Probe p;
+            p.inputs = {Input(t, kS, 1)};
+            for (const auto& make : extra) p.inputs.push_back(make(t));
+            std::vector<ir::TensorType> types;
+            for (const HostTensor& in : p.inputs) types.push_back(in.type());
+            p.graph = OneOpGraph(op, types, {out(t)}, attrs);
+            return p;
+          }};
+}
+
+const char kMoment[] = "moment_ops_test";
+const char kVecNorm[] = "vector_norm_ops_test";
+const char kScan[] = "scan_ops_test";
+const char kSort[] = "sort_ops_test";
+const char kSearch[] = "search_ops_test";
+const char kHist[] = "histogram_ops_test";
+const char kLinalg[] = "linalg_ops_test";
+const char kSegment[] = "segment_ops_test";
+
+ir::DType IntegersToInt64(ir::DType t) {
+  return IsFloatType(t) ? t : ir::INT64;
+}
+
+// `op` over inputs of dtype `t` (or the given dtypes) with several outputs.
+Probe Multi(const std::string& op, const std::vector<HostTensor>& inputs,
+            const std::vector<ir::TensorType>& outputs,
+            const Attrs& attrs = {}) {
+  Probe p;
+  p.inputs = inputs;
+  std::vector<ir::TensorType> types;
+  for (const HostTensor& in : inputs) types.push_back(in.type());
+  p.graph = OneOpGraph(op, types, outputs, attrs);
+  return p;
+}
+
+std::function<HostTensor(ir::DType)> Index(Shape shape, std::vector<double> values) {
+  return [=](ir::DType) { return Tensor(ir::INT64, shape, values); };
+}
+std::function<HostTensor(ir::DType)> Same(Shape shape) {
+  return [=](ir::DType t) { return Input(t, shape, 2); };
+}
+std::function<HostTensor(ir::DType)> Mask(Shape shape) {
+  return [=](ir::DType) { return Input(ir::BOOL, shape, 3); };
+}
+std::function<ir::TensorType(ir::DType)> Out(Shape shape) {
+  return [=](ir::DType t) { return Type(t, shape); };
+}
+
 std::vector<Row> Rows() {
   std::vector<Row> rows = {
       Binary("add", Torch::kAll, kEw),
@@ -362,6 +422,117 @@ std::vector<Row> Rows() {
                            kS, {{"normalized_shape", StrA("3")}}));
   rows.push_back(reduction("rms_norm", "rms_norm", Torch::kFloat, nullptr, kS,
                            {{"normalized_shape", StrA("3")}}));
+  rows.push_back({"reduction", "prod", Torch::kAll, kRed, [](ir::DType t) {
+                    return Simple("prod", t, {kS}, IntegersToInt64(t), {});
+                  }});
+  for (const char* op : {"any", "all"}) {
+    rows.push_back(reduction(op, op, Torch::kAll, &ToBool, {3},
+                             {{"dim", IntA(0)}}));
+  }
+  rows.push_back({"moments", "var", Torch::kFloat, kMoment, [](ir::DType t) {
+                    return Simple("var", t, {kS}, t, {2}, {{"dim", IntA(1)}});
+                  }});
+  rows.push_back(
+      {"moments", "var_mean", Torch::kFloat, kMoment, [](ir::DType t) {
+         return Multi("var_mean", {Input(t, kS)}, {Type(t, {}), Type(t, {})});
+       }});
+  rows.push_back({"vector norm", "linalg_vector_norm", Torch::kFloat, kVecNorm,
+                  [](ir::DType t) {
+                    return Simple("linalg_vector_norm", t, {kS}, t, {},
+                                  {{"ord", FloatA(3)}});
+                  }});
+  rows.push_back({"vector norm", "dist", Torch::kFloat, kVecNorm,
+                  [](ir::DType t) {
+                    return Simple("dist", t, {kS, {3}}, t, {});
+                  }});
+  for (const char* op : {"cumsum", "cumprod"}) {
+    rows.push_back({"scan", op, Torch::kAll, kScan, [op](ir::DType t) {
+                      return Simple(op, t, {kS}, IntegersToInt64(t), kS,
+                                    {{"dim", IntA(1)}});
+                    }});
+  }
+  for (const char* op : {"cummax", "cummin"}) {
+    rows.push_back({"scan", op, Torch::kAll, kScan, [op](ir::DType t) {
+                      return Multi(op, {Input(t, kS)},
+                                   {Type(t, kS), Type(ir::INT64, kS)},
+                                   {{"dim", IntA(0)}});
+                    }});
+  }
+  rows.push_back({"scan", "logcumsumexp", Torch::kFloat, kScan,
+                  [](ir::DType t) {
+                    return Simple("logcumsumexp", t, {kS}, t, kS,
+                                  {{"dim", IntA(-1)}});
+                  }});
+  for (bool stable : {false, true}) {
+    rows.push_back({"sort", stable ? "sort (stable)" : "sort", Torch::kAll,
+                    kSort, [stable](ir::DType t) {
+                      return Multi("sort", {Input(t, kS)},
+                                   {Type(t, kS), Type(ir::INT64, kS)},
+                                   {{"stable", BoolA(stable)}});
+                    }});
+  }
+  rows.push_back({"sort", "topk", Torch::kNoBool, kSort, [](ir::DType t) {
+                    return Multi("topk", {Input(t, kS)},
+                                 {Type(t, {2, 2}), Type(ir::INT64, {2, 2})},
+                                 {{"k", IntA(2)}});
+                  }});
+  rows.push_back({"sort", "kthvalue", Torch::kNoBool, kSort, [](ir::DType t) {
+                    return Multi("kthvalue", {Input(t, kS)},
+                                 {Type(t, {2}), Type(ir::INT64, {2})},
+                                 {{"k", IntA(2)}});
+                  }});
+  for (const char* op : {"median", "nanmedian"}) {
+    rows.push_back({"sort", std::string(op) + " (dim)", Torch::kNoBool, kSort,
+                    [op](ir::DType t) {
+                      return Multi(op, {Input(t, kS)},
+                                   {Type(t, {3}), Type(ir::INT64, {3})},
+                                   {{"dim", IntA(0)}});
+                    }});
+  }
+  rows.push_back({"sort", "mode", Torch::kAll, kSort, [](ir::DType t) {
+                    return Multi("mode", {Input(t, kS)},
+                                 {Type(t, {2}), Type(ir::INT64, {2})});
+                  }});
+  rows.push_back({"search", "bucketize", Torch::kNoBool, kSearch,
+                  [](ir::DType t) {
+                    return Multi("bucketize",
+                                 {Input(t, kS), Tensor(t, {3}, {-1, 0, 2})},
+                                 {Type(ir::INT64, kS)});
+                  }});
+  rows.push_back({"search", "searchsorted", Torch::kNoBool, kSearch,
+                  [](ir::DType t) {
+                    return Multi("searchsorted",
+                                 {Tensor(t, {3}, {-1, 0, 2}), Input(t, kS)},
+                                 {Type(ir::INT64, kS)});
+                  }});
+  rows.push_back({"histogram", "histc", Torch::kFloat, kHist, [](ir::DType t) {
+                    return Simple("histc", t, {kS}, t, {4},
+                                  {{"bins", IntA(4)}});
+                  }});
+  rows.push_back({"linear algebra", "addmv", Torch::kNoBool, kLinalg,
+                  [](ir::DType t) {
+                    return Simple("addmv", t, {{2}, {2, 3}, {3}}, t, {2});
+                  }});
+  rows.push_back({"linear algebra", "addbmm", Torch::kNoBool, kLinalg,
+                  [](ir::DType t) {
+                    return Simple("addbmm", t, {{2, 4}, {2, 2, 3}, {2, 3, 4}},
+                                  t, {2, 4});
+                  }});
+  rows.push_back({"linear algebra", "_trilinear (bilinear)", Torch::kNoBool,
+                  kLinalg, [](ir::DType t) {
+                    return Simple("_trilinear", t, {{2, 3}, {4, 3, 5}, {2, 5}},
+                                  t, {2, 4},
+                                  {{"expand1", StrA("1,3")},
+                                   {"expand2", StrA("0")},
+                                   {"expand3", StrA("1,2")},
+                                   {"sumdim", StrA("2,3")}});
+                  }});
+  rows.push_back({"segment", "segment_reduce", Torch::kFloat, kSegment,
+                  [](ir::DType t) {
+                    return Multi("segment_reduce",
+                                 {Input(t, {4, 3}), Tensor(ir::INT64, {2}, {1, 3})},
+                                 {Type(t, {2, 3})}, {{"reduce", StrA("sum")}});
+                  }});
 
   auto matmul = [](const std::string& label, const std::string& op,
                    std::vector<Shape> shapes, Shape out) -> Row {
@@ -509,6 +680,117 @@ std::vector<Row> Rows() {
                     kSample, {x4}, {{1, 2, 8, 8}}, {}));
   rows.push_back(Nn("upsample_bilinear2d", "upsample_bilinear2d",
                     Torch::kFloat, kSample, {x4}, {{1, 2, 8, 8}}, {}));
+  // Gathers and scatters along one dim (issue #15).
+  const std::string gs = "gather/scatter";
+  const auto row_index = Index({1, 3}, {1, 0, 1});
+  const auto dim0 = Attrs{{"dim", IntA(0)}};
+  rows.push_back(Indexing(gs, "gather", "gather", Torch::kAll, kGs, {row_index},
+                          Out({1, 3}), dim0));
+  rows.push_back(Indexing(gs, "scatter", "scatter", Torch::kAll, kGs,
+                          {row_index, Same({1, 3})}, Out(kS), dim0));
+  rows.push_back(Indexing(gs, "scatter (value)", "scatter", Torch::kAll, kGs, {row_index},
+                          Out(kS), {{"dim", IntA(0)}, {"value", FloatA(2.5)}}));
+  for (const char* reduce : {"add", "multiply"}) {
+    rows.push_back(Indexing(gs, absl::StrCat("scatter (reduce=", reduce, ")"), "scatter",
+                            Torch::kAll, kGs, {row_index, Same({1, 3})}, Out(kS),
+                            {{"dim", IntA(0)}, {"reduce", StrA(reduce)}}));
+  }
+  rows.push_back(Indexing(gs, "scatter_add", "scatter_add", Torch::kAll, kGs,
+                          {row_index, Same({1, 3})}, Out(kS), dim0));
+  for (const char* reduce : {"sum", "prod", "mean", "amax", "amin"}) {
+    rows.push_back(Indexing(
+        gs, absl::StrCat("scatter_reduce (", reduce, ")"), "scatter_reduce",
+        std::string(reduce) == "mean" ? Torch::kNoBool : Torch::kAll, kGs,
+        {row_index, Same({1, 3})}, Out(kS),
+        {{"dim", IntA(0)}, {"reduce", StrA(reduce)}, {"include_self", BoolA(false)}}));
+  }
+  const auto vector_index = Index({2}, {1, 1});
+  rows.push_back(Indexing(gs, "index_add", "index_add", Torch::kAll, kGs,
+                          {vector_index, Same({2, 3})}, Out(kS), dim0));
+  for (const char* reduce : {"prod", "mean", "amax", "amin"}) {
+    rows.push_back(Indexing(
+        gs, absl::StrCat("index_reduce (", reduce, ")"), "index_reduce",
+        std::string(reduce) == "mean" ? Torch::kNoBool : Torch::kAll, kGs,
+        {vector_index, Same({2, 3})}, Out(kS), {{"dim", IntA(0)}, {"reduce", StrA(reduce)}}));
+  }
+  rows.push_back(Indexing(gs, "put (accumulate)", "put", Torch::kAll, kGs,
+                          {Index({2}, {-1, 4}), Same({2})}, Out(kS),
+                          {{"accumulate", BoolA(true)}}));
+
+  // Advanced indexing.
+  const std::string adv = "advanced indexing";
+  rows.push_back(Indexing(adv, "index (x[:, i])", "index", Torch::kAll, kAdv,
+                          {Index({2}, {2, -3})}, Out({2, 2}), {{"indices", StrA("0,1")}}));
+  rows.push_back(Indexing(adv, "index_put (accumulate)", "index_put", Torch::kAll, kAdv,
+                          {Index({2}, {1, 1}), Same({3})}, Out(kS),
+                          {{"indices", StrA("1")}, {"accumulate", BoolA(true)}}));
+  rows.push_back(Indexing(adv, "index_put (bool mask)", "index_put", Torch::kAll, kAdv,
+                          {Mask({2}), Same({3})}, Out(kS), {{"indices", StrA("1")}}));
+  rows.push_back(Indexing(adv, "masked_scatter", "masked_scatter", Torch::kAll, kAdv,
+                          {Mask({3}), Same({2, 3})}, Out(kS)));
+  rows.push_back(Indexing(adv, "nonzero_static", "nonzero_static", Torch::kAll, kAdv, {},
+                          [](ir::DType) { return Type(ir::INT64, {4, 2}); },
+                          {{"size", IntA(4)}}));
+
+  // Rearranging by index arithmetic.
+  const std::string lay = "layout";
+  rows.push_back(Indexing(lay, "flip", "flip", Torch::kAll, kLay, {}, Out(kS),
+                          {{"dims", StrA("0,1")}}));
+  rows.push_back(Indexing(lay, "repeat", "repeat", Torch::kAll, kLay, {}, Out({2, 2, 6}),
+                          {{"repeats", StrA("2,1,2")}}));
+  rows.push_back(Indexing(lay, "unfold", "unfold", Torch::kAll, kLay, {}, Out({2, 2, 2}),
+                          {{"dimension", IntA(1)}, {"size", IntA(2)}, {"step", IntA(1)}}));
+  rows.push_back(Indexing(lay, "constant_pad_nd", "constant_pad_nd", Torch::kAll, kLay, {},
+                          Out({1, 6}), {{"pad", StrA("2,1,0,-1")}, {"value", IntA(1)}}));
+
+  // Views as copies and view scatters.
+  const std::string vs = "views and view scatters";
+  rows.push_back(Indexing(vs, "diagonal", "diagonal", Torch::kAll, kVs, {}, Out({2}),
+                          {{"offset", IntA(1)}}));
+  rows.push_back(Indexing(vs, "diagonal_scatter", "diagonal_scatter", Torch::kAll, kVs,
+                          {Same({2})}, Out(kS), {{"offset", IntA(1)}}));
+  rows.push_back(Indexing(vs, "slice_scatter", "slice_scatter", Torch::kAll, kVs,
+                          {Same({2, 2})}, Out(kS),
+                          {{"dim", IntA(1)}, {"start", IntA(0)}, {"step", IntA(2)}}));
+  rows.push_back(Indexing(vs, "select_scatter", "select_scatter", Torch::kAll, kVs,
+                          {Same({3})}, Out(kS), {{"dim", IntA(0)}, {"index", IntA(1)}}));
+  const Attrs strided = {{"size", StrA("2,2")}, {"stride", StrA("1,2")},
+                         {"storage_offset", IntA(1)}};
+  rows.push_back(Indexing(vs, "as_strided", "as_strided", Torch::kAll, kVs, {},
+                          Out({2, 2}), strided));
+  rows.push_back(Indexing(vs, "as_strided_scatter", "as_strided_scatter", Torch::kAll, kVs,
+                          {Same({2, 2})}, Out(kS), strided));
+  rows.push_back(Indexing(vs, "view_copy (and the other *_copy views)", "view_copy",
+                          Torch::kAll, kVs, {}, Out({3, 2}), {{"size", StrA("3,2")}}));
+  rows.push_back({vs, "unbind_copy", Torch::kAll, kVs, [](ir::DType t) {
+                    Probe p;
+                    p.inputs = {Input(t, kS, 1)};
+                    p.graph = OneOpGraph("unbind_copy", {p.inputs[0].type()},
+                                         {Type(t, {3}), Type(t, {3})});
+                    return p;
+                  }});
+
+  // Embedding bags.
+  for (int mode : {0, 1, 2}) {
+    rows.push_back({"embedding bag",
+                    absl::StrCat("_embedding_bag (", mode == 0 ? "sum" : mode == 1 ? "mean" : "max",
+                                 ")"),
+                    Torch::kFloat, kBag, [mode](ir::DType t) {
+                      Probe p;
+                      p.inputs = {Input(t, {4, 3}, 1), Tensor(ir::INT64, {3}, {0, 3, 1}),
+                                  Tensor(ir::INT64, {2}, {0, 1})};
+                      p.graph = OneOpGraph(
+                          "_embedding_bag_forward_only",
+                          {p.inputs[0].type(), p.inputs[1].type(), p.inputs[2].type()},
+                          {Type(t, {2, 3}), Type(ir::INT64, {3}), Type(ir::INT64, {2}),
+                           Type(ir::INT64, mode == 2 ? Shape{2, 3} : Shape{0})},
+                          {{"mode", IntA(mode)}});
+                      return p;
+                    }});
+  }
+  rows.push_back(Indexing("embedding bag", "embedding_renorm", "embedding_renorm",
+                          Torch::kFloat, kBag, {Index({2}, {0, 1})}, Out(kS),
+                          {{"max_norm", FloatA(1.0)}, {"norm_type", FloatA(2.0)}}));
   return rows;
 }
 

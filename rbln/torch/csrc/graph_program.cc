@@ -338,6 +338,9 @@ void RegisterGraphProgramBindings(py::module_& m) {
           [](const GraphProgram& p, const std::vector<at::Tensor>& inputs) {
             try {
               return p.Run(inputs);
+            } catch (const c10::IndexError& e) {
+              // An index a kernel found out of range (SPEC P8), as eager.
+              throw py::index_error(e.what_without_backtrace());
             } catch (const c10::Error& e) {
               throw std::runtime_error(e.what_without_backtrace());
             }
