@@ -17,7 +17,7 @@ import warnings
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
+import torch.nn.functional as F  # noqa: F401 -- for the probes of blockers declared here
 
 DEV = "rbln:0"
 
@@ -85,37 +85,12 @@ def _idx(n, high):
     return torch.randint(0, high, (n,), generator=torch.Generator().manual_seed(0)).to(DEV)
 
 
-SIN_COS = Blocker("sin, cos (rotary embeddings)",
-                  lambda: _compiles(lambda x: torch.sin(x) * torch.cos(x), _h(8, 64)))
-POW_SCALAR = Blocker("pow with a Python-scalar exponent (x.pow(2), x ** 3)",
-                     lambda: _compiles(lambda x: x.pow(2) + x ** 3.0, _h(8, 64)))
-INDEX = Blocker("index with a tensor (x[idx], rotary table lookup)",
-                lambda: _compiles(lambda x, i: x[i] * 2, _h(16, 64), _idx(8, 16)))
-INDEX_AFTER_SLICE = Blocker("index after a full slice (x[:, idx])",
-                            lambda: _compiles(lambda x, i: x[:, i] * 2, _h(4, 16, 64), _idx(8, 16)))
-GATHER = Blocker("gather", lambda: _compiles(
-    lambda x, i: torch.gather(x, 1, i) * 2, _h(4, 64), _idx(32, 64).view(4, 8)))
-ISINF_ANY = Blocker("isinf, any (float16 overflow guard)",
-                    lambda: _compiles(lambda x: torch.where(torch.isinf(x).any(), x - 1, x + 1),
-                                      _h(8, 64)))
-CONV2D = Blocker("convolution (2-d, strided)",
-                 lambda: _compiles(lambda x, w: F.conv2d(x, w, stride=2, padding=1) * 2,
-                                   _h(1, 3, 16, 16), _h(8, 3, 3, 3)))
-CONV2D_DEPTHWISE = Blocker("convolution (depthwise 7x7, groups = channels)",
-                           lambda: _compiles(lambda x, w: F.conv2d(x, w, padding=3, groups=8) * 2,
-                                             _h(1, 8, 16, 16), _h(8, 1, 7, 7)))
-CONV1D = Blocker("convolution (1-d)",
-                 lambda: _compiles(lambda x, w: F.conv1d(x, w, padding=1) * 2,
-                                   _h(1, 16, 32), _h(32, 16, 3)))
-BATCH_NORM = Blocker("_native_batch_norm_legit_no_training (BatchNorm in eval)",
-                     lambda: _compiles(lambda x, m, v: F.batch_norm(x, m, v, training=False) * 2,
-                                       _h(1, 8, 4, 4), _h(8), _h(8, low=0.5)))
-MAX_POOL = Blocker("max_pool2d_with_indices",
-                   lambda: _compiles(lambda x: F.max_pool2d(x, 3, 2, 1) * 2, _h(1, 8, 16, 16)))
-EAGER_CONV = Blocker(
-    "eager convolution: aten::convolution_overrideable has no rbln kernel (and no CPU kernel "
-    "the boxed fallback could call)",
-    lambda: _eager(lambda x, w: F.conv2d(x, w, padding=1), _h(1, 3, 16, 16), _h(8, 3, 3, 3)))
+# Blockers are declared here, next to their probes, while a (model, mode) of
+# model_zoo.py waits for them; e.g.
+#   CONV2D = Blocker("convolution (2-d, strided)", lambda: _compiles(
+#       lambda x, w: F.conv2d(x, w, stride=2) * 2, _h(1, 3, 16, 16), _h(8, 3, 3, 3)))
+# (_eager and _idx probe eager kernels and index inputs the same way.)
+# None is pending today: every model passes in every mode.
 
 
 def describe(blockers) -> str:

@@ -27,9 +27,7 @@ from typing import Callable, Dict, Tuple
 import torch
 import transformers
 
-from blockers import (BATCH_NORM, CONV1D, CONV2D, CONV2D_DEPTHWISE, EAGER_CONV, GATHER, INDEX,
-                      INDEX_AFTER_SLICE, ISINF_ANY, MAX_POOL, POW_SCALAR, SIN_COS, Blocked,
-                      Blocker, describe, raise_if_blocked)
+from blockers import Blocked, Blocker, describe, raise_if_blocked
 
 VOCAB = 256
 PROMPT = 8  # Prompt tokens of the decoder LMs.
@@ -88,10 +86,6 @@ class ModelSpec:
         raise_if_blocked(self.blocked.get(mode, ()))
 
 
-def _compiled_and_static(*blockers):
-    return {COMPILED: blockers, STATIC: blockers}
-
-
 def _token_ids(g, n=PROMPT):
     return torch.randint(3, VOCAB, (1, n), generator=g)
 
@@ -126,23 +120,19 @@ def _specs():
             "gpt2", "learned positions, GELU(tanh) MLP, Conv1D projections, tied lm_head",
             lambda: T.GPT2LMHeadModel(T.GPT2Config(
                 n_layer=2, n_embd=64, n_head=2, n_positions=64, **_DECODER)),
-            _lm_inputs, DECODER_MODES,
-            blocked=_compiled_and_static(POW_SCALAR)),
+            _lm_inputs, DECODER_MODES),
         ModelSpec(
             "llama", "grouped-query attention, RoPE, RMSNorm, SwiGLU",
             lambda: T.LlamaForCausalLM(T.LlamaConfig(**_LLAMA_LIKE)),
-            _lm_inputs, DECODER_MODES,
-            blocked=_compiled_and_static(SIN_COS, POW_SCALAR)),
+            _lm_inputs, DECODER_MODES),
         ModelSpec(
             "qwen2", "Llama layout with q/k/v biases",
             lambda: T.Qwen2ForCausalLM(T.Qwen2Config(**_LLAMA_LIKE)),
-            _lm_inputs, DECODER_MODES,
-            blocked=_compiled_and_static(SIN_COS, POW_SCALAR)),
+            _lm_inputs, DECODER_MODES),
         ModelSpec(
             "mistral", "sliding-window attention (window 8 < prompt + new tokens)",
             lambda: T.MistralForCausalLM(T.MistralConfig(sliding_window=8, **_LLAMA_LIKE)),
-            _lm_inputs, DECODER_MODES,
-            blocked=_compiled_and_static(SIN_COS, POW_SCALAR)),
+            _lm_inputs, DECODER_MODES),
         ModelSpec(
             "bloom", "ALiBi position bias, embedding LayerNorm, fused qkv",
             lambda: T.BloomForCausalLM(T.BloomConfig(
@@ -152,51 +142,42 @@ def _specs():
             "gptj", "parallel attention + MLP, partial interleaved rotary",
             lambda: T.GPTJForCausalLM(T.GPTJConfig(
                 n_layer=2, n_embd=64, n_head=4, rotary_dim=8, n_positions=64, **_DECODER)),
-            _lm_inputs, DECODER_MODES,
-            blocked=_compiled_and_static(INDEX, POW_SCALAR)),
+            _lm_inputs, DECODER_MODES),
         ModelSpec(
             "falcon", "multi-query attention, parallel attention + MLP",
             lambda: T.FalconForCausalLM(T.FalconConfig(
                 num_hidden_layers=2, hidden_size=64, num_attention_heads=4, parallel_attn=True,
                 new_decoder_architecture=False, multi_query=True, alibi=False, **_DECODER)),
-            _lm_inputs, DECODER_MODES,
-            blocked=_compiled_and_static(SIN_COS, INDEX_AFTER_SLICE)),
+            _lm_inputs, DECODER_MODES),
         ModelSpec(
             "bert", "encoder, absolute + token-type embeddings, GELU(erf), tied MLM decoder",
             lambda: T.BertForMaskedLM(T.BertConfig(
                 num_hidden_layers=2, hidden_size=64, intermediate_size=128,
                 num_attention_heads=4, vocab_size=VOCAB, max_position_embeddings=64)),
-            _lm_inputs, OTHER_MODES,
-            blocked={COMPILED: (GATHER,)}),
+            _lm_inputs, OTHER_MODES),
         ModelSpec(
             "t5", "encoder-decoder, relative position buckets, RMS LayerNorm, cross-attention",
             lambda: T.T5ForConditionalGeneration(T.T5Config(
                 d_model=64, d_ff=128, num_layers=2, num_heads=4, d_kv=16, vocab_size=VOCAB,
                 decoder_start_token_id=0)),
-            _seq2seq_inputs, OTHER_MODES,
-            blocked={COMPILED: (ISINF_ANY, POW_SCALAR)}),
+            _seq2seq_inputs, OTHER_MODES),
         ModelSpec(
             "vit", "patch embedding (strided conv), class token, pre-LayerNorm encoder",
             lambda: T.ViTForImageClassification(T.ViTConfig(
                 image_size=32, patch_size=8, hidden_size=64, num_hidden_layers=2,
                 num_attention_heads=4, intermediate_size=128, num_labels=10)),
-            _image_inputs, OTHER_MODES,
-            blocked={EAGER: (EAGER_CONV,), TRAIN: (EAGER_CONV,), COMPILED: (CONV2D,)}),
+            _image_inputs, OTHER_MODES),
         ModelSpec(
             "resnet", "convolutions, BatchNorm, max pooling, residual blocks",
             lambda: T.ResNetForImageClassification(T.ResNetConfig(
                 embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic",
                 num_labels=10)),
-            _image_inputs, OTHER_MODES,
-            blocked={EAGER: (EAGER_CONV,), TRAIN: (EAGER_CONV,),
-                     COMPILED: (CONV2D, BATCH_NORM, MAX_POOL)}),
+            _image_inputs, OTHER_MODES),
         ModelSpec(
             "convnext", "depthwise 7x7 convolutions, channels-last LayerNorm, layer scale",
             lambda: T.ConvNextForImageClassification(T.ConvNextConfig(
                 num_stages=2, hidden_sizes=[16, 32], depths=[1, 1], num_labels=10)),
-            _image_inputs, OTHER_MODES,
-            blocked={EAGER: (EAGER_CONV,), TRAIN: (EAGER_CONV,),
-                     COMPILED: (CONV2D, CONV2D_DEPTHWISE)}),
+            _image_inputs, OTHER_MODES),
         ModelSpec(
             "whisper", "speech encoder-decoder: conv1d stem, sinusoidal positions, cross-attention",
             lambda: T.WhisperForConditionalGeneration(T.WhisperConfig(
@@ -205,8 +186,7 @@ def _specs():
                 decoder_ffn_dim=128, max_source_positions=16, max_target_positions=32,
                 pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1,
                 suppress_tokens=[], begin_suppress_tokens=[])),
-            _speech_inputs, OTHER_MODES,
-            blocked={EAGER: (EAGER_CONV,), TRAIN: (EAGER_CONV,), COMPILED: (CONV1D, INDEX)}),
+            _speech_inputs, OTHER_MODES),
     ]
 
 

@@ -37,9 +37,15 @@ EPS = 1e-6
 
 def trainable(spec, device):
     model = spec.make().half().train()
-    for m in model.modules():  # Dropout masks differ between devices.
+    # Dropout masks differ between devices (rbln draws from its own generator,
+    # as CUDA does): off, both as modules and as the float rates some models
+    # pass to F.dropout (T5Attention.dropout, Whisper's attention_dropout).
+    for m in model.modules():
         if isinstance(m, torch.nn.Dropout):
             m.p = 0.0
+        for rate in ("dropout", "attention_dropout", "activation_dropout", "dropout_rate"):
+            if isinstance(getattr(m, rate, None), float):
+                setattr(m, rate, 0.0)
     return model.to(device)
 
 

@@ -201,9 +201,11 @@ def _(xs):
     return torch.empty_like(next(x for x in xs if x is not None))
 
 
-def test_graph_the_ir_cannot_express_falls_back_too():
-    # spec: J6 -- a list mixing tensors and None (as in x[None, :, idx]) has
-    # no graph-IR form: a compile error, so the fallback runs the graph.
+def test_graph_with_an_op_the_compiler_lacks_falls_back_too():
+    # spec: J6 -- a custom op taking a list that mixes tensors and None (as
+    # aten.index does) is carried into the graph IR (Tensor?[] inputs plus a
+    # presence attribute) but no converter exists: a compile error naming
+    # the op, so the fallback runs the graph.
     f = torch.compile(lambda a: first_present([None, a + 1]), backend="rbln", dynamic=False)
     x = torch.randn(8, 64, dtype=torch.float16)
     with warnings.catch_warnings():
@@ -211,7 +213,7 @@ def test_graph_the_ir_cannot_express_falls_back_too():
         out = f(x.to(DEV))
     torch.testing.assert_close(out.cpu(), (x + 1) * 2)
     ((_, error),) = rbln_dynamo.compile_failures()
-    assert "a list mixing tensors and other values" in str(error)
+    assert "The following operators are not implemented: ['first_present']" in str(error)
 
 
 def test_tensors_the_graph_makes_on_the_device_are_made_on_the_cpu():
