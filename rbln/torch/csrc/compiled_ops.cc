@@ -764,6 +764,7 @@ constexpr const char* kCompiledOps[] = {
     "abs", "abs.out", "abs_", "neg", "neg.out", "neg_",
     "ceil", "ceil.out", "ceil_", "floor", "floor.out", "floor_",
     "log", "log.out", "log_", "rsqrt", "rsqrt.out", "rsqrt_",
+    "lerp.Scalar", "lerp.Scalar_out", "lerp_.Scalar",
     "exp", "exp.out", "exp_", "sqrt", "sqrt.out", "sqrt_", "tanh", "tanh.out", "tanh_",
     "sigmoid", "sigmoid.out", "sigmoid_", "silu", "silu.out", "silu_",
     "relu", "relu.out", "relu_", "gelu", "gelu.out", "gelu_",
