@@ -140,6 +140,36 @@ absl::Status ConvertSub(GraphImporter& im, const ir::Node& node) {
   return ConvertAddOrSub(im, node, /*subtract=*/true);
 }
 
+// lerp(self, end, weight) with a Python scalar weight (the optimizers'
+// exp_avg.lerp_(grad, 1 - beta1)) as ATen's CPU kernel computes it: in f32
+// for the half types, self + w * (end - self) for |w| < 0.5 and
+// end - (end - self) * (1 - w) otherwise, so that w = 1 gives end exactly.
+// A tensor weight is not supported (callers fall back).
+absl::Status ConvertLerp(GraphImporter& im, const ir::Node& node) {
+  if (absl::Status s = CheckArity(node, 2, 1); !s.ok()) return s;
+  const ir::Attribute* weight_attr = FindAttr(node, "weight");
+  if (weight_attr == nullptr) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "op %s takes a scalar attribute \"weight\" (a tensor weight is not "
+        "supported)",
+        node.op()));
+  }
+  const ir::DType out = OutDType(node);
+  if (!IsFloat(out)) return NotImplementedFor(node, out);
+  // ATen's opmath weight: the scalar as a float.
+  const float weight = static_cast<float>(AsDouble(*weight_attr));
+  return Emit(im, node, {out, out},
+              [&](OpBuilder& b, Location l, ValueRange x) -> Value {
+                Type t = x[0].getType();
+                Value diff = Sub(b, l, x[1], x[0]);
+                if (std::abs(weight) < 0.5f) {
+                  return Add(b, l, x[0], Mul(b, l, Constant(b, l, t, weight), diff));
+                }
+                return Sub(b, l, x[1],
+                           Mul(b, l, diff, Constant(b, l, t, 1.0f - weight)));
+              });
+}
+
 // On bool (0/1 in i8) the product is logical and, as in PyTorch.
 absl::Status ConvertMul(GraphImporter& im, const ir::Node& node) {
   if (absl::Status s = CheckBinary(node); !s.ok()) return s;
@@ -660,6 +690,7 @@ void Register(OpConverterTable& table) {
   table["sub"] = &ConvertSub;
   table["mul"] = &ConvertMul;
   table["addcdiv"] = &ConvertAddcdiv;
+  table["lerp"] = &ConvertLerp;
   table["div"] = &ConvertDiv;
   table["pow"] = &ConvertPow;
   table["maximum"] = &ConvertMaximum;

@@ -1874,6 +1874,58 @@ TEST(ElementwiseOpsTest, AddAlphaAndScalarsRoundAsATen) {
   }
 }
 
+// lerp with a scalar weight: bit-exact with ATen's CPU kernel on the half
+// types (f32 math, one rounding), both formulas (|w| < 0.5 and not), w = 1
+// giving `end` exactly; a tensor weight is refused. Expected values from
+// torch.lerp on the CPU (torch 2.13).
+TEST(ElementwiseOpsTest, LerpWithScalarWeightMatchesATen) {
+  struct Case {
+    ir::DType dtype;
+    double weight;
+    std::vector<double> a, b, want;
+  };
+  const std::vector<double> a16 = {0.5, -1.25, 3.0, 1000.0, 0.0999755859375};
+  const std::vector<double> b16 = {2.0, 0.75, -3.0, 1001.0, 0.300048828125};
+  const std::vector<double> abf = {0.5, -1.25, 3.0, 1000.0, 0.10009765625};
+  const std::vector<double> bbf = {2.0, 0.75, -3.0, 1000.0, 0.30078125};
+  const std::vector<Case> cases = {
+      {ir::FLOAT16, 0.1, a16, b16,
+       {0.64990234375, -1.0498046875, 2.400390625, 1000.0, 0.1199951171875}},
+      {ir::FLOAT16, 0.9, a16, b16,
+       {1.849609375, 0.5498046875, -2.400390625, 1001.0, 0.280029296875}},
+      {ir::FLOAT16, 0.001, a16, b16,
+       {0.50146484375, -1.248046875, 2.994140625, 1000.0, 0.10015869140625}},
+      {ir::FLOAT16, 1.0, a16, b16, b16},
+      {ir::BFLOAT16, 0.1, abf, bbf,
+       {0.6484375, -1.046875, 2.40625, 1000.0, 0.1201171875}},
+      {ir::BFLOAT16, 0.9, abf, bbf,
+       {1.8515625, 0.55078125, -2.40625, 1000.0, 0.28125}},
+      {ir::BFLOAT16, 1.0, abf, bbf, bbf},
+  };
+  for (const Case& c : cases) {
+    const ir::TensorType vec = Type(c.dtype, {5});
+    const ir::Graph g = OpGraph("lerp", {vec, vec}, vec, {{"weight", F(c.weight)}});
+    absl::StatusOr<HostTensor> out =
+        RunGraph(g, {FloatTensor(vec, c.a), FloatTensor(vec, c.b)});
+    ASSERT_TRUE(out.ok()) << out.status();
+    ExpectMatches(*out, FloatTensor(vec, c.want), 0, Describe(g));
+  }
+  // float32: ATen may fuse the multiply-add; within an ulp.
+  const ir::TensorType vec = Type(ir::FLOAT32, {2});
+  const ir::Graph g = OpGraph("lerp", {vec, vec}, vec, {{"weight", F(0.1)}});
+  absl::StatusOr<HostTensor> out =
+      RunGraph(g, {FloatTensor(vec, {0.5, 1000.0}), FloatTensor(vec, {2.0, 1001.0})});
+  ASSERT_TRUE(out.ok()) << out.status();
+  ExpectMatches(*out, FloatTensor(vec, {0.6499999761581421, 1000.0999755859375}), 1,
+                Describe(g));
+  // A tensor weight is a third input: refused.
+  const ir::TensorType half = Type(ir::FLOAT16, {2});
+  EXPECT_FALSE(RunGraph(OpGraph("lerp", {half, half, half}, half),
+                        {FloatTensor(half, {0, 1}), FloatTensor(half, {1, 2}),
+                         FloatTensor(half, {0.5, 0.5})})
+                   .ok());
+}
+
 // Bool add is logical or; a bool alpha gates the second operand; a
 // fractional alpha on integers is an error with PyTorch's message (bool sub:
 // UnsupportedDTypesAndAttributesAreErrors).

@@ -48,6 +48,7 @@
 #include "rbln/torch/csrc/dispatch_config.h"
 #include "rbln/torch/csrc/explain_signals.h"
 #include "rbln/torch/csrc/fallback_policy.h"
+#include "rbln/torch/csrc/program_io.h"
 #include "rbln/torch/csrc/streams.h"
 #include "rbln/torch/csrc/sync_debug.h"
 #include "rbln/torch/csrc/tensor_transfer.h"
@@ -84,58 +85,6 @@ struct DispatchCounters {
 const DispatchCounters& Counters() {
   static const auto* counters = new DispatchCounters();
   return *counters;
-}
-
-std::optional<compiler::ir::DType> IrDType(at::ScalarType t) {
-  switch (t) {
-    case at::kHalf:
-      return compiler::ir::FLOAT16;
-    case at::kBFloat16:
-      return compiler::ir::BFLOAT16;
-    case at::kFloat:
-      return compiler::ir::FLOAT32;
-    case at::kInt:
-      return compiler::ir::INT32;
-    case at::kLong:
-      return compiler::ir::INT64;
-    case at::kBool:
-      return compiler::ir::BOOL;
-    default:
-      return std::nullopt;
-  }
-}
-
-DType RuntimeDType(at::ScalarType t) {
-  switch (t) {
-    case at::kHalf:
-      return DType::kFloat16;
-    case at::kBFloat16:
-      return DType::kBFloat16;
-    case at::kFloat:
-      return DType::kFloat32;
-    case at::kInt:
-      return DType::kInt32;
-    case at::kLong:
-      return DType::kInt64;
-    default:
-      return DType::kBool;
-  }
-}
-
-compiler::ir::TensorType IrType(at::ScalarType dtype, c10::IntArrayRef shape) {
-  compiler::ir::TensorType t;
-  t.set_dtype(*IrDType(dtype));
-  for (int64_t d : shape) t.add_shape(d);
-  return t;
-}
-
-runtime::DeviceBuffer Buffer(const at::Tensor& t) {
-  runtime::DeviceBuffer b;
-  b.address = reinterpret_cast<uintptr_t>(t.data_ptr());
-  b.dtype = RuntimeDType(t.scalar_type());
-  b.sizes.assign(t.sizes().begin(), t.sizes().end());
-  b.strides.assign(t.strides().begin(), t.strides().end());
-  return b;
 }
 
 // One call, read by the op's schema (the slow path).
@@ -667,10 +616,7 @@ void Run(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   for (size_t i = 0; i < inputs.size(); ++i) {
     const at::Tensor& t = inputs[i];
     if (i < entry.reads_span.size() && entry.reads_span[i]) {
-      runtime::DeviceBuffer span = Buffer(t);
-      span.sizes = {SpanElements(t)};
-      span.strides = {1};
-      buffers.push_back(std::move(span));
+      buffers.push_back(SpanBuffer(t));
     } else if (t.is_contiguous()) {
       buffers.push_back(Buffer(t));
     } else {
@@ -900,9 +846,12 @@ constexpr const char* kCompiledOps[] = {
     "abs", "abs.out", "abs_", "neg", "neg.out", "neg_",
     "ceil", "ceil.out", "ceil_", "floor", "floor.out", "floor_",
     "log", "log.out", "log_", "rsqrt", "rsqrt.out", "rsqrt_",
+    "lerp.Scalar", "lerp.Scalar_out", "lerp_.Scalar",
+    "exp", "exp.out", "exp_", "sqrt", "sqrt.out", "sqrt_", "tanh", "tanh.out", "tanh_",
     "sigmoid", "sigmoid.out", "sigmoid_", "silu", "silu.out", "silu_",
     "relu", "relu.out", "relu_", "gelu", "gelu.out", "gelu_",
-    "logical_not", "logical_not.out", "clamp", "clamp.out", "clamp_",
+    "logical_not", "logical_not.out", "logical_and", "logical_and.out",
+    "logical_or", "logical_or.out", "clamp", "clamp.out", "clamp_",
     "where.self", "masked_fill.Scalar", "masked_fill.Scalar_out",
     "masked_fill_.Scalar",
     "mm", "mm.out", "bmm", "bmm.out", "addmm", "addmm.out", "addmm_",

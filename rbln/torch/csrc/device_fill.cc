@@ -13,21 +13,12 @@
 #include "rbln/core/counters.h"
 #include "rbln/torch/csrc/device_dtypes.h"
 #include "rbln/torch/csrc/device_state.h"
+#include "rbln/torch/csrc/program_io.h"
 #include "rbln/torch/csrc/streams.h"
 #include "rbln/torch/csrc/tensor_transfer.h"
 
 namespace rbln::torch_backend {
 namespace {
-
-// The IR and runtime dtypes of a compiled-kernel dtype (the only ones
-// TryFillOnDevice compiles for).
-compiler::ir::DType IrDType(at::ScalarType t) {
-  return t == at::kHalf ? compiler::ir::FLOAT16 : compiler::ir::BFLOAT16;
-}
-
-DType RuntimeDType(at::ScalarType t) {
-  return t == at::kHalf ? DType::kFloat16 : DType::kBFloat16;
-}
 
 // The program that fills `self`'s box within its span. The value is an
 // attribute, so each distinct value is its own program (as a changed Python
@@ -36,7 +27,7 @@ DType RuntimeDType(at::ScalarType t) {
 bool FillGraph(const at::Tensor& self, const at::Scalar& value,
                compiler::ir::Graph* graph) {
   compiler::ir::TensorType span;
-  span.set_dtype(IrDType(self.scalar_type()));
+  span.set_dtype(*IrDType(self.scalar_type()));
   span.add_shape(SpanElements(self));
   graph->set_name("fill_");
   compiler::ir::Value* input = graph->add_inputs();
@@ -101,11 +92,7 @@ bool TryFillOnDevice(const at::Tensor& self, const at::Scalar& value) {
     Counters().host->Increment();
     return false;
   }
-  runtime::DeviceBuffer span;
-  span.address = address;
-  span.dtype = RuntimeDType(self.scalar_type());
-  span.sizes = {SpanElements(self)};
-  span.strides = {1};
+  const runtime::DeviceBuffer span = SpanBuffer(self);
   const c10::DeviceGuard guard(self.device());
   // Runs on this thread after the current stream's queued work (SPEC M2).
   CompleteCurrentStreamWork(self.device().index());

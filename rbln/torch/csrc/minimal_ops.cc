@@ -15,6 +15,7 @@
 #include <torch/library.h>
 
 #include "rbln/torch/csrc/device_allocator.h"
+#include "rbln/torch/csrc/device_cast.h"
 #include "rbln/torch/csrc/device_fill.h"
 #include "rbln/torch/csrc/device_state.h"
 #include "rbln/torch/csrc/storage_resize.h"
@@ -100,9 +101,16 @@ const at::Tensor& Resize(const at::Tensor& self, c10::SymIntArrayRef size,
   return self;
 }
 
+// Dtype conversions between rbln tensors avoid the host bounce where
+// device_cast.h allows; every other copy is the runtime's.
+void Copy(const at::Tensor& src, const at::Tensor& dst, bool non_blocking = false) {
+  if (TryConvertWithoutBounce(src, dst)) return;
+  CopyWithDevice(src, dst, non_blocking);
+}
+
 at::Tensor CopyFrom(const at::Tensor& self, const at::Tensor& dst,
                     bool non_blocking) {
-  CopyWithDevice(self, dst, non_blocking);
+  Copy(self, dst, non_blocking);
   return dst;
 }
 
@@ -114,7 +122,7 @@ at::Tensor CopyFromAndResize(const at::Tensor& self, const at::Tensor& dst) {
       Resize(dst, c10::fromIntArrayRefSlow(self.sizes()), std::nullopt);
     }
   }
-  CopyWithDevice(self, dst);
+  Copy(self, dst);
   return dst;
 }
 

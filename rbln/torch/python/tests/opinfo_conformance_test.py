@@ -32,6 +32,7 @@ COMPILED_OPS = [
     "index_copy", "index_select", "maximum", "minimum", "repeat_interleave",
     "arange", "clone", "fill", "sum", "amax", "amin", "argmax", "argmin",
     "nn.functional.scaled_dot_product_attention",
+    "exp", "sqrt", "tanh", "logical_and", "logical_or", "lerp",
 ]
 # Ops whose result sums or averages many terms: our kernels accumulate in
 # float32 in a different order than ATen's CPU kernels.

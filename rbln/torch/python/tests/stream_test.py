@@ -233,12 +233,12 @@ def test_k3_host_bounce_warns_once():
 import warnings, torch
 with warnings.catch_warnings(record=True) as w:
     warnings.simplefilter("always")
-    a = torch.ones(8, device="rbln")
+    a = torch.ones(8, dtype=torch.int32, device="rbln")
     b = torch.empty(8, dtype=torch.float16, device="rbln")
     b.copy_(a)
     b.copy_(a)
 msgs = [str(x.message) for x in w if "went through host memory" in str(x.message)]
-print(len(msgs), "Float" in msgs[0], "[8]" in msgs[0],
+print(len(msgs), "Int" in msgs[0], "[8]" in msgs[0],
       int(torch.rbln.counters()["runtime/host_bounce_copies"]))
 """
     )

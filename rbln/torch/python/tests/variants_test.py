@@ -80,6 +80,9 @@ CASES = (
         ("pow_.Tensor", [_pos(4, 64), _rand(4, 64)], None, lambda a, b: a.pow_(b)),
         ("pow.Tensor_Scalar_out", [_pos(4, 64)], lambda a, out: torch.pow(a, 2.0, out=out), None),
         ("pow_.Scalar", [_pos(4, 64)], None, lambda a: a.pow_(2.0)),
+        ("lerp.Scalar_out", [_rand(4, 64), _rand(4, 64)],
+         lambda a, b, out: torch.lerp(a, b, 0.1, out=out), None),
+        ("lerp_.Scalar", [_rand(4, 64), _rand(4, 64)], None, lambda a, b: a.lerp_(b, 0.9)),
         ("div.Scalar_mode_out", [_rand(4, 64)],
          lambda a, out: torch.div(a, 0.3, rounding_mode="floor", out=out), None),
         ("div_.Scalar_mode", [_rand(4, 64)], None, lambda a: a.div_(0.3, rounding_mode="trunc")),
@@ -95,6 +98,7 @@ CASES = (
     + _compare("ge")
     + _unary("abs") + _unary("neg") + _unary("ceil") + _unary("floor")
     + _unary("log", pos=True) + _unary("rsqrt", pos=True) + _unary("sigmoid")
+    + _unary("exp") + _unary("sqrt", pos=True) + _unary("tanh")
     + [
         ("silu.out", [_rand(4, 64)], lambda a, out: torch._C._nn.silu(a, out=out), None),
         ("silu_", [_rand(4, 64)], None, lambda a: torch.nn.functional.silu(a, inplace=True)),
@@ -106,6 +110,11 @@ CASES = (
         ("logical_not.out(float out)", [_rand(4, 64)],
          lambda a, out: torch.logical_not(a, out=out), None),
         ("logical_not_", [_rand(4, 64)], None, lambda a: a.logical_not_()),
+        ("logical_and.out", [_mask(4, 64), _mask(4, 64)],
+         lambda a, b, out: torch.logical_and(a, b, out=out), None),
+        ("logical_or.out(float out)", [_rand(4, 64), _mask(4, 64)],
+         lambda a, b, out: torch.logical_or(a, b, out=out), None),
+        ("logical_and_", [_rand(4, 64), _rand(4, 64)], None, lambda a, b: a.logical_and_(b)),
         ("clamp.out", [_rand(4, 64)], lambda a, out: torch.clamp(a, -0.5, 0.5, out=out), None),
         ("clamp_", [_rand(4, 64)], None, lambda a: a.clamp_(min=-0.25)),
         ("masked_fill.Scalar_out", [_rand(4, 64), _mask(4, 64)],
@@ -189,7 +198,7 @@ def _run(case, dtype, device, out_layout=None):
 
 def _out_dtype(case, dtype):
     name = case[0]
-    if name in ("logical_not.out",) or name.split(".")[0] in ("eq", "ne", "lt", "le", "gt", "ge"):
+    if name in ("logical_not.out", "logical_and.out") or name.split(".")[0] in ("eq", "ne", "lt", "le", "gt", "ge"):
         return torch.bool
     if name.startswith(("argmax", "argmin")):
         return torch.int64
@@ -276,7 +285,7 @@ def test_transposed_inplace_self_matches_cpu():
 # Reached through ATen composites over a registered overload, not
 # registered themselves.
 COMPOSITES = {"sum.out", "mean.dtype_out", "softmax.int_out", "logical_not_",
-              "logical_not.out(float out)"} | {
+              "logical_not.out(float out)", "logical_or.out(float out)", "logical_and_"} | {
     f"{op}_.{kind}" for op in ("eq", "ne", "lt", "le", "gt", "ge") for kind in ("Tensor", "Scalar")}
 
 
