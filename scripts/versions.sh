@@ -9,6 +9,9 @@ NUMPY_VERSION="2.4.6"
 PYTEST_VERSION="9.0.3"
 # torch.testing._internal (the OpInfo conformance test) imports it.
 EXPECTTEST_VERSION="0.3.0"
+# The model suite (rbln/tests/models) and the demo build small random-init
+# models from it (configs in code, no hub access); pip brings its own deps.
+TRANSFORMERS_VERSION="5.24.0"
 
 # Debian packages, by name. Debian's stable releases ship one version of
 # each; the versions we built and tested with are recorded here and checked
