@@ -30,6 +30,7 @@
 #include "rbln/compiler/kernel_errors.h"
 #include "rbln/compiler/mlir_compat.h"
 #include "rbln/compiler/mlir_setup.h"
+#include "rbln/compiler/onednn_conv.h"
 #include "rbln/compiler/onednn_gemm.h"
 #include "rbln/compiler/special_math.h"
 #include "rbln/core/status_macros.h"
@@ -123,6 +124,7 @@ llvm::orc::SymbolMap RuntimeSymbols(llvm::orc::MangleAndInterner interner) {
   for (const auto& [name, address] : SpecialMathSymbols()) {
     symbols[interner(name)] = compat::ExportedSymbol(address);
   }
+  symbols[interner(kOnednnConvSymbol)] = compat::ExportedSymbol(&rbln_conv);
   return symbols;
 }
 
@@ -131,8 +133,8 @@ absl::Status LoadGemmLibraryOf(const ir::Graph& graph, bool uses_blas,
                                bool uses_onednn) {
   if (uses_onednn && !LoadOnednn()) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "program %s calls oneDNN's %s, but %s", graph.name(),
-        kOnednnGemmSymbol, OnednnDescription()));
+        "program %s calls oneDNN (%s or %s), but %s", graph.name(),
+        kOnednnGemmSymbol, kOnednnConvSymbol, OnednnDescription()));
   }
   if (uses_blas && !uses_onednn && !LoadOpenBlas()) {
     return absl::FailedPreconditionError(absl::StrFormat(
@@ -157,7 +159,8 @@ absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::Create(
   // symbols, where LoadOpenBlas() puts it; rbln_gemm is ours (RuntimeSymbols)
   // and needs oneDNN loaded.
   const bool uses_onednn =
-      llvm_module.lookupSymbol(kOnednnGemmSymbol) != nullptr;
+      llvm_module.lookupSymbol(kOnednnGemmSymbol) != nullptr ||
+      llvm_module.lookupSymbol(kOnednnConvSymbol) != nullptr;
   const bool uses_blas =
       uses_onednn || llvm_module.lookupSymbol(kSgemmName) != nullptr;
   RBLN_RETURN_IF_ERROR(LoadGemmLibraryOf(graph, uses_blas, uses_onednn));

@@ -25,7 +25,7 @@
 namespace rbln::compiler {
 
 // Bump when code generation changes in a way that makes old objects wrong.
-inline constexpr char kCompilerVersion[] = "rbln-compiler-6";
+inline constexpr char kCompilerVersion[] = "rbln-compiler-7";
 
 class DiskCache {
  public:

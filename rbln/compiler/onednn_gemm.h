@@ -1,11 +1,9 @@
-// GEMMs of compiled kernels through oneDNN (SPEC P5), loaded at run time.
+// GEMMs of compiled kernels through oneDNN (SPEC P5), loaded at run time
+// (onednn_library.h).
 //
-// oneDNN (Debian's libdnnl 2.6.3) is dlopen()ed on first use, so the
-// compiler builds and runs without it: the GEMM rewrite then targets
-// OpenBLAS or the loops (blas_rewrite_pass.h). On this project's CPUs its
-// matmul primitive multiplies bf16 operands with avx512_bf16 (f32
-// accumulation) at about twice the f32 rate, and f32 ones at least as fast
-// as OpenBLAS (docs/benchmarks.md, "GEMM library").
+// On this project's CPUs oneDNN's matmul primitive multiplies bf16 operands
+// with avx512_bf16 (f32 accumulation) at about twice the f32 rate, and f32
+// ones at least as fast as OpenBLAS (docs/benchmarks.md, "GEMM library").
 //
 // Kernels call rbln_gemm (kOnednnGemmSymbol), which the JIT resolves to this
 // library's function. One call computes one block of a GEMM problem: the
@@ -13,27 +11,32 @@
 // shape alone (GemmBlockOf), so a program computes every element with the
 // same oneDNN call whether its blocks run on one worker or spread over the
 // chiplet workers (bit-identical results, SPEC A2). Each call runs on the
-// calling thread only: oneDNN's OpenMP thread count is 1 during the call
-// and the caller's again after it (on a user's thread that count is
-// torch.get_num_threads(), which Dynamo guards on).
+// calling thread only (onednn::OneOmpThread). RunGemmBlock may apply an
+// epilogue (library_epilogue.h) as oneDNN post-ops: bias and per-column
+// operands, element-wise functions, and the store as bf16 (the rewrite does
+// not emit epilogues yet; rbln_gemm stores f32).
 #ifndef RBLN_COMPILER_ONEDNN_GEMM_H_
 #define RBLN_COMPILER_ONEDNN_GEMM_H_
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "rbln/compiler/library_epilogue.h"
+#include "rbln/compiler/onednn_library.h"
 
 namespace rbln::compiler {
 
 inline constexpr char kOnednnGemmSymbol[] = "rbln_gemm";
-inline constexpr char kOnednnLibrary[] = "libdnnl.so.2";
 
-// Element type of the A and B operands (C is always f32).
+// Element type of the A and B operands.
 enum class GemmOperandType : int64_t { kF32 = 0, kBF16 = 1 };
 
 // One GEMM problem as rbln_gemm receives it, row-major:
 // C[b] (+)= A[b] * op(B[b]) for b < batch, A [m, k], op(B) [k, n] (B stored
 // [n, k] when trans_b), C [m, n]; ld* are row strides and stride_* batch
-// strides, in elements.
+// strides, in elements. C is f32 unless the epilogue stores bf16; its
+// per-channel operands are per column (sides [rows, n]).
 struct GemmProblem {
   GemmOperandType type = GemmOperandType::kF32;
   bool trans_b = false;
@@ -41,35 +44,45 @@ struct GemmProblem {
   int64_t batch = 1, m = 0, n = 0, k = 0;
   int64_t lda = 0, ldb = 0, ldc = 0;
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  // Only when !accumulate.
+  LibraryEpilogue epilogue;
+
+  std::vector<int64_t> Encode() const;
+  static GemmProblem Decode(const int64_t* words);
 };
 
 // Block `block` of `blocks` of `p`: the same problem restricted to a range
 // of batch, rows or columns, with the element offsets of its first A, B and
-// C elements. A block may be empty (m, n or batch 0).
+// C elements and of its first column (of the per-column operands). A block
+// may be empty (m, n or batch 0).
 struct GemmBlock {
   GemmProblem problem;
-  int64_t offset_a = 0, offset_b = 0, offset_c = 0;
+  int64_t offset_a = 0, offset_b = 0, offset_c = 0, column = 0;
 };
 GemmBlock GemmBlockOf(const GemmProblem& p, int64_t block, int64_t blocks);
-
-// dlopen()s oneDNN once and resolves the functions used. True if usable.
-// Thread-safe; the library is never unloaded.
-bool LoadOnednn();
 
 // "oneDNN <version> (<ISA of a bf16 matmul here>)" or why it is unusable;
 // for benchmarks and error messages.
 std::string OnednnDescription();
 
 // Runs one block directly (what rbln_gemm does): for tests and benchmarks.
+// `sides` holds the epilogue's per-column rows (may be null without them).
 // Aborts with a message if oneDNN is missing or rejects the problem (the
-// rewrite only emits calls for problems oneDNN takes).
-void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, float* c,
-                  int64_t block, int64_t blocks);
+// rewrite only emits calls for problems oneDNN takes); an epilogue oneDNN
+// cannot fuse is applied after the product, with the same result.
+void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
+                  const float* sides, int64_t block, int64_t blocks);
+
+// The implementation oneDNN runs for `p` (block 0 of 1), e.g.
+// "brg:avx512_core_bf16", with "+ epilogue after" when the post-ops are
+// applied separately.
+std::string GemmImplementation(const GemmProblem& p);
 
 }  // namespace rbln::compiler
 
 // The entry point compiled kernels call; all arguments are i64 (pointers as
-// addresses), in GemmProblem's order, then the block and block count.
+// addresses), in GemmProblem's order, then the block and block count; no
+// epilogue (C is f32).
 extern "C" void rbln_gemm(int64_t type, int64_t trans_b, int64_t accumulate,
                           int64_t batch, int64_t m, int64_t n, int64_t k,
                           int64_t lda, int64_t ldb, int64_t ldc,

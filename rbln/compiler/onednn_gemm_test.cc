@@ -2,7 +2,8 @@
 // rbln_gemm against a double-precision reference: f32 and bf16 operands,
 // transposed B, batches, row and batch strides, accumulate or overwrite;
 // blocks cover the problem exactly once and give the same bits on one
-// thread or spread over threads.
+// thread or spread over threads; epilogues (bias, per-column operands,
+// element-wise functions, bf16 stores) match the reference epilogue.
 #include "rbln/compiler/onednn_gemm.h"
 
 #include <dlfcn.h>
@@ -154,8 +155,8 @@ TEST_F(OnednnGemmTest, MatchesReferenceInOneBlockAndInFour) {
       Operands o = Make(p, seed++);
       const std::vector<double> want = Reference(p, o);
       for (int64_t block = 0; block < blocks; ++block) {
-        RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), o.c.data(), block,
-                     blocks);
+        RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), o.c.data(), nullptr,
+                     block, blocks);
       }
       // f32 accumulation of k products of values below 1.
       const double tolerance = 1e-6 * (p.k + 1) + 1e-6;
@@ -172,14 +173,14 @@ TEST_F(OnednnGemmTest, BlocksOnThreadsGiveTheSameBitsAsInSequence) {
     Operands o = Make(p, 7);
     std::vector<float> sequential = o.c, threaded = o.c;
     for (int64_t block = 0; block < 4; ++block) {
-      RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), sequential.data(), block,
-                   4);
+      RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), sequential.data(),
+                   nullptr, block, 4);
     }
     std::vector<std::thread> threads;
     for (int64_t block = 0; block < 4; ++block) {
       threads.emplace_back([&, block] {
-        RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), threaded.data(), block,
-                     4);
+        RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), threaded.data(),
+                     nullptr, block, 4);
       });
     }
     for (std::thread& t : threads) t.join();
@@ -205,12 +206,79 @@ TEST_F(OnednnGemmTest, LeavesTheCallersOpenMpThreadCountAlone) {
     set(3);
     GemmProblem p = Problems()[0];
     Operands o = Make(p, 3);
-    RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), o.c.data(), 0, 1);
+    RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), o.c.data(), nullptr, 0, 1);
     EXPECT_EQ(get(), 3);
-    RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), o.c.data(), 0, 1);
+    RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), o.c.data(), nullptr, 0, 1);
     EXPECT_NE(OnednnDescription().find("oneDNN"), std::string::npos);
     EXPECT_EQ(get(), 3);
   }).join();
+}
+
+// The reference epilogue (LibraryEpilogue::Apply/Store) on the f64 product,
+// against the fused post-ops, in 1 and 4 blocks.
+TEST_F(OnednnGemmTest, AppliesEpilogues) {
+  LibraryEpilogue bias_gelu;
+  bias_gelu.bias_row = 0;
+  bias_gelu.ops.push_back({false, static_cast<int64_t>(EltwiseFn::kGeluTanh)});
+  LibraryEpilogue others;
+  others.bias_row = 1;
+  others.ops = {{true, static_cast<int64_t>(BinaryFn::kMul), 0, 0, 0},
+                {false, static_cast<int64_t>(EltwiseFn::kRelu)},
+                {false, static_cast<int64_t>(EltwiseFn::kLinear), 0.5f, -0.25f},
+                {true, static_cast<int64_t>(BinaryFn::kAdd), 0, 0, 2},
+                {false, static_cast<int64_t>(EltwiseFn::kSilu)}};
+  uint32_t seed = 200;
+  for (GemmProblem p : Problems()) {
+    if (p.accumulate) continue;  // epilogues only overwrite
+    for (LibraryEpilogue e : {bias_gelu, others}) {
+      for (StoreType store : {StoreType::kF32, StoreType::kBF16}) {
+        if (store == StoreType::kBF16 && p.type != GemmOperandType::kBF16) {
+          continue;
+        }
+        e.store = store;
+        p.epilogue = e;
+        Operands o = Make(p, seed++);
+        std::mt19937 rng(seed);
+        std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+        std::vector<float> sides(3 * p.n);
+        for (float& v : sides) v = dist(rng);
+        const std::vector<double> product = Reference(p, o);
+        const int64_t bytes = store == StoreType::kBF16 ? 2 : 4;
+        for (int64_t blocks : {1, 4}) {
+          std::vector<char> c(o.c.size() * bytes, 0);
+          for (int64_t block = 0; block < blocks; ++block) {
+            RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), c.data(),
+                         sides.data(), block, blocks);
+          }
+          for (int64_t bt = 0; bt < p.batch; ++bt) {
+            for (int64_t i = 0; i < p.m; ++i) {
+              for (int64_t j = 0; j < p.n; ++j) {
+                const int64_t at = bt * p.stride_c + i * p.ldc + j;
+                const double want = e.Apply(static_cast<float>(product[at]),
+                                            sides.data(), p.n, j);
+                double got;
+                if (bytes == 2) {
+                  uint16_t bits;
+                  std::memcpy(&bits, c.data() + 2 * at, 2);
+                  got = Bf16Value(bits);
+                } else {
+                  float f;
+                  std::memcpy(&f, c.data() + 4 * at, 4);
+                  got = f;
+                }
+                const double tolerance =
+                    4e-6 * (p.k + 1) + (bytes == 2 ? std::fabs(want) / 128 : 0);
+                ASSERT_NEAR(got, want, tolerance)
+                    << Describe(p) << " epilogue " << e.ToString() << " blocks "
+                    << blocks << " at " << bt << "," << i << "," << j << " ("
+                    << GemmImplementation(p) << ")";
+              }
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(GemmBlockOfTest, BlocksPartitionTheSplitDimension) {

@@ -15,6 +15,7 @@
 #include "rbln/compiler/bind_outputs_pass.h"
 #include "rbln/compiler/blas_loader.h"
 #include "rbln/compiler/blas_rewrite_pass.h"
+#include "rbln/compiler/conv_rewrite_pass.h"
 #include "rbln/compiler/elementwise_fusion_pass.h"
 #include "rbln/compiler/mlir_compat.h"
 #include "rbln/compiler/mlir_setup.h"
@@ -45,7 +46,8 @@ class ErrorPass
   std::string message_;
 };
 
-// GEMMs to oneDNN's rbln_gemm or OpenBLAS's cblas_sgemm (SPEC P5), between
+// GEMMs to oneDNN's rbln_gemm (and convolutions to its rbln_conv) or
+// OpenBLAS's cblas_sgemm (SPEC P5), between
 // bufferization and lowering; none when RBLN_COMPILER_BLAS=0 or no GEMM
 // library loads (matmul then lowers to loops).
 std::optional<Stage> BlasStage() {
@@ -58,8 +60,15 @@ std::optional<Stage> BlasStage() {
   if (!*enabled) return std::nullopt;
   RegisterBlasRewritePass();
   const bool onednn = **ChosenGemmLibrary() == GemmLibrary::kOnednn;
-  return Text("blas", absl::StrFormat("%s{library=%s}", kBlasRewritePassName,
-                                      onednn ? "onednn" : "openblas"));
+  if (!onednn) {
+    return Text("blas",
+                absl::StrFormat("%s{library=openblas}", kBlasRewritePassName));
+  }
+  // With oneDNN, 2-D convolutions go to it too (conv_rewrite_pass.h).
+  RegisterConvRewritePass();
+  return Text("blas", absl::StrFormat("%s{library=onednn},%s",
+                                      kBlasRewritePassName,
+                                      kConvRewritePassName));
 }
 
 // One table per supported MLIR version: pass names and pass behaviour

@@ -127,7 +127,9 @@ int main(int argc, char** argv) {
       const std::string label =
           std::string("oneDNN matmul ") + (bf16 ? "bf16" : "f32");
       Row(label, 1, flops,
-          Time([&] { rbln::compiler::RunGemmBlock(p, pa, pb, c.data(), 0, 1); }, reps),
+          Time([&] {
+            rbln::compiler::RunGemmBlock(p, pa, pb, c.data(), nullptr, 0, 1);
+          }, reps),
           true);
       // rbln_gemm's blocks (4, as on a rebel100 card) over every core.
       Row(label + " (4 blocks)", cores, flops,
@@ -137,7 +139,8 @@ int main(int argc, char** argv) {
                 for (int t = 0; t < cores; ++t) {
                   threads.emplace_back([&, t] {
                     for (int64_t block = t; block < 4; block += cores) {
-                      rbln::compiler::RunGemmBlock(p, pa, pb, c.data(), block, 4);
+                      rbln::compiler::RunGemmBlock(p, pa, pb, c.data(), nullptr,
+                                                 block, 4);
                     }
                   });
                 }
