@@ -9,6 +9,9 @@ NUMPY_VERSION="2.4.6"
 PYTEST_VERSION="9.0.3"
 # torch.testing._internal (the OpInfo conformance test) imports it.
 EXPECTTEST_VERSION="0.3.0"
+# The model suite (rbln/tests/models) and the demo build small random-init
+# models from it (configs in code, no hub access); pip brings its own deps.
+TRANSFORMERS_VERSION="5.24.0"
 
 # Debian packages, by name. Debian's stable releases ship one version of
 # each; the versions we built and tested with are recorded here and checked
@@ -30,6 +33,7 @@ DEBIAN_PACKAGES=(
   "mlir-${LLVM_VERSION}-tools"
   "llvm-${LLVM_VERSION}-dev"
   libopenblas-dev          # tested: 0.3.21+ds-4
+  libdnnl-dev              # oneDNN, the GEMM library; tested: 2.6.3-1
 )
 
 # The compiler is also built and tested with MLIR 19 (`--config=mlir19`).

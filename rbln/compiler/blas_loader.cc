@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 
+#include "rbln/compiler/onednn_gemm.h"
 #include "rbln/core/env.h"
 
 namespace rbln::compiler {
@@ -43,11 +44,23 @@ bool LoadOpenBlas() {
   return loaded;
 }
 
+absl::StatusOr<std::optional<GemmLibrary>> ChosenGemmLibrary() {
+  static const auto* choice = new absl::StatusOr<std::string>(
+      env::GetChoice(kGemmLibraryVar, "auto", {"auto", "onednn", "openblas"}));
+  if (!choice->ok()) return choice->status();
+  const std::string& name = **choice;
+  if (name != "openblas" && LoadOnednn()) return GemmLibrary::kOnednn;
+  if (name != "onednn" && LoadOpenBlas()) return GemmLibrary::kOpenBlas;
+  return std::nullopt;
+}
+
 absl::StatusOr<bool> BlasRewriteEnabled() {
   static const auto* enabled = new absl::StatusOr<bool>(
       env::GetBool("RBLN_COMPILER_BLAS", /*default_value=*/true));
   if (!enabled->ok() || !**enabled) return *enabled;
-  return LoadOpenBlas();
+  absl::StatusOr<std::optional<GemmLibrary>> library = ChosenGemmLibrary();
+  if (!library.ok()) return library.status();
+  return library->has_value();
 }
 
 }  // namespace rbln::compiler

@@ -1,9 +1,13 @@
-// OpenBLAS, loaded at run time (SPEC P5): the compiler builds and runs
-// without it, and matmul then lowers to loops with the same results.
+// The GEMM libraries, loaded at run time (SPEC P5): oneDNN (onednn_gemm.h)
+// and OpenBLAS. The compiler builds and runs without them, and matmul then
+// lowers to loops with the same results up to f32 summation order.
 #ifndef RBLN_COMPILER_BLAS_LOADER_H_
 #define RBLN_COMPILER_BLAS_LOADER_H_
 
+#include <optional>
+
 #include "absl/status/statusor.h"
+#include "rbln/compiler/blas_rewrite_pass.h"
 
 namespace rbln::compiler {
 
@@ -18,8 +22,15 @@ inline constexpr char kBlasThreadsVar[] = "RBLN_BLAS_THREADS";
 bool LoadOpenBlas();
 
 // Whether the BLAS rewrite stage runs: RBLN_COMPILER_BLAS (a bool, default
-// on; read once) and OpenBLAS loaded. An error for a malformed variable.
+// on; read once) and a GEMM library loaded. An error for a malformed
+// variable.
 absl::StatusOr<bool> BlasRewriteEnabled();
+
+// Which library GEMMs go to (kGemmLibraryVar, read once): `auto` (the
+// default) takes oneDNN if it loads, else OpenBLAS; `onednn` or `openblas`
+// take that one only. Empty if the chosen one does not load.
+inline constexpr char kGemmLibraryVar[] = "RBLN_COMPILER_GEMM_LIBRARY";
+absl::StatusOr<std::optional<GemmLibrary>> ChosenGemmLibrary();
 
 }  // namespace rbln::compiler
 

@@ -1,5 +1,6 @@
 // BlasRewrite (SPEC P5): after bufferization, replaces f32 GEMMs on memrefs
-// with calls to OpenBLAS's
+// with calls to a GEMM library: oneDNN (onednn_gemm.h, the default where it
+// loads; see below) or OpenBLAS's
 //   void cblas_sgemm(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
 //                    beta, c, ldc)
 // declared in the module as a private func.func. Rewritten: linalg.matmul,
@@ -10,9 +11,24 @@
 // alpha = beta = 1 keeps linalg's C += A * B. Everything else is left for the
 // loop lowering. Whoever JIT-compiles the result must make cblas_sgemm
 // resolvable (LoadOpenBlas() in blas_loader.h).
+//
+// With library=onednn the GEMMs become calls of rbln_gemm (onednn_gemm.h):
+//  - operands go to oneDNN as they were before the frontend copied them
+//    into fresh f32 buffers (each written only by one generic, its source
+//    not written in between): bf16 ones as bf16 when both operands are
+//    widened from i16 buffers, and a B copied transposed (a permute or t
+//    before the GEMM, fused with the widening or not) as B read
+//    transposed; the copies are dropped if nothing else reads them;
+//  - a linalg.fill of +0.0 of C right before the GEMM is dropped and the
+//    call overwrites C (no accumulation pass over C);
+//  - a GEMM large enough is cut into blocks (at most kMaxGemmBlocks of at
+//    least kMinGemmBlockWork multiply-adds), called from an scf.for marked
+//    kParallelIterationsAttr that the partition pass spreads over the
+//    chiplet workers; every op carries its multiply-adds in kWorkAttr.
 #ifndef RBLN_COMPILER_BLAS_REWRITE_PASS_H_
 #define RBLN_COMPILER_BLAS_REWRITE_PASS_H_
 
+#include <cstdint>
 #include <memory>
 
 #include "mlir/Pass/Pass.h"
@@ -20,11 +36,18 @@
 namespace rbln::compiler {
 
 // The pass's name in textual pipelines (it runs on builtin.module, where it
-// declares cblas_sgemm).
+// declares cblas_sgemm or rbln_gemm); its option `library` is openblas (the
+// default) or onednn.
 inline constexpr char kBlasRewritePassName[] = "rbln-blas-rewrite";
 inline constexpr char kSgemmName[] = "cblas_sgemm";
 
-std::unique_ptr<mlir::Pass> CreateBlasRewritePass();
+inline constexpr int64_t kMaxGemmBlocks = 4;
+inline constexpr int64_t kMinGemmBlockWork = int64_t{1} << 21;
+
+enum class GemmLibrary { kOpenBlas, kOnednn };
+
+std::unique_ptr<mlir::Pass> CreateBlasRewritePass(
+    GemmLibrary library = GemmLibrary::kOpenBlas);
 
 // Registers the pass under kBlasRewritePassName for textual pipelines.
 // Idempotent and thread-safe.

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Parser/Parser.h"
 #include "rbln/compiler/blas_loader.h"
@@ -21,6 +22,8 @@
 #include "rbln/compiler/frontend.h"
 #include "rbln/compiler/ir/graph_util.h"
 #include "rbln/compiler/mlir_setup.h"
+#include "rbln/compiler/onednn_gemm.h"
+#include "rbln/compiler/partition_pass.h"
 #include "rbln/compiler/ops/op_test_util.h"
 #include "rbln/compiler/pipelines.h"
 
@@ -32,6 +35,12 @@ using namespace testing;  // NOLINT: the op test helpers.
 Stage BlasStage() {
   RegisterBlasRewritePass();
   return Stage{"blas", kBlasRewritePassName, nullptr};
+}
+
+Stage OnednnStage() {
+  RegisterBlasRewritePass();
+  return Stage{"blas", std::string(kBlasRewritePassName) + "{library=onednn}",
+               nullptr};
 }
 
 std::vector<Stage> Concat(std::initializer_list<std::vector<Stage>> parts) {
@@ -66,12 +75,13 @@ int CountSgemmCalls(mlir::ModuleOp m) {
 
 // Imports `graph` and runs fusion, bufferization and the BLAS stage.
 mlir::OwningOpRef<mlir::ModuleOp> RewriteGraph(const ir::Graph& graph,
-                                               mlir::MLIRContext* context) {
+                                               mlir::MLIRContext* context,
+                                               Stage blas = BlasStage()) {
   auto module = ImportGraph(graph, context);
   EXPECT_TRUE(module.ok()) << module.status();
   if (!module.ok()) return nullptr;
   absl::Status s = RunStages(
-      **module, Concat({FusionStages(), BufferizationStages(), {BlasStage()}}),
+      **module, Concat({FusionStages(), BufferizationStages(), {blas}}),
       graph.name());
   EXPECT_TRUE(s.ok()) << s;
   return std::move(*module);
@@ -190,6 +200,265 @@ TEST(BlasRewritePassTest, BlasAndLoopsAgree) {
       // Operands are in [-2, 2), k <= 64: |sum| <= 256.
       tol.push_back(2 * UnitRoundoff(out_dtype) * std::fabs(v) +
                     256 * 64 * 6e-8);
+    }
+    ExpectClose(HostTensor{out_dtype, {}, results[0]}, results[1], tol, what);
+  }
+}
+
+// The rbln_gemm calls of `m`, with their operand type argument
+// (GemmOperandType) and block count.
+struct GemmCall {
+  int64_t type, blocks;
+};
+std::vector<GemmCall> OnednnCalls(mlir::ModuleOp m) {
+  std::vector<GemmCall> calls;
+  auto constant = [](mlir::Value v) -> int64_t {
+    auto c = v.getDefiningOp<mlir::arith::ConstantIntOp>();
+    return c ? c.value() : -1;
+  };
+  m.walk([&](mlir::func::CallOp call) {
+    if (call.getCallee() != kOnednnGemmSymbol) return;
+    calls.push_back({constant(call.getOperand(0)),
+                     constant(call.getOperand(call.getNumOperands() - 1))});
+  });
+  return calls;
+}
+
+// x @ t(w), as a decomposed linear writes it (t or permute, then mm; x
+// [m, k], w [n, k]).
+ir::Graph PermuteMmGraph(ir::DType d, int64_t m, int64_t n, int64_t k) {
+  ir::Graph g;
+  g.set_name("permute_mm");
+  AddInput(g, "x", Type(d, {m, k}));
+  AddInput(g, "w", Type(d, {n, k}));
+  AddNode(g, "t", {"w"}, "wt", Type(d, {k, n}));
+  AddNode(g, "mm", {"x", "wt"}, "out", Type(d, {m, n}));
+  g.add_outputs("out");
+  return g;
+}
+
+// The trans_b argument of the only rbln_gemm call.
+int64_t TransBOfOnlyCall(mlir::ModuleOp m) {
+  int64_t trans_b = -1;
+  m.walk([&](mlir::func::CallOp call) {
+    if (call.getCallee() != kOnednnGemmSymbol) return;
+    if (auto c = call.getOperand(1).getDefiningOp<mlir::arith::ConstantIntOp>()) {
+      trans_b = c.value();
+    }
+  });
+  return trans_b;
+}
+
+TEST(BlasRewritePassTest, OnednnReadsAPermutedRightOperandTransposed) {
+  // bf16: the permute fused with the widening (one generic, transposing
+  // map); f32: the permute's copy. Both go away: B is read as [n, k].
+  for (auto [dtype, generics] : {std::pair{ir::BFLOAT16, 1}, {ir::FLOAT32, 0}}) {
+    const ir::Graph g = PermuteMmGraph(dtype, 6, 5, 4);
+    auto context = CreateCompilerContext();
+    mlir::OwningOpRef<mlir::ModuleOp> module =
+        RewriteGraph(g, context.get(), OnednnStage());
+    ASSERT_TRUE(module);
+    const std::string what = ir::ToText(g);
+    std::vector<GemmCall> calls = OnednnCalls(*module);
+    ASSERT_EQ(calls.size(), 1u) << what;
+    EXPECT_EQ(calls[0].type, dtype == ir::BFLOAT16 ? 1 : 0) << what;
+    EXPECT_EQ(TransBOfOnlyCall(*module), 1) << what;
+    EXPECT_EQ(Count<mlir::linalg::GenericOp>(*module), generics) << what;
+  }
+}
+
+TEST(BlasRewritePassTest, OnednnTakesBf16OperandsAsTheyAre) {
+  struct Case {
+    ir::Graph graph;
+    int64_t type;      // GemmOperandType of the call
+    int64_t blocks;    // GEMM blocks
+    int generics;      // linalg.generic left (widenings, epilogue)
+  };
+  const ir::DType bf = ir::BFLOAT16, h = ir::FLOAT16, f = ir::FLOAT32;
+  for (const Case& c : std::vector<Case>{
+           // f32: the zero fill of C is dropped, the call overwrites C.
+           {OneOpGraph("mm", {Type(f, {3, 4}), Type(f, {4, 5})},
+                       {Type(f, {3, 5})}),
+            0, 1, 0},
+           // bf16: no widening left, only the rounding epilogue.
+           {OneOpGraph("mm", {Type(bf, {3, 4}), Type(bf, {4, 5})},
+                       {Type(bf, {3, 5})}),
+            1, 1, 1},
+           {OneOpGraph("linear", {Type(bf, {2, 3, 4}), Type(bf, {5, 4})},
+                       {Type(bf, {2, 3, 5})}),
+            1, 1, 1},
+           // f16 has no oneDNN kernel here: widened to f32 first.
+           {OneOpGraph("mm", {Type(h, {3, 4}), Type(h, {4, 5})},
+                       {Type(h, {3, 5})}),
+            0, 1, 3},
+           // Large: 4 blocks in a loop the partition pass may split.
+           {OneOpGraph("mm", {Type(bf, {256, 128}), Type(bf, {128, 512})},
+                       {Type(bf, {256, 512})}),
+            1, 4, 1},
+       }) {
+    auto context = CreateCompilerContext();
+    mlir::OwningOpRef<mlir::ModuleOp> module =
+        RewriteGraph(c.graph, context.get(), OnednnStage());
+    ASSERT_TRUE(module);
+    const std::string what = ir::ToText(c.graph);
+    EXPECT_EQ(Count<mlir::linalg::MatmulOp>(*module), 0) << what;
+    EXPECT_EQ(Count<mlir::linalg::MatmulTransposeBOp>(*module), 0) << what;
+    EXPECT_EQ(Count<mlir::linalg::FillOp>(*module), 0) << what;
+    EXPECT_EQ(Count<mlir::linalg::GenericOp>(*module), c.generics) << what;
+    EXPECT_EQ(CountSgemmCalls(*module), 0) << what;
+    std::vector<GemmCall> calls = OnednnCalls(*module);
+    ASSERT_EQ(calls.size(), 1u) << what;
+    EXPECT_EQ(calls[0].type, c.type) << what;
+    EXPECT_EQ(calls[0].blocks, c.blocks) << what;
+    int parallel_loops = 0;
+    module->walk([&](mlir::scf::ForOp loop) {
+      parallel_loops += loop->hasAttr(kParallelIterationsAttr);
+    });
+    EXPECT_EQ(parallel_loops, c.blocks > 1 ? 1 : 0) << what;
+  }
+}
+
+// A bf16 source written between its widening and the GEMM: the GEMM must
+// read the widened copy (f32), not the overwritten source. C is filled with
+// 1.0 (not 0): the call accumulates into it.
+constexpr char kOverwrittenSourceKernel[] = R"mlir(
+func.func @kernel(%x: memref<2x2xi16>, %y: memref<2x2xi16>,
+                  %c: memref<2x2xf32>) attributes {llvm.emit_c_interface} {
+  %a = memref.alloc() : memref<2x2xf32>
+  %b = memref.alloc() : memref<2x2xf32>
+  %c16 = arith.constant 16 : i32
+  %zero = arith.constant 0 : i16
+  %one = arith.constant 1.0 : f32
+  linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>,
+                                   affine_map<(i, j) -> (i, j)>],
+                  iterator_types = ["parallel", "parallel"]}
+      ins(%x : memref<2x2xi16>) outs(%a : memref<2x2xf32>) {
+  ^bb0(%in: i16, %out: f32):
+    %w = arith.extui %in : i16 to i32
+    %s = arith.shli %w, %c16 : i32
+    %v = arith.bitcast %s : i32 to f32
+    linalg.yield %v : f32
+  }
+  linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>,
+                                   affine_map<(i, j) -> (i, j)>],
+                  iterator_types = ["parallel", "parallel"]}
+      ins(%y : memref<2x2xi16>) outs(%b : memref<2x2xf32>) {
+  ^bb0(%in: i16, %out: f32):
+    %w = arith.extui %in : i16 to i32
+    %s = arith.shli %w, %c16 : i32
+    %v = arith.bitcast %s : i32 to f32
+    linalg.yield %v : f32
+  }
+  linalg.fill ins(%zero : i16) outs(%x : memref<2x2xi16>)
+  linalg.fill ins(%one : f32) outs(%c : memref<2x2xf32>)
+  linalg.matmul ins(%a, %b : memref<2x2xf32>, memref<2x2xf32>)
+                outs(%c : memref<2x2xf32>)
+  memref.dealloc %a : memref<2x2xf32>
+  memref.dealloc %b : memref<2x2xf32>
+  return
+}
+)mlir";
+
+TEST(BlasRewritePassTest, OnednnReadsWidenedCopyOfAnOverwrittenSource) {
+  if (!LoadOnednn()) GTEST_SKIP() << OnednnDescription();
+  auto context = CreateCompilerContext();
+  auto module = mlir::parseSourceString<mlir::ModuleOp>(kOverwrittenSourceKernel,
+                                                        context.get());
+  ASSERT_TRUE(module);
+  ASSERT_TRUE(RunStages(*module, {OnednnStage()}, "overwritten").ok());
+  std::vector<GemmCall> calls = OnednnCalls(*module);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].type, 0);  // f32: the widened copies
+  EXPECT_EQ(Count<mlir::linalg::FillOp>(*module), 2);
+  absl::Status s = RunStages(*module, LoweringStages(), "overwritten");
+  ASSERT_TRUE(s.ok()) << s;
+  ir::Graph g;
+  g.set_name("overwritten");
+  // x and y are bf16 (i16 bits in the kernel).
+  AddInput(g, "x", Type(ir::BFLOAT16, {2, 2}));
+  AddInput(g, "y", Type(ir::BFLOAT16, {2, 2}));
+  ir::Node* n = g.add_nodes();
+  n->set_op("opaque");
+  ir::Value* v = n->add_outputs();
+  v->set_name("c");
+  *v->mutable_type() = Type(ir::FLOAT32, {2, 2});
+  g.add_outputs("c");
+  auto program = CompiledProgram::Create(*module, g);
+  ASSERT_TRUE(program.ok()) << program.status();
+  const HostTensor x = Tensor(ir::BFLOAT16, {2, 2}, {1, 2, 3, 4});
+  const HostTensor y = Tensor(ir::BFLOAT16, {2, 2}, {1, 0, 0, 1});
+  auto out = RunProgram(**program, {x, y});
+  ASSERT_TRUE(out.ok()) << out.status();
+  // 1 + x @ y with x's values from before the fill.
+  ExpectExact((*out)[0], {2, 3, 4, 5}, "c");
+}
+
+TEST(BlasRewritePassTest, OnednnAndLoopsAgree) {
+  if (!LoadOnednn()) GTEST_SKIP() << OnednnDescription();
+  struct Case {
+    ir::Graph graph;
+    std::vector<HostTensor> inputs;
+  };
+  std::vector<Case> cases;
+  for (ir::DType d : {ir::FLOAT32, ir::BFLOAT16, ir::FLOAT16}) {
+    cases.push_back({OneOpGraph("mm", {Type(d, {64, 48}), Type(d, {48, 40})},
+                                {Type(d, {64, 40})}),
+                     {Random(d, {64, 48}, 1), Random(d, {48, 40}, 2)}});
+    cases.push_back(
+        {OneOpGraph("matmul", {Type(d, {2, 1, 9, 17}), Type(d, {3, 17, 5})},
+                    {Type(d, {2, 3, 9, 5})}),
+         {Random(d, {2, 1, 9, 17}, 3), Random(d, {3, 17, 5}, 4)}});
+    cases.push_back({OneOpGraph("linear",
+                                {Type(d, {4, 7, 33}), Type(d, {19, 33}),
+                                 Type(d, {19})},
+                                {Type(d, {4, 7, 19})}),
+                     {Random(d, {4, 7, 33}, 5), Random(d, {19, 33}, 6),
+                      Random(d, {19}, 7)}});
+    cases.push_back({OneOpGraph("addmm",
+                                {Type(d, {8}), Type(d, {5, 30}), Type(d, {30, 8})},
+                                {Type(d, {5, 8})},
+                                {{"alpha", FloatA(0.5)}, {"beta", FloatA(2)}}),
+                     {Random(d, {8}, 8), Random(d, {5, 30}, 9),
+                      Random(d, {30, 8}, 10)}});
+    // Cut into blocks (by columns).
+    cases.push_back({OneOpGraph("mm", {Type(d, {8, 256}), Type(d, {256, 1100})},
+                                {Type(d, {8, 1100})}),
+                     {Random(d, {8, 256}, 11), Random(d, {256, 1100}, 12)}});
+    // B read transposed from the permute's input.
+    cases.push_back({PermuteMmGraph(d, 9, 70, 33),
+                     {Random(d, {9, 33}, 13), Random(d, {70, 33}, 14)}});
+  }
+  for (const Case& c : cases) {
+    const std::string what = ir::ToText(c.graph);
+    std::vector<std::vector<double>> results;
+    for (bool onednn : {true, false}) {
+      auto context = CreateCompilerContext();
+      auto module = ImportGraph(c.graph, context.get());
+      ASSERT_TRUE(module.ok()) << module.status();
+      std::vector<Stage> blas;
+      if (onednn) blas.push_back(OnednnStage());
+      absl::Status s = RunStages(
+          **module,
+          Concat({FusionStages(), BufferizationStages(), blas, LoweringStages()}),
+          "t");
+      ASSERT_TRUE(s.ok()) << s;
+      EXPECT_EQ(static_cast<bool>((*module)->lookupSymbol(kOnednnGemmSymbol)),
+                onednn)
+          << what;
+      auto program = CompiledProgram::Create(**module, c.graph);
+      ASSERT_TRUE(program.ok()) << program.status();
+      EXPECT_EQ((*program)->uses_onednn(), onednn);
+      auto out = RunProgram(**program, c.inputs);
+      ASSERT_TRUE(out.ok()) << out.status();
+      results.push_back((*out)[0].values);
+    }
+    const ir::DType out_dtype = c.graph.nodes(0).outputs(0).type().dtype();
+    std::vector<double> tol;
+    for (double v : results[1]) {
+      // Operands are in [-2, 2), k <= 256: f32 summation order differs;
+      // the result is rounded once to the output type on both paths.
+      tol.push_back(2 * UnitRoundoff(out_dtype) * std::fabs(v) +
+                    256 * 256 * 6e-8);
     }
     ExpectClose(HostTensor{out_dtype, {}, results[0]}, results[1], tol, what);
   }

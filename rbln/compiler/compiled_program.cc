@@ -31,6 +31,8 @@
 #include "rbln/compiler/kernel_errors.h"
 #include "rbln/compiler/mlir_compat.h"
 #include "rbln/compiler/mlir_setup.h"
+#include "rbln/compiler/onednn_gemm.h"
+#include "rbln/core/status_macros.h"
 
 namespace rbln::compiler {
 namespace {
@@ -116,7 +118,24 @@ llvm::orc::SymbolMap RuntimeSymbols(llvm::orc::MangleAndInterner interner) {
       compat::ExportedSymbol(&rbln_report_zero_division);
   symbols[interner(kChipletBarrierSymbol)] =
       compat::ExportedSymbol(&TimedChipletBarrier);
+  symbols[interner(kOnednnGemmSymbol)] = compat::ExportedSymbol(&rbln_gemm);
   return symbols;
+}
+
+// Loads the GEMM library a kernel calls, or says which one is missing.
+absl::Status LoadGemmLibraryOf(const ir::Graph& graph, bool uses_blas,
+                               bool uses_onednn) {
+  if (uses_onednn && !LoadOnednn()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "program %s calls oneDNN's %s, but %s", graph.name(),
+        kOnednnGemmSymbol, OnednnDescription()));
+  }
+  if (uses_blas && !uses_onednn && !LoadOpenBlas()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "program %s calls %s, but libopenblas.so.0 could not be loaded",
+        graph.name(), kSgemmName));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status LlvmError(const std::string& what, llvm::Error error) {
@@ -131,13 +150,13 @@ absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::Create(
     mlir::ModuleOp llvm_module, const ir::Graph& graph,
     const std::string& object_path, CompilePhases* phases) {
   // The JIT resolves cblas_sgemm (from the BLAS rewrite) among the process's
-  // symbols, where LoadOpenBlas() puts it.
-  const bool uses_blas = llvm_module.lookupSymbol(kSgemmName) != nullptr;
-  if (uses_blas && !LoadOpenBlas()) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "program %s calls %s, but libopenblas.so.0 could not be loaded",
-        graph.name(), kSgemmName));
-  }
+  // symbols, where LoadOpenBlas() puts it; rbln_gemm is ours (RuntimeSymbols)
+  // and needs oneDNN loaded.
+  const bool uses_onednn =
+      llvm_module.lookupSymbol(kOnednnGemmSymbol) != nullptr;
+  const bool uses_blas =
+      uses_onednn || llvm_module.lookupSymbol(kSgemmName) != nullptr;
+  RBLN_RETURN_IF_ERROR(LoadGemmLibraryOf(graph, uses_blas, uses_onednn));
   absl::StatusOr<std::unique_ptr<llvm::TargetMachine>> host = HostTargetMachine();
   if (!host.ok()) return host.status();
   llvm::TargetMachine* machine = host->get();
@@ -200,6 +219,7 @@ absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::Create(
   }
   return std::unique_ptr<CompiledProgram>(
       new CompiledProgram(std::move(*engine), nullptr, *entry, graph, uses_blas,
+                          uses_onednn,
                           ReadPartitionLayout(llvm_module)));
 }
 
@@ -213,10 +233,12 @@ absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::Sequence(
   }
   int workers = 1;
   bool uses_blas = false;
+  bool uses_onednn = false;
   std::vector<std::vector<int64_t>> workspace;
   for (const auto& program : programs) {
     workers = std::max(workers, program->num_workers());
     uses_blas |= program->uses_blas();
+    uses_onednn |= program->uses_onednn();
     workspace.push_back(program->WorkspaceBytes());
   }
   absl::StatusOr<SequenceLayout> sequence =
@@ -227,7 +249,7 @@ absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::Sequence(
   layout.segment_bytes = sequence->segment_bytes;
   for (int64_t bytes : layout.segment_bytes) layout.scratch_bytes += bytes;
   std::unique_ptr<CompiledProgram> program(new CompiledProgram(
-      nullptr, nullptr, nullptr, graph, uses_blas, std::move(layout)));
+      nullptr, nullptr, nullptr, graph, uses_blas, uses_onednn, std::move(layout)));
   for (size_t s = 0; s < segments.size(); ++s) {
     program->steps_.push_back(Step{std::move(programs[s]), segments[s].nodes});
   }
@@ -243,13 +265,9 @@ std::vector<std::shared_ptr<const CompiledProgram>> CompiledProgram::steps() con
 
 absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::LoadObject(
     const std::string& object, const ir::Graph& graph, bool uses_blas,
-    PartitionLayout layout) {
+    bool uses_onednn, PartitionLayout layout) {
   InitializeMlirOnce();  // The native target.
-  if (uses_blas && !LoadOpenBlas()) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "program %s calls %s, but libopenblas.so.0 could not be loaded",
-        graph.name(), kSgemmName));
-  }
+  RBLN_RETURN_IF_ERROR(LoadGemmLibraryOf(graph, uses_blas, uses_onednn));
   llvm::Expected<llvm::orc::JITTargetMachineBuilder> machine =
       llvm::orc::JITTargetMachineBuilder::detectHost();
   if (!machine) return LlvmError("detecting the host", machine.takeError());
@@ -278,16 +296,18 @@ absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::LoadObject(
   if (!entry) return LlvmError("looking up the entry point", entry.takeError());
   auto* fn = reinterpret_cast<void (*)(void**)>(entry->getValue());
   return std::unique_ptr<CompiledProgram>(new CompiledProgram(
-      nullptr, std::move(*jit), fn, graph, uses_blas, layout));
+      nullptr, std::move(*jit), fn, graph, uses_blas, uses_onednn, layout));
 }
 
 CompiledProgram::CompiledProgram(std::unique_ptr<mlir::ExecutionEngine> engine,
                                  std::unique_ptr<llvm::orc::LLJIT> jit,
                                  void (*entry)(void**), ir::Graph graph,
-                                 bool uses_blas, PartitionLayout layout)
+                                 bool uses_blas, bool uses_onednn,
+                                 PartitionLayout layout)
     : engine_(std::move(engine)),
       jit_(std::move(jit)),
       uses_blas_(uses_blas),
+      uses_onednn_(uses_onednn),
       layout_(layout),
       entry_(entry),
       graph_(std::move(graph)),

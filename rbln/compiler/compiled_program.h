@@ -43,11 +43,12 @@ class CompiledProgram : public runtime::Executable {
       mlir::ModuleOp llvm_module, const ir::Graph& graph,
       const std::string& object_path = "", CompilePhases* phases = nullptr);
   // Links object code written by Create() into a JIT of its own: no MLIR,
-  // no codegen. `uses_blas`: the object calls cblas_sgemm; `layout`: how
-  // Create() found the kernel partitioned.
+  // no codegen. `uses_blas`: the object calls a GEMM library, oneDNN's
+  // rbln_gemm if `uses_onednn`, else cblas_sgemm; `layout`: how Create()
+  // found the kernel partitioned.
   static absl::StatusOr<std::unique_ptr<CompiledProgram>> LoadObject(
       const std::string& object, const ir::Graph& graph, bool uses_blas,
-      PartitionLayout layout);
+      bool uses_onednn, PartitionLayout layout);
   // A program of `graph` that runs the programs of its segments in order
   // (`programs[s]` compiled from `segments[s].graph`), passing the values
   // between them in its workspace (see sequence_layout.h). To its callers
@@ -89,7 +90,10 @@ class CompiledProgram : public runtime::Executable {
   }
 
   const ir::Graph& graph() const { return graph_; }
+  // The kernel calls a GEMM library (the BLAS rewrite applied): oneDNN
+  // (uses_onednn) or OpenBLAS.
   bool uses_blas() const { return uses_blas_; }
+  bool uses_onednn() const { return uses_onednn_; }
   // Workers that run each call (1: the calling thread alone), their
   // workspace segments and the access table of the internal buffers.
   const PartitionLayout& partition_layout() const { return layout_; }
@@ -118,7 +122,8 @@ class CompiledProgram : public runtime::Executable {
 
   CompiledProgram(std::unique_ptr<mlir::ExecutionEngine> engine,
                   std::unique_ptr<llvm::orc::LLJIT> jit, void (*entry)(void**),
-                  ir::Graph graph, bool uses_blas, PartitionLayout layout);
+                  ir::Graph graph, bool uses_blas, bool uses_onednn,
+                  PartitionLayout layout);
   // Without a context: host memory for the workspace, workers unplaced.
   absl::Status RunOnHost(absl::Span<const runtime::BufferView> args,
                          runtime::ComputeSliceSink* slices) const;
@@ -143,6 +148,7 @@ class CompiledProgram : public runtime::Executable {
   std::unique_ptr<mlir::ExecutionEngine> engine_;
   std::unique_ptr<llvm::orc::LLJIT> jit_;
   bool uses_blas_;
+  bool uses_onednn_;
   PartitionLayout layout_;
   void (*entry_)(void**);
   ir::Graph graph_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <limits>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -52,11 +53,18 @@ absl::StatusOr<CompilerOptions> CompilerOptions::FromEnv() {
 }
 
 std::string Compiler::TargetDescription(const PartitionOptions& partition) {
+  // The GEMM library is part of the target: a program compiled for one
+  // calls it (and a disk cache entry must not be reused for another).
   absl::StatusOr<bool> blas = BlasRewriteEnabled();
+  absl::StatusOr<std::optional<GemmLibrary>> library = ChosenGemmLibrary();
+  const char* gemm = "0";
+  if (blas.ok() && *blas && library.ok() && library->has_value()) {
+    gemm = **library == GemmLibrary::kOnednn ? "onednn" : "openblas";
+  }
   return absl::StrFormat(
-      "%s;cpu=%s;blas=%d;partitions=%d;partition_min_work=%d",
-      llvm::sys::getProcessTriple(), llvm::sys::getHostCPUName().str(),
-      blas.ok() && *blas ? 1 : 0, partition.partitions, partition.min_work);
+      "%s;cpu=%s;blas=%s;partitions=%d;partition_min_work=%d",
+      llvm::sys::getProcessTriple(), llvm::sys::getHostCPUName().str(), gemm,
+      partition.partitions, partition.min_work);
 }
 
 Compiler::Compiler() : Compiler(CompilerOptions::FromEnv()) {}
@@ -301,7 +309,7 @@ absl::StatusOr<std::shared_ptr<const CompiledProgram>> Compiler::Codegen(
     if (disk_ != nullptr) {
       // A failed write only costs the next process a compile.
       if (disk_->Store(graph, key, object_path, p->uses_blas(),
-                       p->partition_layout())
+                       p->uses_onednn(), p->partition_layout())
               .ok()) {
         absl::MutexLock lock(&mu_);
         ++stats_.disk_writes;

@@ -20,6 +20,7 @@
 #include "rbln/compiler/blas_loader.h"
 #include "rbln/compiler/disk_cache.pb.h"
 #include "rbln/compiler/ir/graph_util.h"
+#include "rbln/compiler/onednn_gemm.h"
 
 namespace rbln::compiler {
 namespace {
@@ -124,7 +125,11 @@ DiskCache::LoadResult DiskCache::Load(const ir::Graph& graph,
     ReportOnce(key, "corrupt (the object file does not match the manifest)");
     return result;
   }
-  if (manifest.uses_blas() && !LoadOpenBlas()) {
+  if (manifest.uses_onednn() && !LoadOnednn()) {
+    ReportOnce(key, "unusable (it calls oneDNN, but " + OnednnDescription() + ")");
+    return result;
+  }
+  if (manifest.uses_blas() && !manifest.uses_onednn() && !LoadOpenBlas()) {
     ReportOnce(key, "unusable (it calls cblas_sgemm, but OpenBLAS does not load)");
     return result;
   }
@@ -141,6 +146,7 @@ DiskCache::LoadResult DiskCache::Load(const ir::Graph& graph,
                               manifest.segment_bytes().end());
   absl::StatusOr<std::unique_ptr<CompiledProgram>> program =
       CompiledProgram::LoadObject(*object, graph, manifest.uses_blas(),
+                                  manifest.uses_onednn(),
                                   std::move(layout));
   if (!program.ok()) {
     ReportOnce(key, absl::StrFormat("corrupt (loading failed: %s)",
@@ -154,7 +160,7 @@ DiskCache::LoadResult DiskCache::Load(const ir::Graph& graph,
 
 absl::Status DiskCache::Store(const ir::Graph& graph, uint64_t key,
                               const std::string& object_path,
-                              bool uses_blas,
+                              bool uses_blas, bool uses_onednn,
                               const PartitionLayout& layout) const {
   absl::StatusOr<std::string> object = ReadFile(object_path);
   if (!object.ok()) {
@@ -169,6 +175,7 @@ absl::Status DiskCache::Store(const ir::Graph& graph, uint64_t key,
   manifest.set_object_size(static_cast<int64_t>(object->size()));
   manifest.set_object_hash(ir::StableHash(*object));
   manifest.set_uses_blas(uses_blas);
+  manifest.set_uses_onednn(uses_onednn);
   manifest.set_partitions(layout.partitions);
   manifest.set_scratch_bytes(layout.scratch_bytes);
   for (const ScratchBuffer& buffer : layout.scratch) {

@@ -25,7 +25,7 @@
 namespace rbln::compiler {
 
 // Bump when code generation changes in a way that makes old objects wrong.
-inline constexpr char kCompilerVersion[] = "rbln-compiler-4";
+inline constexpr char kCompilerVersion[] = "rbln-compiler-5";
 
 class DiskCache {
  public:
@@ -44,7 +44,7 @@ class DiskCache {
   // manifest.
   absl::Status Store(const ir::Graph& graph, uint64_t key,
                      const std::string& object_path, bool uses_blas,
-                     const PartitionLayout& layout) const;
+                     bool uses_onednn, const PartitionLayout& layout) const;
 
   const std::string& dir() const { return dir_; }
 

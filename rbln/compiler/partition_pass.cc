@@ -129,13 +129,20 @@ void CollectAccess(Operation* op, Operation* top, Access& access) {
   }
 }
 
-enum class Placement { kReplicated, kSplit, kChiplet0, kScratch, kDropped };
+enum class Placement {
+  kReplicated,
+  kSplit,            // a linalg op, by slices of split_dim
+  kSplitIterations,  // a kParallelIterationsAttr loop, by iteration ranges
+  kChiplet0,
+  kScratch,
+  kDropped
+};
 
 struct TopLevelOp {
   Operation* op;
   Placement placement;
   int split_dim = -1;
-  int64_t extent = 0;  // of split_dim
+  int64_t extent = 0;  // of split_dim, or the loop's trip count
   Access access;
 };
 
@@ -177,6 +184,24 @@ std::optional<int> SplitDim(mlir::linalg::LinalgOp op) {
     if (disjoint) return d;
   }
   return std::nullopt;
+}
+
+// The trip count of a kParallelIterationsAttr loop from 0 by 1 to a
+// constant, or nothing.
+std::optional<int64_t> ParallelTripCount(Operation& op) {
+  auto loop = llvm::dyn_cast<mlir::scf::ForOp>(op);
+  if (!loop || !loop->hasAttr(kParallelIterationsAttr) ||
+      loop.getNumResults() != 0) {
+    return std::nullopt;
+  }
+  auto constant = [](Value v) -> std::optional<int64_t> {
+    if (auto c = v.getDefiningOp<mlir::arith::ConstantIndexOp>()) return c.value();
+    return std::nullopt;
+  };
+  if (constant(loop.getLowerBound()) != 0 || constant(loop.getStep()) != 1) {
+    return std::nullopt;
+  }
+  return constant(loop.getUpperBound());
 }
 
 int64_t Iterations(mlir::linalg::LinalgOp op) {
@@ -253,6 +278,16 @@ class PartitionPass
         top.placement = Placement::kReplicated;
       } else {
         CollectAccess(&op, &op, top.access);
+        if (auto attr = op.getAttrOfType<mlir::IntegerAttr>(kWorkAttr)) {
+          work += attr.getInt();
+        }
+        if (std::optional<int64_t> trips = ParallelTripCount(op)) {
+          top.placement = Placement::kSplitIterations;
+          top.extent = *trips;
+          any_split = true;
+          plan.push_back(std::move(top));
+          continue;
+        }
         auto linalg_op = llvm::dyn_cast<mlir::linalg::LinalgOp>(op);
         std::optional<int> dim =
             linalg_op ? SplitDim(linalg_op) : std::nullopt;
@@ -345,6 +380,7 @@ class PartitionPass
           op->erase();
           break;
         case Placement::kSplit:
+        case Placement::kSplitIterations:
         case Placement::kChiplet0: {
           b.setInsertionPoint(op);
           if (since_barrier.ConflictsWith(top.access)) {
@@ -354,6 +390,8 @@ class PartitionPass
           since_barrier.Merge(top.access);
           if (top.placement == Placement::kSplit) {
             Split(b, llvm::cast<mlir::linalg::LinalgOp>(op), top, slice);
+          } else if (top.placement == Placement::kSplitIterations) {
+            SplitIterations(b, llvm::cast<mlir::scf::ForOp>(op), top, slice);
           } else {
             auto only = b.create<mlir::scf::IfOp>(op->getLoc(), is_chiplet0,
                                                   /*withElseRegion=*/false);
@@ -376,7 +414,10 @@ class PartitionPass
       const std::vector<TopLevelOp>& plan) {
     llvm::SmallPtrSet<const void*, 8> shared;
     for (const TopLevelOp& top : plan) {
-      if (top.placement != Placement::kSplit) continue;
+      if (top.placement != Placement::kSplit &&
+          top.placement != Placement::kSplitIterations) {
+        continue;
+      }
       shared.insert(top.access.reads.begin(), top.access.reads.end());
       shared.insert(top.access.writes.begin(), top.access.writes.end());
     }
@@ -416,6 +457,27 @@ class PartitionPass
       CloneSlice(b, op, top.split_dim, offset, rest);
     }
     op->erase();
+  }
+
+  // Worker `slice` runs iterations [min(slice*T, n), min(slice*T + T, n))
+  // of `loop`, T = ceil(n/k); the same iterations, so the same results, as
+  // the whole loop.
+  void SplitIterations(OpBuilder& b, mlir::scf::ForOp loop,
+                       const TopLevelOp& top, Value slice) {
+    const mlir::Location loc = loop.getLoc();
+    const int64_t n = top.extent;
+    const int64_t tile = (n + options_.partitions - 1) / options_.partitions;
+    auto index = [&](int64_t v) -> Value {
+      return b.create<mlir::arith::ConstantIndexOp>(loc, v);
+    };
+    Value n_v = index(n);
+    Value begin = b.create<mlir::arith::MinUIOp>(
+        loc, b.create<mlir::arith::MulIOp>(loc, slice, index(tile)), n_v);
+    Value end = b.create<mlir::arith::MinUIOp>(
+        loc, b.create<mlir::arith::AddIOp>(loc, begin, index(tile)), n_v);
+    // The loop runs from 0 by 1 (ParallelTripCount).
+    loop.setLowerBound(begin);
+    loop.setUpperBound(end);
   }
 
   // `op` restricted to [offset, offset + size) of loop `dim`, at b's

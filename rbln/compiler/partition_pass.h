@@ -50,6 +50,13 @@ inline constexpr char kScratchBytesAttr[] = "rbln.scratch_bytes";
 inline constexpr char kScratchBuffersAttr[] = "rbln.scratch_buffers";
 inline constexpr char kWorkspaceSegmentsAttr[] = "rbln.workspace_segments";
 inline constexpr char kChipletBarrierSymbol[] = "rbln_chiplet_barrier";
+// On a top-level scf.for with constant bounds: its iterations are
+// independent, so workers may run disjoint ranges of them (the GEMM blocks
+// of blas_rewrite_pass.h).
+inline constexpr char kParallelIterationsAttr[] = "rbln.parallel_iterations";
+// On a top-level op that is not a linalg op: its work in loop iterations,
+// counted towards the partitioning threshold.
+inline constexpr char kWorkAttr[] = "rbln.work";
 
 // Below this many loop iterations (~1 ms of element-wise work) a program
 // runs on one worker: waking the team cost ~50 us per call on the shared

@@ -45,9 +45,9 @@ class ErrorPass
   std::string message_;
 };
 
-// GEMMs to cblas_sgemm (SPEC P5), between bufferization and lowering; none
-// when RBLN_COMPILER_BLAS=0 or OpenBLAS does not load (matmul then lowers to
-// loops).
+// GEMMs to oneDNN's rbln_gemm or OpenBLAS's cblas_sgemm (SPEC P5), between
+// bufferization and lowering; none when RBLN_COMPILER_BLAS=0 or no GEMM
+// library loads (matmul then lowers to loops).
 std::optional<Stage> BlasStage() {
   absl::StatusOr<bool> enabled = BlasRewriteEnabled();
   if (!enabled.ok()) {
@@ -57,7 +57,9 @@ std::optional<Stage> BlasStage() {
   }
   if (!*enabled) return std::nullopt;
   RegisterBlasRewritePass();
-  return Text("blas", kBlasRewritePassName);
+  const bool onednn = **ChosenGemmLibrary() == GemmLibrary::kOnednn;
+  return Text("blas", absl::StrFormat("%s{library=%s}", kBlasRewritePassName,
+                                      onednn ? "onednn" : "openblas"));
 }
 
 // One table per supported MLIR version: pass names and pass behaviour
@@ -150,8 +152,9 @@ std::vector<Stage> FullPipeline(PartitionOptions partition) {
   if (std::optional<Stage> blas = BlasStage()) all.push_back(*std::move(blas));
   // After the BLAS rewrite: a cblas_sgemm call stays whole on chiplet 0
   // (OpenBLAS picks different kernels for a row slice than for the whole
-  // matrix, so sliced GEMMs differ in the last bit; OpenBLAS threads itself).
-  // Without BLAS, a matmul's loops are split by rows like any linalg op.
+  // matrix, so sliced GEMMs differ in the last bit); oneDNN GEMM blocks,
+  // fixed by the shape, spread over the workers. Without BLAS, a matmul's
+  // loops are split by rows like any linalg op.
   if (partition.partitions > 1) {
     all.push_back(Stage{"partition", "", nullptr,
                         [partition] { return CreatePartitionPass(partition); }});

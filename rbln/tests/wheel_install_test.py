@@ -85,10 +85,17 @@ def test_rbln_smi_command(venv_python, tmp_path):
 
 def test_demo_runs(venv_python, tmp_path):
     demo = os.path.join(os.getcwd(), "rbln/tests/demo.py")
-    r = subprocess.run([venv_python, demo], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    r = subprocess.run([venv_python, demo], capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "tensor([4., 6.], dtype=torch.float16)" in r.stdout
     assert "equals PyTorch CPU: True" in r.stdout
+    # The transformers Llama model: eager and compiled outputs, explain()'s
+    # verdict, generation with the static KV cache equal to the CPU's.
+    assert "== a Llama-architecture transformers model" in r.stdout
+    assert r.stdout.count("-> OK") >= 3  # the GPT-2-style block, Llama eager and compiled
+    assert "explain() of a warm compiled step: " in r.stdout
+    assert r.stdout.count("equal to CPU: True") == 2
+    assert "ran through the CPU fallback: {}" not in r.stdout  # the stale line
 
 
 if __name__ == "__main__":

@@ -58,6 +58,11 @@ void FirePinnedHostPath(absl::string_view detail, int64_t bytes) {
   CpuFallback().Fire(bytes, detail);
 }
 
+void FireGraphCpuFallback(absl::string_view what, absl::string_view why,
+                          int64_t bytes) {
+  CpuFallback().Fire(bytes, absl::StrCat(what, ": ", why));
+}
+
 void FireUnsupportedOpFallback(const c10::OperatorHandle& op,
                                const torch::jit::Stack& stack) {
   const c10::FunctionSchema& schema = op.schema();

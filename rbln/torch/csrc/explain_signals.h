@@ -42,6 +42,14 @@ void FireUnsupportedOpFallback(const c10::OperatorHandle& op,
 std::string PinnedHostPathDetail(absl::string_view overload);
 void FirePinnedHostPath(absl::string_view detail, int64_t bytes);
 
+// dispatch/cpu_fallback of a torch.compile graph: the compile_error fallback
+// ran the whole graph on the CPU (`what` is "graph NAME", `why`
+// "compile_error"), or a host op inside a compiled graph ran on the CPU
+// (`what` is the op, `why` "host_op"); `bytes` are the device bytes read to
+// the host for it.
+void FireGraphCpuFallback(absl::string_view what, absl::string_view why,
+                          int64_t bytes);
+
 }  // namespace rbln::torch_backend
 
 #endif  // RBLN_TORCH_CSRC_EXPLAIN_SIGNALS_H_

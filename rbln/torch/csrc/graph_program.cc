@@ -26,6 +26,7 @@
 #include "rbln/compiler/ir/graph_util.h"
 #include "rbln/core/counters.h"
 #include "rbln/torch/csrc/device_state.h"
+#include "rbln/torch/csrc/explain_signals.h"
 #include "rbln/torch/csrc/fallback_policy.h"
 
 namespace py = pybind11;
@@ -44,6 +45,7 @@ struct GraphCounters {
   Counter* compile_errors = CounterRegistry::Global().Get("graph/compile_errors");
   Counter* runs = CounterRegistry::Global().Get("graph/runs");
   Counter* cpu_fallback = CounterRegistry::Global().Get("graph/cpu_fallback");
+  Counter* host_ops = CounterRegistry::Global().Get("graph/host_ops");
 };
 
 const GraphCounters& Counters() {
@@ -392,16 +394,31 @@ void RegisterGraphProgramBindings(py::module_& m) {
   // stay (SPEC J5).
   m.def("_graph_clear_caches", [] { CacheDirCompilers::Get().ClearCaches(); });
   // The compile_error fallback of a whole graph (SPEC I2, I6, J4): raises if
-  // TORCH_RBLN_DISABLE_FALLBACK contains compile_error, else logs at INFO and
-  // counts graph/cpu_fallback; the caller then runs the graph on the CPU.
-  m.def("_graph_compile_error", [](const std::string& graph_name, const std::string& detail) {
-    try {
-      OnFallback(FallbackCategory::kCompileError, graph_name, detail);
-    } catch (const c10::Error& e) {
-      throw std::runtime_error(e.what_without_backtrace());
-    }
-    Counters().cpu_fallback->Increment();
-  });
+  // TORCH_RBLN_DISABLE_FALLBACK contains compile_error, else logs at INFO,
+  // counts graph/cpu_fallback and fires explain()'s dispatch/cpu_fallback
+  // ("graph NAME: compile_error", `bytes` read from the device for it); the
+  // caller then runs the graph on the CPU.
+  m.def(
+      "_graph_compile_error",
+      [](const std::string& graph_name, const std::string& detail, int64_t bytes) {
+        try {
+          OnFallback(FallbackCategory::kCompileError, graph_name, detail);
+        } catch (const c10::Error& e) {
+          throw std::runtime_error(e.what_without_backtrace());
+        }
+        Counters().cpu_fallback->Increment();
+        FireGraphCpuFallback(graph_name, "compile_error", bytes);
+      },
+      py::arg("graph_name"), py::arg("detail"), py::arg("bytes") = 0);
+  // A host op of a compiled graph runs on the CPU (SPEC J6): counts
+  // graph/host_ops and fires dispatch/cpu_fallback ("OP: host_op").
+  m.def(
+      "_graph_host_op",
+      [](const std::string& op, int64_t bytes) {
+        Counters().host_ops->Increment();
+        FireGraphCpuFallback(op, "host_op", bytes);
+      },
+      py::arg("op"), py::arg("bytes") = 0);
 }
 
 }  // namespace rbln::torch_backend

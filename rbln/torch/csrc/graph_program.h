@@ -6,7 +6,7 @@
 // rbln tensors' device memory. Every graph input (parameters and buffers
 // included) is a runtime buffer, never a baked constant, so graphs with equal
 // shapes share a program. Counters: graph/compiles, graph/compile_errors,
-// graph/runs, graph/cpu_fallback.
+// graph/runs, graph/cpu_fallback, graph/host_ops.
 #ifndef RBLN_TORCH_CSRC_GRAPH_PROGRAM_H_
 #define RBLN_TORCH_CSRC_GRAPH_PROGRAM_H_
 

@@ -145,6 +145,25 @@ at::Tensor& FillScalar(at::Tensor& self, const at::Scalar& value) {
 
 at::Tensor& Zero(at::Tensor& self) { return FillScalar(self, 0); }
 
+// `Module._apply` (behind `.to()`, `.half()`) and `Tensor.data = ...` ask
+// this before moving a parameter in place. TensorImpl's own answer counts
+// only CPU, CUDA and the other built-in backends as dense, so between CPU
+// and rbln `.to("rbln")` would make a new Parameter per module and untie
+// shared weights (lm_head / embeddings). A dense CPU and a dense rbln tensor
+// are both plain TensorImpls, so shallow_copy_from between them is sound:
+// the Parameter objects are kept, as on CUDA.
+bool HasCompatibleShallowCopyType(const at::Tensor& self,
+                                  const at::Tensor& from) {
+  auto dense_cpu_or_rbln = [](const at::Tensor& t) {
+    return t.layout() == c10::Layout::Strided &&
+           (t.key_set().has(c10::DispatchKey::CPU) ||
+            t.key_set().has(c10::DispatchKey::PrivateUse1));
+  };
+  return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(
+             from.key_set()) ||
+         (dense_cpu_or_rbln(self) && dense_cpu_or_rbln(from));
+}
+
 at::Tensor& SetSourceTensor(at::Tensor& self, const at::Tensor& source) {
   return at::native::set_tensor_(self, source);
 }
@@ -175,6 +194,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Tensor", SetSourceTensor);
   m.impl("set_.source_Storage", SetSourceStorage);
   m.impl("set_.source_Storage_storage_offset", SetSourceStorageOffset);
+  m.impl("_has_compatible_shallow_copy_type", HasCompatibleShallowCopyType);
 }
 
 }  // namespace

@@ -159,14 +159,6 @@ def test_unconvertible_graph_runs_on_cpu_with_arguments_moved():
     assert delta(before, after, "graph/runs") == 0
 
 
-def test_cpu_fallback_does_not_move_closed_over_tensors():
-    # spec: I2 -- tensors read from outside the arguments stay on rbln.
-    w = torch.randn(64, 64, dtype=torch.float16, device=DEV)
-    f = torch.compile(lambda a: torch.erfinv(a * w), backend="rbln", dynamic=False)
-    with pytest.raises(RuntimeError, match=r"Expected all tensors to be on the same device.*\['w'\] is not an argument"):
-        f(torch.randn(64, 64, dtype=torch.float16, device=DEV))
-
-
 def times_x_rows(x):
     return torch.relu(x * x.shape[0])
 

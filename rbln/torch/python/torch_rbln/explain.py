@@ -52,7 +52,10 @@ Signals: hidden host overhead; any signal makes the region "overhead".
   dispatch/cpu_fallback  an op ran on the CPU (arguments to the host, results
                          back), with why: unsupported_op (no rbln kernel),
                          dtype, scalar, nan_inf, argument, device, output,
-                         compile_error; pinned_to_cpu for ops pinned to the
+                         compile_error (also "graph NAME: compile_error": a
+                         torch.compile graph ran whole on the CPU), host_op
+                         (an op of a compiled graph ran on the host, SPEC
+                         J6); pinned_to_cpu for ops pinned to the
                          CPU (SPEC I5), which have a fast host path and are
                          not optimization candidates.
   dispatch/recompile     a call went through the compile path inside the
@@ -96,12 +99,21 @@ _FIXES = {
     "storage_offset": "make the view start at offset 0 (.clone() it) or torch.compile the block",
     "device": "put every tensor argument on the same rbln device",
     "compile_error": "report the compile error; torch.compile the block meanwhile",
+    "host_op": "a host op inside a compiled graph (its inspect()['host_ops'] names the "
+               "reason): avoid data-dependent shapes and float64 there, or wait for the op "
+               "in the compiler",
 }
+# A torch.compile graph that failed to compile ran whole on the CPU.
+_GRAPH_COMPILE_ERROR_FIX = (
+    "torch_rbln._dynamo.compile_failures() names the missing ops; "
+    "options={'host_ops': 'unimplemented'} runs only those on the host")
 _SDPA_QUERY_FIX = "pad the query length to a multiple of 32, or torch.compile the block"
 _GENERIC_FIX = "supported dtype/op, or torch.compile"
 
 
-def _fix(why) -> str:
+def _fix(why, op="") -> str:
+    if why == "compile_error" and op.startswith("graph "):
+        return _GRAPH_COMPILE_ERROR_FIX
     if why.startswith("query sequence length"):
         return _SDPA_QUERY_FIX
     return _FIXES.get(why, _GENERIC_FIX)
@@ -284,8 +296,8 @@ class ExplainRegion:
                 entry["count"] += n
                 if why not in entry["why"]:
                     entry["why"].append(why)
-                    if _fix(why) not in entry["fix"]:
-                        entry["fix"].append(_fix(why))
+                    if _fix(why, op) not in entry["fix"]:
+                        entry["fix"].append(_fix(why, op))
         return sorted(ops.values(), key=lambda e: (-e["count"], e["op"]))
 
     def _slices_per_npu(self) -> dict:

@@ -6,9 +6,10 @@ Flow (SPEC J1-J7):
   program, run on the inputs' device memory (`GraphProgram.run`).
 Every graph input, module parameters and buffers included, is a runtime
 buffer (P9), so blocks with equal shapes share one program. Shapes are static
-(J2). A compile failure runs the whole Dynamo graph on the CPU, moving only
-the call's arguments (I2), unless TORCH_RBLN_DISABLE_FALLBACK contains
-`compile_error` (I6, J4).
+(J2). A compile failure runs the whole Dynamo graph on the CPU (the call's
+arguments downloaded, parameters and buffers read through CPU copies kept
+while they are unchanged; beyond I2, which moves only arguments), unless
+TORCH_RBLN_DISABLE_FALLBACK contains `compile_error` (I6, J4).
 
 Ops that cannot be part of a static-shape program (data-dependent shapes,
 float64; with options={"host_ops": "unimplemented"} also ops the compiler
@@ -31,6 +32,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 import weakref
 
 import torch
@@ -40,6 +42,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 
 from .. import _C
 from . import fx_to_ir as _fx_to_ir
+from . import host_copies as _host_copies
 from . import host_ops as _host_ops
 from .constant_folding import fold_constants
 
@@ -49,20 +52,31 @@ DYNAMIC_SHAPE_MESSAGE = "Dynamic shape not supported for rbln backend"
 _MODES = ("default", "compile_only")
 _KNOWN_OPTIONS = ("num_devices", "cache_dir", "mode", "npu", "host_ops")
 
-# Decompositions into ops the compiler has: aliases of permute/copy and
-# composite ops with simple core-ATen forms. Everything else reaches the IR
-# as the ATen op itself (the compiler implements or reports it).
-_DECOMPOSED_OPS = (
-    "t",
-    "transpose.int",
-    "_unsafe_view",
-    "masked_fill.Tensor",
-    "rsub.Scalar",
-    "rsub.Tensor",
-    "squeeze.default",
-    "squeeze.dim",
-    "squeeze.dims",
-)
+# What reaches the compiler: aot_autograd decomposes the captured graph with
+# PyTorch's own core ATen decompositions (`torch._decomp.
+# core_aten_decompositions()`), so composite ops (std, logsumexp, addcmul,
+# hardswish, nll_loss, stack, roll, ...) arrive as the ~160 ops tagged
+# `torch.Tag.core`, which the compiler implements or reports (SPEC J6).
+# Except these, which the compiler lowers itself because their
+# decomposition would lose a fused kernel or precision. (Ops with a
+# CompositeImplicitAutograd kernel -- linear, matmul, layer_norm, rms_norm,
+# scaled_dot_product_attention -- decompose while aot_autograd traces,
+# whatever this table says; sdpa reaches us as the CPU flash-attention op.)
+_NATIVE_OPS = frozenset({
+    # The fused attention kernel (one pass, f32 softmax statistics).
+    "_scaled_dot_product_flash_attention_for_cpu",
+    # Index arithmetic in one kernel; the decompositions go through cumsum
+    # (repeat_interleave.Tensor) or index_put (index_copy).
+    "repeat_interleave",
+    "index_copy",
+    # ATen's arange rounds (end - start) / step in double; the
+    # decomposition's iota + mul does not match it for half steps.
+    "arange",
+    # silu's decomposition is x * sigmoid(x) in the input dtype's opmath:
+    # the same arithmetic, kept as one op so eager and graph programs share
+    # the converter.
+    "silu",
+})
 
 _lock = threading.Lock()
 # Programs by graph key (IR structure + static shapes): equal graphs, e.g.
@@ -303,6 +317,10 @@ class CompiledGraph:
             self._reads_sizes = _reads_sizes(self.gm)
             _log_info(f"graph {self.name} has symbolic shapes; compiling per concrete shape")
             return
+        except _fx_to_ir.GraphConversionError as e:
+            # A graph the IR cannot express is a compile error like an op
+            # the compiler lacks: the compile_error fallback applies (J6).
+            raise CompileFailure(e) from None
         self.phases["fx_to_ir"] = time.perf_counter() - start
         _log_info(f"graph {self.name}: FX->IR {(time.perf_counter() - start) * 1e3:.1f} ms "
                   f"({len(ir.nodes)} ops)")
@@ -633,16 +651,13 @@ def merge_chiplet_bytes(reports) -> dict:
 
 
 def _decompositions():
-    from torch._decomp import get_decompositions
+    """PyTorch's core ATen decompositions minus `_NATIVE_OPS`, plus ours."""
+    from torch._decomp import core_aten_decompositions
 
-    ops = []
-    for name in _DECOMPOSED_OPS:
-        packet, _, overload = name.partition(".")
-        op = getattr(torch.ops.aten, packet, None)
-        if op is None:
-            continue
-        ops.append(getattr(op, overload or "default", None) or op)
-    table = get_decompositions([o for o in ops if o is not None])
+    table = {
+        op: fn for op, fn in core_aten_decompositions().items()
+        if _fx_to_ir.ir_op_name(op) not in _NATIVE_OPS
+    }
     table[torch.ops.aten._safe_softmax.default] = _safe_softmax
     table[torch.ops.aten.split.Tensor] = _split
     table[torch.ops.aten.split_with_sizes.default] = _split_with_sizes
@@ -729,6 +744,11 @@ class _CompiledFunction:
         self.call_argument = [_is_call_argument(n) for n in self.placeholders]
         # Dynamo drops node.meta["grapharg"] after compiling; keep the names.
         self.source_names = [_source_name(n) for n in self.placeholders]
+        # CPU copies of the graph's other inputs (parameters, buffers,
+        # globals) for CPU runs, kept across calls (host_copies.py).
+        self.host_copies = _host_copies.HostCopies()
+        self._cpu_gm = None  # The graph with its rbln devices on the CPU.
+        self._warned = False
 
     def __call__(self, *args):
         if self.failure is None:
@@ -742,36 +762,95 @@ class _CompiledFunction:
         return self._run_on_cpu(args, self.failure)
 
     def _run_on_cpu(self, args, error):
+        """The compile_error fallback: the Dynamo graph on the CPU. The call's
+        rbln arguments are downloaded every call; the other rbln inputs
+        (parameters, buffers, tensors read from globals or closures) through
+        CPU copies kept while they are unchanged. Inputs the graph mutates
+        are written back to the device; results go to the inputs' device."""
         detail = f"{type(error).__name__}: {error}"
+        nbytes = sum(
+            (a.numel() * a.element_size() if isinstance(a, torch.Tensor) and a.device.type == "rbln"
+             else 0) if is_arg else self.host_copies.bytes_to_read(i, a)
+            for i, (a, is_arg) in enumerate(zip(args, self.call_argument)))
         try:
-            _C._graph_compile_error(f"graph {self.name}", detail)
+            _C._graph_compile_error(f"graph {self.name}", detail, nbytes)
         except RuntimeError as policy:
             raise type(error)(f"{error}\n{policy}") from None
-        device = None
+        self._warn_once(detail)
+        devices = {}  # is_arg -> the first rbln device among those inputs
         moved = []
-        for a, is_arg in zip(args, self.call_argument):
-            if is_arg and isinstance(a, torch.Tensor) and a.device.type == "rbln":
-                device = device or a.device
-                a = a.cpu()
-            moved.append(a)
-        # Parameters and tensors read from outside the arguments stay where
-        # they are; on rbln they make the CPU run fail (SPEC I2).
-        for a, what in zip(moved, self.source_names):
+        for i, (a, is_arg) in enumerate(zip(args, self.call_argument)):
             if isinstance(a, torch.Tensor) and a.device.type == "rbln":
-                raise RuntimeError(
-                    f"Expected all tensors to be on the same device, but found at least two "
-                    f"devices, cpu and {a.device}! The rbln compile_error fallback runs graph "
-                    f"{self.name} on the CPU and moves only the call's arguments; {what} is not "
-                    f"an argument and stays on {a.device}. ({detail}) Fix the compile error "
-                    "(TORCH_RBLN_DISABLE_FALLBACK=compile_error raises it), or pass the tensor "
-                    "as an argument."
-                )
-        outs = self.gm(*moved)
+                devices.setdefault(is_arg, a.device)
+                a = a.cpu() if is_arg else self.host_copies.get(i, a)[0]
+            moved.append(a)
+        device = devices.get(True, devices.get(False))
+        versions = [_version_or_none(a) for a in moved]
+        if self._cpu_gm is None:
+            self._cpu_gm = _cpu_graph_module(self.gm)
+        outs = self._cpu_gm(*moved)
+        self._write_back(args, moved, versions)
         if device is None:
             return outs
-        # Results go back to the device the arguments came from.
+        # Results go back to the device the inputs came from.
         return type(outs)(o.to(device) if isinstance(o, torch.Tensor) else o for o in outs) \
             if isinstance(outs, (list, tuple)) else outs
+
+    def _write_back(self, args, moved, versions):
+        """In-place writes of the CPU run (a buffer update, an in-place op on
+        an argument) go to the device tensors they stand for."""
+        for i, (a, host, version) in enumerate(zip(args, moved, versions)):
+            if (host is a or version is None or not isinstance(a, torch.Tensor)
+                    or _version_or_none(host) == version):
+                continue
+            with torch.no_grad():
+                a.copy_(host)
+            self.host_copies.written_back(i, a)
+
+    def _warn_once(self, detail):
+        """A whole graph on the CPU is a large hidden cost: say so once per
+        graph, at any log level (TORCH_RBLN_LOG_LEVEL=INFO logs every call)."""
+        if self._warned:
+            return
+        self._warned = True
+        warnings.warn(
+            f"rbln: graph {self.name} runs on the CPU (compile_error fallback): {detail}. "
+            "Inputs that are not call arguments (parameters, buffers) are read through CPU "
+            "copies kept while they are unchanged. Options: "
+            "torch.compile(..., options={'host_ops': 'unimplemented'}) runs only the missing "
+            "ops on the host; TORCH_RBLN_DISABLE_FALLBACK=compile_error raises instead; "
+            "torch_rbln._dynamo.compile_failures() lists the failures.",
+            stacklevel=2,
+        )
+
+
+def _cpu_device(value):
+    if isinstance(value, torch.device) and value.type == "rbln":
+        return torch.device("cpu")
+    if isinstance(value, str) and value.partition(":")[0] == "rbln":
+        return "cpu"
+    return value
+
+
+def _cpu_graph_module(gm):
+    """A copy of a Dynamo graph whose node arguments name the CPU instead of
+    rbln devices: tensors the graph makes (torch.arange(n, device=x.device),
+    x.to(device=...)) must be made next to the CPU copies of its inputs."""
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    for node in graph.nodes:
+        node.args = torch.fx.node.map_aggregate(node.args, _cpu_device)
+        node.kwargs = torch.fx.node.map_aggregate(node.kwargs, _cpu_device)
+    return torch.fx.GraphModule(gm, graph)
+
+
+def _version_or_none(t):
+    if not isinstance(t, torch.Tensor):
+        return None
+    try:
+        return t._version
+    except RuntimeError:  # Inference tensors have no version counter.
+        return None
 
 
 def _graph_for(aten_gm, name, opts):

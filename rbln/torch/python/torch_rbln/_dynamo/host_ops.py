@@ -12,8 +12,11 @@ program:
     frontend does not convert (e.g. `sin`).
 Such an op becomes a *host op*: the graph is cut into device segments (one
 compiled program each, see `SegmentedGraph`) and the host op runs between
-them through ATen on the CPU, its tensor inputs downloaded and its outputs
-uploaded when a later segment reads them. Device segments after a
+them through ATen on the CPU, its tensor inputs downloaded (graph inputs
+such as parameters through CPU copies kept while unchanged, host_copies.py)
+and its outputs uploaded when a later segment reads them. Each host-op call
+counts graph/host_ops and shows in explain() as dispatch/cpu_fallback
+("OP: host_op"). Device segments after a
 data-dependent op are compiled per concrete size (cached like any
 specialization). Scalar glue around them (`sym_size`, `_assert_scalar`,
 comparisons of sizes) runs in Python and is not a host op.
@@ -43,6 +46,7 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from .. import _C
 from . import fx_to_ir as _fx_to_ir
+from .host_copies import HostCopies
 
 HOST_OPS_MODES = ("data_dependent", "unimplemented", "none")
 
@@ -256,6 +260,15 @@ def _to_cpu(value, cache):
     return value
 
 
+def _bytes_to_download(value, cache) -> int:
+    """Device bytes `_to_cpu(value, cache)` reads (0 for cached values)."""
+    if isinstance(value, torch.Tensor) and value.device.type != "cpu":
+        return 0 if id(value) in cache else value.numel() * value.element_size()
+    if isinstance(value, (list, tuple)):
+        return sum(_bytes_to_download(v, cache) for v in value)
+    return 0
+
+
 def _to_meta(value):
     if isinstance(value, torch.Tensor) and value.device.type != "meta":
         return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
@@ -282,6 +295,9 @@ class SegmentedGraph:
         self.steps = schedule(gm, kinds)
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         (self.output_node,) = [n for n in gm.graph.nodes if n.op == "output"]
+        # CPU copies of graph inputs (parameters, buffers) that host ops
+        # read, kept across calls while unchanged (host_copies.py).
+        self.host_copies = HostCopies()
         index = 0
         for step in self.steps:
             if step.kind == DEVICE:
@@ -336,10 +352,21 @@ class SegmentedGraph:
                 continue
             (node,) = step.nodes
             fetch = (lambda n: env[n])
+            read = [0]  # Device bytes read for this host op.
             if step.kind == HOST:
-                # Inputs downloaded (once per call), run by ATen on the CPU.
-                convert = _to_meta if compile_only else (lambda v: _to_cpu(v, downloads))
-                fetch = (lambda n, convert=convert: convert(env[n]))
+                # Inputs downloaded (once per call; graph inputs such as
+                # parameters through copies kept while they are unchanged),
+                # run by ATen on the CPU.
+                def fetch(n, read=read):
+                    if compile_only:
+                        return _to_meta(env[n])
+                    if n.op == "placeholder":
+                        host, nbytes = self.host_copies.get(n.name, env[n])
+                    else:
+                        nbytes = _bytes_to_download(env[n], downloads)
+                        host = _to_cpu(env[n], downloads)
+                    read[0] += nbytes
+                    return host
             call_args = torch.fx.node.map_arg(node.args, fetch)
             call_kwargs = torch.fx.node.map_arg(node.kwargs, fetch)
             if step.kind == HOST:
@@ -347,7 +374,7 @@ class SegmentedGraph:
                                for k, v in call_kwargs.items()}
             start = time.perf_counter()
             if step.kind == HOST and not compile_only:
-                _C._counter_add("graph/host_ops", 1)
+                _C._graph_host_op(_fx_to_ir.ir_op_name(node.target), read[0])
             try:
                 env[node] = node.target(*call_args, **call_kwargs)
             except Exception as e:  # noqa: BLE001 -- say which host op failed
@@ -373,6 +400,7 @@ class SegmentedGraph:
                 for r in results]
 
     def release(self):
+        self.host_copies.clear()
         for step in self.steps:
             if step.kind == DEVICE:
                 step.program.release()

@@ -1,0 +1,190 @@
+// The GEMM library comparison behind onednn_gemm.h (docs/benchmarks.md,
+// "GEMM library"): an n^3 GEMM through oneDNN's matmul primitive (f32 and
+// bf16 operands, f32 accumulation, as rbln_gemm runs it) and through
+// cblas_sgemm of each OpenBLAS given, on 1 thread and on every core.
+// oneDNN on several cores runs rbln_gemm's blocks on that many threads, as
+// the chiplet workers do; OpenBLAS threads itself.
+//
+// Per variant: the best thread-CPU time of one call on 1 thread (robust to
+// other load on the machine) and the median wall time.
+//
+//   bazel run -c opt //rbln/compiler:gemm_library_bench -- [--n 1024]
+//       [--openblas libopenblas.so.0] [--openblas /path/libscipy_openblas.so]
+// A library whose symbols carry a prefix (scipy-openblas32: scipy_) is
+// found by trying "scipy_" too.
+#include <dlfcn.h>
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rbln/compiler/onednn_gemm.h"
+
+namespace {
+
+using rbln::compiler::GemmOperandType;
+using rbln::compiler::GemmProblem;
+
+double ThreadCpuSeconds() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+double WallSeconds() {
+  return std::chrono::duration<double>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// {best thread-CPU seconds, median wall seconds} of `reps` calls after one
+// warm-up.
+std::pair<double, double> Time(const std::function<void()>& call, int reps) {
+  call();
+  std::vector<double> cpu, wall;
+  for (int i = 0; i < reps; ++i) {
+    const double c = ThreadCpuSeconds(), w = WallSeconds();
+    call();
+    cpu.push_back(ThreadCpuSeconds() - c);
+    wall.push_back(WallSeconds() - w);
+  }
+  std::sort(cpu.begin(), cpu.end());
+  std::sort(wall.begin(), wall.end());
+  return {cpu.front(), wall[wall.size() / 2]};
+}
+
+void Row(const std::string& name, int threads, double flops,
+         std::pair<double, double> t, bool cpu_valid) {
+  if (cpu_valid) {
+    std::printf("%-44s %3d %10.1f %10.1f\n", name.c_str(), threads,
+                flops / t.first / 1e9, flops / t.second / 1e9);
+  } else {
+    std::printf("%-44s %3d %10s %10.1f\n", name.c_str(), threads, "-",
+                flops / t.second / 1e9);
+  }
+}
+
+using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int,
+                       const float*, int, float, float*, int);
+using SetThreads = void (*)(int);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t n = 1024;
+  int reps = 9;
+  std::vector<std::string> openblas;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string arg = argv[i];
+    if (arg == "--n") {
+      n = std::atoll(argv[i + 1]);
+    } else if (arg == "--reps") {
+      reps = std::atoi(argv[i + 1]);
+    } else if (arg == "--openblas") {
+      openblas.push_back(argv[i + 1]);
+    } else {
+      std::fprintf(stderr, "unknown argument %s\n", arg.c_str());
+      return 2;
+    }
+  }
+  if (openblas.empty()) openblas.push_back("libopenblas.so.0");
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const double flops = 2.0 * n * n * n;
+  std::vector<float> a(n * n), b(n * n), c(n * n);
+  std::vector<uint16_t> a16(n * n), b16(n * n);
+  for (int64_t i = 0; i < n * n; ++i) {
+    a[i] = static_cast<float>(i % 7) * 0.1f;
+    b[i] = static_cast<float>(i % 5) * 0.2f;
+    uint32_t bits;
+    std::memcpy(&bits, &a[i], 4);
+    a16[i] = static_cast<uint16_t>(bits >> 16);
+    std::memcpy(&bits, &b[i], 4);
+    b16[i] = static_cast<uint16_t>(bits >> 16);
+  }
+  std::printf("GEMM %lldx%lldx%lld, %d core(s); GFLOP/s from the best 1-thread CPU time "
+              "and from the median wall time of %d calls\n",
+              static_cast<long long>(n), static_cast<long long>(n),
+              static_cast<long long>(n), cores, reps);
+  std::printf("%-44s %3s %10s %10s\n", "library", "thr", "cpu", "wall");
+  if (rbln::compiler::LoadOnednn()) {
+    const std::string name = rbln::compiler::OnednnDescription();
+    for (GemmOperandType type : {GemmOperandType::kF32, GemmOperandType::kBF16}) {
+      GemmProblem p;
+      p.type = type;
+      p.accumulate = false;
+      p.m = p.n = p.k = p.lda = p.ldb = p.ldc = n;
+      const bool bf16 = type == GemmOperandType::kBF16;
+      const void* pa = bf16 ? static_cast<const void*>(a16.data()) : a.data();
+      const void* pb = bf16 ? static_cast<const void*>(b16.data()) : b.data();
+      const std::string label =
+          std::string("oneDNN matmul ") + (bf16 ? "bf16" : "f32");
+      Row(label, 1, flops,
+          Time([&] { rbln::compiler::RunGemmBlock(p, pa, pb, c.data(), 0, 1); }, reps),
+          true);
+      // rbln_gemm's blocks (4, as on a rebel100 card) over every core.
+      Row(label + " (4 blocks)", cores, flops,
+          Time(
+              [&] {
+                std::vector<std::thread> threads;
+                for (int t = 0; t < cores; ++t) {
+                  threads.emplace_back([&, t] {
+                    for (int64_t block = t; block < 4; block += cores) {
+                      rbln::compiler::RunGemmBlock(p, pa, pb, c.data(), block, 4);
+                    }
+                  });
+                }
+                for (std::thread& t : threads) t.join();
+              },
+              reps),
+          false);
+    }
+    std::printf("  (%s)\n", name.c_str());
+  } else {
+    std::printf("oneDNN: %s\n", rbln::compiler::OnednnDescription().c_str());
+  }
+  for (const std::string& path : openblas) {
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      std::printf("%s: %s\n", path.c_str(), dlerror());
+      continue;
+    }
+    std::string prefix;
+    auto sgemm = reinterpret_cast<Sgemm>(dlsym(handle, "cblas_sgemm"));
+    if (sgemm == nullptr) {
+      prefix = "scipy_";
+      sgemm = reinterpret_cast<Sgemm>(dlsym(handle, "scipy_cblas_sgemm"));
+    }
+    auto set_threads = reinterpret_cast<SetThreads>(
+        dlsym(handle, (prefix + "openblas_set_num_threads").c_str()));
+    using Config = const char* (*)();
+    auto config = reinterpret_cast<Config>(
+        dlsym(handle, (prefix + "openblas_get_config").c_str()));
+    if (sgemm == nullptr || set_threads == nullptr) {
+      std::printf("%s: no cblas_sgemm/openblas_set_num_threads\n", path.c_str());
+      continue;
+    }
+    const bool sbgemm = dlsym(handle, (prefix + "cblas_sbgemm").c_str()) != nullptr;
+    for (int threads : {1, cores}) {
+      set_threads(threads);
+      Row("OpenBLAS sgemm", threads, flops,
+          Time(
+              [&] {
+                sgemm(101, 111, 111, n, n, n, 1.0f, a.data(), n, b.data(), n,
+                      0.0f, c.data(), n);
+              },
+              reps),
+          threads == 1);
+    }
+    std::printf("  (%s: %s; cblas_sbgemm %s)\n", path.c_str(),
+                config ? config() : "?", sbgemm ? "exported" : "not exported");
+  }
+  return 0;
+}

@@ -1,0 +1,255 @@
+// spec: P5, A2
+// rbln_gemm against a double-precision reference: f32 and bf16 operands,
+// transposed B, batches, row and batch strides, accumulate or overwrite;
+// blocks cover the problem exactly once and give the same bits on one
+// thread or spread over threads.
+#include "rbln/compiler/onednn_gemm.h"
+
+#include <dlfcn.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "gtest/gtest.h"
+
+namespace rbln::compiler {
+namespace {
+
+// bf16 bits of `f`, truncated (the test only needs exact bf16 values).
+uint16_t Bf16Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float Bf16Value(uint16_t bits) {
+  const uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Operands of `p` filled with random values representable in its type;
+// `a`/`b` hold them as f32 for the reference, `a_raw`/`b_raw` as passed.
+struct Operands {
+  std::vector<float> a, b, c;
+  std::vector<char> a_raw, b_raw;
+};
+
+int64_t Span(int64_t batch, int64_t stride, int64_t rows, int64_t ld,
+             int64_t cols) {
+  return (batch - 1) * stride + (rows - 1) * ld + cols;
+}
+
+Operands Make(const GemmProblem& p, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  Operands o;
+  const int64_t b_rows = p.trans_b ? p.n : p.k, b_cols = p.trans_b ? p.k : p.n;
+  o.a.resize(Span(p.batch, p.stride_a, p.m, p.lda, p.k));
+  o.b.resize(Span(p.batch, p.stride_b, b_rows, p.ldb, b_cols));
+  o.c.resize(Span(p.batch, p.stride_c, p.m, p.ldc, p.n));
+  const bool bf16 = p.type == GemmOperandType::kBF16;
+  auto fill = [&](std::vector<float>& v, std::vector<char>& raw) {
+    raw.resize(v.size() * (bf16 ? 2 : 4));
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (bf16) {
+        const uint16_t bits = Bf16Bits(dist(rng));
+        v[i] = Bf16Value(bits);
+        std::memcpy(raw.data() + 2 * i, &bits, 2);
+      } else {
+        v[i] = dist(rng);
+        std::memcpy(raw.data() + 4 * i, &v[i], 4);
+      }
+    }
+  };
+  fill(o.a, o.a_raw);
+  fill(o.b, o.b_raw);
+  for (float& v : o.c) v = dist(rng);
+  return o;
+}
+
+// The expected C (every element of the C buffer, untouched ones included).
+std::vector<double> Reference(const GemmProblem& p, const Operands& o) {
+  std::vector<double> c(o.c.begin(), o.c.end());
+  for (int64_t bt = 0; bt < p.batch; ++bt) {
+    for (int64_t i = 0; i < p.m; ++i) {
+      for (int64_t j = 0; j < p.n; ++j) {
+        double sum = 0;
+        for (int64_t l = 0; l < p.k; ++l) {
+          const double a = o.a[bt * p.stride_a + i * p.lda + l];
+          const double b = p.trans_b ? o.b[bt * p.stride_b + j * p.ldb + l]
+                                     : o.b[bt * p.stride_b + l * p.ldb + j];
+          sum += a * b;
+        }
+        double& out = c[bt * p.stride_c + i * p.ldc + j];
+        out = p.accumulate ? out + sum : sum;
+      }
+    }
+  }
+  return c;
+}
+
+std::string Describe(const GemmProblem& p) {
+  return absl::StrFormat(
+      "type %d trans_b %d acc %d batch %d m %d n %d k %d ld %d/%d/%d",
+      static_cast<int>(p.type), p.trans_b, p.accumulate, p.batch, p.m, p.n,
+      p.k, p.lda, p.ldb, p.ldc);
+}
+
+std::vector<GemmProblem> Problems() {
+  std::vector<GemmProblem> all;
+  for (GemmOperandType type : {GemmOperandType::kF32, GemmOperandType::kBF16}) {
+    for (bool trans_b : {false, true}) {
+      for (bool accumulate : {false, true}) {
+        // Plain, padded rows, tall (split by rows), wide (split by
+        // columns), batched with gaps between matrices.
+        for (auto [batch, m, n, k, pad] :
+             {std::tuple{1, 7, 5, 3, 0}, {1, 33, 17, 65, 3}, {1, 130, 9, 40, 0},
+              {1, 6, 70, 31, 1}, {3, 19, 23, 29, 2}}) {
+          GemmProblem p;
+          p.type = type;
+          p.trans_b = trans_b;
+          p.accumulate = accumulate;
+          p.batch = batch;
+          p.m = m;
+          p.n = n;
+          p.k = k;
+          p.lda = k + pad;
+          p.ldb = (trans_b ? k : n) + pad;
+          p.ldc = n + pad;
+          if (batch > 1) {
+            p.stride_a = p.m * p.lda + 5;
+            p.stride_b = (trans_b ? n : k) * p.ldb + 7;
+            p.stride_c = p.m * p.ldc + 11;
+          }
+          all.push_back(p);
+        }
+      }
+    }
+  }
+  return all;
+}
+
+class OnednnGemmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!LoadOnednn()) {
+      GTEST_SKIP() << "oneDNN is not installed (" << OnednnDescription()
+                   << "); scripts/setup installs libdnnl-dev";
+    }
+  }
+};
+
+TEST_F(OnednnGemmTest, MatchesReferenceInOneBlockAndInFour) {
+  uint32_t seed = 1;
+  for (const GemmProblem& p : Problems()) {
+    for (int64_t blocks : {1, 4}) {
+      Operands o = Make(p, seed++);
+      const std::vector<double> want = Reference(p, o);
+      for (int64_t block = 0; block < blocks; ++block) {
+        RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), o.c.data(), block,
+                     blocks);
+      }
+      // f32 accumulation of k products of values below 1.
+      const double tolerance = 1e-6 * (p.k + 1) + 1e-6;
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_NEAR(o.c[i], want[i], tolerance)
+            << Describe(p) << " blocks " << blocks << " element " << i;
+      }
+    }
+  }
+}
+
+TEST_F(OnednnGemmTest, BlocksOnThreadsGiveTheSameBitsAsInSequence) {
+  for (const GemmProblem& p : Problems()) {
+    Operands o = Make(p, 7);
+    std::vector<float> sequential = o.c, threaded = o.c;
+    for (int64_t block = 0; block < 4; ++block) {
+      RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), sequential.data(), block,
+                   4);
+    }
+    std::vector<std::thread> threads;
+    for (int64_t block = 0; block < 4; ++block) {
+      threads.emplace_back([&, block] {
+        RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), threaded.data(), block,
+                     4);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    ASSERT_EQ(std::memcmp(sequential.data(), threaded.data(),
+                          sequential.size() * sizeof(float)),
+              0)
+        << Describe(p);
+  }
+}
+
+// A GEMM on the user's thread must not change that thread's OpenMP thread
+// count: it is PyTorch's torch.get_num_threads() (the same libgomp), and
+// Dynamo recompiles every graph when it changes.
+TEST_F(OnednnGemmTest, LeavesTheCallersOpenMpThreadCountAlone) {
+  void* gomp = dlopen("libgomp.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (gomp == nullptr) GTEST_SKIP() << "oneDNN does not use libgomp here";
+  auto set = reinterpret_cast<void (*)(int)>(dlsym(gomp, "omp_set_num_threads"));
+  auto get = reinterpret_cast<int (*)()>(dlsym(gomp, "omp_get_max_threads"));
+  ASSERT_NE(set, nullptr);
+  ASSERT_NE(get, nullptr);
+  // A thread new to oneDNN, as the user's first GEMM sees it.
+  std::thread([&] {
+    set(3);
+    GemmProblem p = Problems()[0];
+    Operands o = Make(p, 3);
+    RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), o.c.data(), 0, 1);
+    EXPECT_EQ(get(), 3);
+    RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), o.c.data(), 0, 1);
+    EXPECT_NE(OnednnDescription().find("oneDNN"), std::string::npos);
+    EXPECT_EQ(get(), 3);
+  }).join();
+}
+
+TEST(GemmBlockOfTest, BlocksPartitionTheSplitDimension) {
+  GemmProblem p;
+  p.m = 10;
+  p.n = 3;
+  p.k = 4;
+  p.lda = 4;
+  p.ldb = 3;
+  p.ldc = 3;
+  // Tall: rows 3+3+3+1.
+  int64_t rows = 0;
+  for (int64_t block = 0; block < 4; ++block) {
+    GemmBlock b = GemmBlockOf(p, block, 4);
+    EXPECT_EQ(b.offset_c, rows * p.ldc);
+    rows += b.problem.m;
+  }
+  EXPECT_EQ(rows, p.m);
+  // Wide: whole 16-column parts, the last blocks empty.
+  p.m = 2;
+  p.n = 40;
+  p.ldb = p.ldc = 40;
+  EXPECT_EQ(GemmBlockOf(p, 0, 4).problem.n, 16);
+  EXPECT_EQ(GemmBlockOf(p, 2, 4).problem.n, 8);
+  EXPECT_EQ(GemmBlockOf(p, 2, 4).offset_c, 32);
+  EXPECT_EQ(GemmBlockOf(p, 3, 4).problem.n, 0);
+  // Batched: by matrices.
+  p.batch = 5;
+  p.stride_a = 100;
+  EXPECT_EQ(GemmBlockOf(p, 1, 4).problem.batch, 2);
+  EXPECT_EQ(GemmBlockOf(p, 1, 4).offset_a, 200);
+  EXPECT_EQ(GemmBlockOf(p, 2, 4).problem.batch, 1);
+  EXPECT_EQ(GemmBlockOf(p, 2, 4).problem.stride_a, 0);
+}
+
+TEST_F(OnednnGemmTest, DescribesTheLibrary) {
+  const std::string text = OnednnDescription();
+  EXPECT_NE(text.find("oneDNN "), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace rbln::compiler

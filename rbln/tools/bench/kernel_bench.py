@@ -1,0 +1,185 @@
+"""Compiled-kernel speed against PyTorch on the CPU, in one run (issue 17).
+
+1. The machine's memory bandwidth: //rbln/compiler:stream_bench (STREAM
+   copy/scale/add/triad on every core), run as a subprocess.
+2. matmul 1024x1024x1024 compiled with torch.compile(backend="rbln") in
+   bfloat16 and float16 (GEMMs through oneDNN, see docs/benchmarks.md),
+   against PyTorch CPU eager float32/bfloat16 and Inductor float32, with
+   GFLOP/s and the ratios of the acceptance rows (bf16 >= 0.8x eager bf16,
+   fp16 >= 1.0x eager fp32).
+3. The fused element-wise chain relu((x*g+b)*0.5) on 4M float16 elements
+   compiled on rbln, against PyTorch CPU eager and Inductor float32, with
+   GB/s (3 inputs + 1 output) and the share of the STREAM triad bandwidth
+   (acceptance: >= 60%).
+
+Every variant is warmed up first; times are medians of --iters calls (rbln
+calls end with torch.rbln.synchronize()). Measure on an idle machine: no
+builds or other benchmarks at the same time.
+
+    bazel run -c opt //rbln/tools:kernel_bench -- [--iters N]
+"""
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch._dynamo
+
+import torch_rbln  # noqa: F401
+
+
+def median_s(fn, args, iters, sync=None):
+    out = fn(*args)  # warm-up (compiles)
+    if sync is not None:
+        sync()
+    times = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        fn(*args)
+        if sync is not None:
+            sync()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), out
+
+
+def stream_bench_path():
+    """The stream_bench binary in this target's runfiles, or None."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = []
+    for root in (os.environ.get("RUNFILES_DIR"), os.environ.get("PYTHON_RUNFILES"),
+                 os.path.join(here, "..", "..", "..")):
+        if root:
+            candidates.append(os.path.join(root, "torch_rbln", "rbln", "compiler", "stream_bench"))
+            candidates.append(os.path.join(root, "rbln", "compiler", "stream_bench"))
+    for path in candidates:
+        if os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def stream(path, floats):
+    """Best GB/s per STREAM kernel."""
+    text = subprocess.run([path, "--floats", str(floats)], check=True,
+                          capture_output=True, text=True).stdout
+    print(text.rstrip())
+    return {m.group(1): float(m.group(2))
+            for m in re.finditer(r"^(copy|scale|add|triad)\s+([\d.]+)", text, re.M)}
+
+
+def rbln_sync():
+    torch.rbln.synchronize()
+
+
+def matmul(n, iters):
+    flops = 2.0 * n ** 3
+
+    def mm(a, b):
+        return a @ b
+
+    gen = torch.Generator().manual_seed(0)
+    a32 = torch.randn(n, n, generator=gen)
+    b32 = torch.randn(n, n, generator=gen)
+    rows = {}
+    with torch.no_grad():
+        for dtype in (torch.float32, torch.bfloat16):
+            a, b = a32.to(dtype), b32.to(dtype)
+            rows[f"cpu eager {dtype}"] = median_s(mm, (a, b), iters)[0]
+        torch._dynamo.reset()
+        ind = torch.compile(mm, backend="inductor", dynamic=False)
+        rows["cpu inductor torch.float32"] = median_s(ind, (a32, b32), iters)[0]
+        for dtype in (torch.bfloat16, torch.float16):
+            torch._dynamo.reset()
+            f = torch.compile(mm, backend="rbln", dynamic=False)
+            a, b = a32.to(dtype).to("rbln"), b32.to(dtype).to("rbln")
+            t, out = median_s(f, (a, b), iters, sync=rbln_sync)
+            # Against f32 products of the same operands; PyTorch's own
+            # half-precision matmul for scale (both round the output once).
+            ref = a32.to(dtype).float() @ b32.to(dtype).float()
+            cpu_half = (a32.to(dtype) @ b32.to(dtype)).float()
+            rows[f"rbln compiled {dtype}"] = t
+            rows[f"rbln compiled {dtype} err"] = (
+                (out.cpu().float() - ref).abs().max().item(),
+                (cpu_half - ref).abs().max().item())
+    print(f"\nmatmul {n}x{n}x{n}; median of {iters} calls after warm-up")
+    print(f"  {'variant':<30} {'ms':>9} {'GFLOP/s':>9}")
+    for name, t in rows.items():
+        if name.endswith(" err"):
+            continue
+        print(f"  {name:<30} {t * 1e3:9.2f} {flops / t / 1e9:9.1f}")
+    bf16 = rows["cpu eager torch.bfloat16"] / rows["rbln compiled torch.bfloat16"]
+    fp16 = rows["cpu eager torch.float32"] / rows["rbln compiled torch.float16"]
+    fp16_ind = rows["cpu inductor torch.float32"] / rows["rbln compiled torch.float16"]
+    bf16_ind = rows["cpu inductor torch.float32"] / rows["rbln compiled torch.bfloat16"]
+    print(f"  ratio rbln bf16 vs cpu eager bf16: {bf16:5.2f}x  (target >= 0.8)")
+    print(f"  ratio rbln fp16 vs cpu eager fp32: {fp16:5.2f}x  (target >= 1.0)")
+    print(f"  ratio rbln fp16 vs inductor fp32:  {fp16_ind:5.2f}x")
+    print(f"  ratio rbln bf16 vs inductor fp32:  {bf16_ind:5.2f}x")
+    for dtype in ("bfloat16", "float16"):
+        rbln_err, cpu_err = rows[f"rbln compiled torch.{dtype} err"]
+        print(f"  max |x - f32 product of the same {dtype} operands|: rbln {rbln_err:.3g}, "
+              f"cpu eager {dtype} {cpu_err:.3g}")
+
+
+def fused_chain(elements, iters, stream_gbs):
+    def chain(x, g, b):
+        return torch.relu((x * g + b) * 0.5)
+
+    gen = torch.Generator().manual_seed(1)
+    x, g, b = (torch.randn(elements, generator=gen) for _ in range(3))
+    rows = []
+    with torch.no_grad():
+        t = median_s(chain, (x, g, b), iters)[0]
+        rows.append(("cpu eager torch.float32", t, 16 * elements))
+        torch._dynamo.reset()
+        ind = torch.compile(chain, backend="inductor", dynamic=False)
+        rows.append(("cpu inductor torch.float32",
+                     median_s(ind, (x, g, b), iters)[0], 16 * elements))
+        torch._dynamo.reset()
+        f = torch.compile(chain, backend="rbln", dynamic=False)
+        args = [v.half().to("rbln") for v in (x, g, b)]
+        t, out = median_s(f, args, iters, sync=rbln_sync)
+        # PyTorch's CPU float16 eager: each op rounded to float16.
+        exact = torch.equal(out.cpu(), chain(*(v.half() for v in (x, g, b))))
+        rows.append(("rbln compiled torch.float16", t, 8 * elements))
+    print(f"\nfused relu((x*g+b)*0.5), {elements} elements; median of {iters} calls")
+    print(f"  {'variant':<30} {'ms':>9} {'GB/s':>8} {'of triad':>9}")
+    for name, t, nbytes in rows:
+        gbs = nbytes / t / 1e9
+        share = f"{100 * gbs / stream_gbs:8.0f}%" if stream_gbs else "       -"
+        print(f"  {name:<30} {t * 1e3:9.3f} {gbs:8.1f} {share}")
+    rbln_t = rows[2][1]
+    print(f"  ratio rbln fp16 vs inductor fp32: {rows[1][1] / rbln_t:5.2f}x, "
+          f"vs eager fp32: {rows[0][1] / rbln_t:5.2f}x")
+    print(f"  rbln result bit-identical to PyTorch CPU float16 eager: {exact}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--n", type=int, default=1024, help="matmul size")
+    p.add_argument("--elements", type=int, default=4 << 20)
+    p.add_argument("--stream-floats", type=int, default=32 << 20)
+    p.add_argument("--stream-bench", default=None,
+                   help="path of //rbln/compiler:stream_bench (default: runfiles)")
+    args = p.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s), "
+          f"rbln profile {torch.rbln.get_device_profile()['name']}, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    path = args.stream_bench or stream_bench_path()
+    triad = None
+    if path is None:
+        print("stream_bench not found (bazel run //rbln/tools:kernel_bench, or --stream-bench)",
+              file=sys.stderr)
+    else:
+        triad = stream(path, args.stream_floats).get("triad")
+    matmul(args.n, args.iters)
+    fused_chain(args.elements, args.iters, triad)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,247 @@
+"""OpInfo entries through `torch.compile(backend="rbln")`, against the CPU.
+
+One entry (an OpInfo name + variant) in one dtype is run on a bounded number
+of its sample inputs: each sample's tensors become the compiled function's
+arguments (moved to rbln), everything else is baked into the traced call.
+Compiled with host ops off (`options={"host_ops": "none"}`) and under
+`TORCH_RBLN_DISABLE_FALLBACK=compile_error`, so a graph the compiler cannot
+take raises instead of running on the CPU.
+
+Statuses (one per entry and dtype):
+  pass     every sample matched the CPU (or raised what the CPU raised);
+  fail     a sample gave another value / error, or the compile raised;
+  skip     the CPU has no kernel for the dtype, or the entry has no sample
+           the harness can drive (see `skip_reason`).
+`run_entry` returns the status with the first failing sample's message, so a
+report can group failures by cause (e.g. "not implemented: [sin]").
+
+Used by the conformance test (`rbln/torch/python/tests/opinfo_compile_test.py`)
+and the command-line report (`python -m torch_rbln.testing.opinfo_compile`).
+"""
+
+import argparse
+import collections
+import math
+import os
+import re
+import sys
+import time
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+# Ops whose results sum many terms: the compiler accumulates in float32 in
+# another order than ATen's CPU kernels (which may accumulate in the half
+# type). Matched against the OpInfo name's leading part.
+_ACCUMULATING = re.compile(
+    r"^(addmm|addmv|addbmm|baddbmm|addr|bmm|mm|mv|dot|vdot|inner|matmul|einsum|tensordot|"
+    r"linalg\.|nn\.functional\.(linear|bilinear|conv|conv_transpose|scaled_dot|"
+    r"layer_norm|group_norm|batch_norm|instance_norm|rms_norm|local_response_norm|"
+    r"normalize|cosine|pairwise|pdist|cross_entropy|nll_loss|kl_div|.*pool|interpolate|"
+    r"upsample|grid_sample|embedding_bag|softmin|.*loss|multi_head)|"
+    r"sum|nansum|mean|nanmean|var|std|prod|cumsum|cumprod|logcumsumexp|logsumexp|"
+    r"softmax|log_softmax|_softmax|norm|renorm|dist|cdist|trapz|trapezoid|"
+    r"cumulative_trapezoid|cov|corrcoef|chain_matmul|kron|special\.log_softmax|"
+    r"special\.softmax|masked\.|histc|float_power)"
+)
+
+
+def tolerance(name: str, dtype: torch.dtype) -> dict:
+    accumulating = bool(_ACCUMULATING.match(name))
+    # Element-wise: a few units in the last place, since decomposed ops may
+    # round after each step on the CPU (c10::Half arithmetic) and once here.
+    if dtype == torch.float16:
+        return {"atol": 2e-2, "rtol": 2e-2} if accumulating else {"atol": 1e-3, "rtol": 4e-3}
+    if dtype == torch.bfloat16:
+        return {"atol": 8e-2, "rtol": 8e-2} if accumulating else {"atol": 1e-2, "rtol": 3.2e-2}
+    return {"atol": 1e-4, "rtol": 1.3e-5} if not accumulating else {"atol": 1e-3, "rtol": 1e-3}
+
+
+def entry_name(op) -> str:
+    return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+
+
+def entries(names=None):
+    """The OpInfo entries, by entry name (optionally only `names`)."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    out = collections.OrderedDict()
+    for op in op_db:
+        name = entry_name(op)
+        if names is None or name in names:
+            out[name] = op
+    return out
+
+
+def _to(device, x):
+    return x.to(device) if isinstance(x, torch.Tensor) else x
+
+
+def _summary(e: BaseException) -> str:
+    """The message that names a failure's cause, on one line (graph numbers
+    dropped, so reports stay stable between runs)."""
+    text = f"{type(e).__name__}: {e}"
+    m = re.search(r"The following operators are not implemented: \[([^\]]*)\]", text)
+    if m:
+        return f"not implemented: [{m.group(1)}]"
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    first = lines[0] if lines else type(e).__name__
+    if first.endswith("raised:") and len(lines) > 1:
+        first = lines[1]  # BackendCompilerFailed: backend='rbln' raised:\n<the error>
+    return re.sub(r"rbln_graph_\d+", "rbln_graph_N", first)[:300]
+
+
+def _compare(expected, got, tol):
+    """None if equal within `tol`, else what differs."""
+    e_flat, e_spec = tree_flatten(expected)
+    g_flat, g_spec = tree_flatten(got)
+    if len(e_flat) != len(g_flat):
+        return f"result structure differs: {e_spec} vs {g_spec}"
+    for i, (e, g) in enumerate(zip(e_flat, g_flat)):
+        if isinstance(e, torch.Tensor):
+            if not isinstance(g, torch.Tensor):
+                return f"result {i}: expected a tensor, got {type(g).__name__}"
+            if g.device.type != "cpu":
+                g = g.cpu()
+            if e.dtype != g.dtype:
+                return f"result {i}: dtype {g.dtype}, CPU gives {e.dtype}"
+            if e.shape != g.shape:
+                return f"result {i}: shape {tuple(g.shape)}, CPU gives {tuple(e.shape)}"
+            try:
+                torch.testing.assert_close(g, e, equal_nan=True, check_stride=False, **tol)
+            except AssertionError as err:
+                lines = [ln for ln in str(err).splitlines() if ln.strip()]
+                return f"result {i}: " + "; ".join(lines[:4])[:300]
+        elif isinstance(e, float) and isinstance(g, float):
+            if not (math.isclose(e, g, rel_tol=tol["rtol"], abs_tol=tol["atol"])
+                    or (math.isnan(e) and math.isnan(g))):
+                return f"result {i}: {g} vs CPU {e}"
+        elif e != g and not (isinstance(e, float) and math.isnan(e)):
+            return f"result {i}: {g!r} vs CPU {e!r}"
+    return None
+
+
+def _counter(name):
+    return torch.rbln.counters().get(name, 0)
+
+
+def run_sample(op, sample, dtype):
+    """(ok, message, device_program): one sample compiled on rbln vs CPU;
+    ok is None when the CPU itself raises on the sample."""
+    flat, spec = tree_flatten((sample.input, sample.args, sample.kwargs))
+    where = [i for i, x in enumerate(flat) if isinstance(x, torch.Tensor)]
+    fn_op = op.op
+
+    def fn(*tensors):
+        items = list(flat)
+        for i, t in zip(where, tensors):
+            items[i] = t
+        inp, args, kwargs = tree_unflatten(items, spec)
+        return fn_op(inp, *args, **kwargs)
+
+    cpu_tensors = [flat[i] for i in where]
+    try:
+        expected = fn(*cpu_tensors)
+        cpu_error = None
+    except Exception as e:  # noqa: BLE001 -- compared by type below
+        cpu_error = e
+    rbln_tensors = [_to("rbln", t) for t in cpu_tensors]
+    compiled = torch.compile(fn, backend="rbln", dynamic=False,
+                             options={"host_ops": "none"}, fullgraph=True)
+    programs_before = len(torch.rbln.compiled_programs())
+    try:
+        got = compiled(*rbln_tensors)
+        got = tree_map(lambda x: x.cpu() if isinstance(x, torch.Tensor) else x, got)
+        rbln_error = None
+    except Exception as e:  # noqa: BLE001
+        rbln_error = e
+    device_program = len(torch.rbln.compiled_programs()) > programs_before
+    if cpu_error is not None:
+        # Error inputs are rejected by PyTorch's own checks while Dynamo
+        # traces (fake tensors), before the compiler sees a graph: nothing of
+        # ours to compare. The caller skips such samples.
+        return None, f"CPU raises {_summary(cpu_error)}", device_program
+    if rbln_error is not None:
+        return False, _summary(rbln_error), device_program
+    diff = _compare(expected, got, tolerance(entry_name(op), dtype))
+    return (diff is None), (diff or ""), device_program
+
+
+def skip_reason(op, dtype):
+    if dtype not in op.supported_dtypes("cpu"):
+        return f"no {dtype} CPU kernel"
+    return None
+
+
+def run_entry(op, dtype, max_samples=2):
+    """(status, message, samples run, device_program) for one entry and dtype."""
+    reason = skip_reason(op, dtype)
+    if reason:
+        return "skip", reason, 0, False
+    torch._dynamo.reset()
+    try:
+        samples = iter(op.sample_inputs("cpu", dtype, requires_grad=False))
+    except Exception as e:  # noqa: BLE001
+        return "skip", f"sample_inputs raised {_summary(e)}", 0, False
+    any_program = False
+    compared = tried = 0
+    cpu_raises = ""
+    # The first `max_samples` samples the CPU runs (error inputs are skipped,
+    # at most a few of them).
+    while compared < max_samples and tried < max_samples + 4:
+        try:
+            sample = next(samples)
+        except StopIteration:
+            break
+        except Exception as e:  # noqa: BLE001
+            return "skip", f"sample_inputs raised {_summary(e)}", 0, False
+        tried += 1
+        try:
+            ok, message, program = run_sample(op, sample, dtype)
+        except Exception as e:  # noqa: BLE001 -- harness-level failure
+            ok, message, program = False, f"harness: {_summary(e)}", False
+        if ok is None:
+            cpu_raises = message
+            continue
+        compared += 1
+        any_program = any_program or program
+        if not ok:
+            return "fail", message, compared, any_program
+    if not compared:
+        return "skip", cpu_raises or "no sample inputs", 0, False
+    return "pass", "", compared, any_program
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtype", default="float16", choices=sorted(DTYPES))
+    parser.add_argument("--samples", type=int, default=2)
+    parser.add_argument("--only", nargs="*", help="entry names")
+    parser.add_argument("--out", help="write 'name<TAB>status<TAB>program<TAB>message' lines")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TORCH_RBLN_DISABLE_FALLBACK", "compile_error")
+    import torch._dynamo
+
+    torch._dynamo.config.recompile_limit = 64
+    torch._dynamo.config.accumulated_recompile_limit = 1 << 20
+    dtype = DTYPES[args.dtype]
+    rows = []
+    start = time.time()
+    for name, op in entries(set(args.only) if args.only else None).items():
+        t0 = time.time()
+        status, message, n, program = run_entry(op, dtype, args.samples)
+        rows.append((name, status, program, message))
+        print(f"{name}\t{status}\t{'device' if program else '-'}\t{time.time() - t0:.1f}s\t{message}",
+              flush=True)
+    counts = collections.Counter(r[1] for r in rows)
+    print(f"# {args.dtype}: {dict(counts)} in {time.time() - start:.0f}s", file=sys.stderr)
+    if args.out:
+        with open(args.out, "w") as f:
+            for name, status, program, message in rows:
+                f.write(f"{name}\t{status}\t{int(program)}\t{message}\n")
+
+
+if __name__ == "__main__":
+    main()
