@@ -27,7 +27,7 @@ namespace rbln::compiler::ir {
 
 struct SegmentOptions {
   // Graphs with less work stay whole (work: nodes that are not pure views).
-  int min_work = 48;
+  int min_work = 32;
   // The shortest block whose repeats are looked for, in nodes.
   int min_block_nodes = 8;
   // The unique work is cut into about this many pieces of equal work (the

@@ -111,7 +111,7 @@ TEST(GraphSegmentsTest, GraphWithoutRepeatsIsCutForThreads) {
 
 TEST(GraphSegmentsTest, SmallGraphsStayWhole) {
   const Graph g = DecoderStackGraph(4, 16, 32, 4, 64);
-  SegmentOptions options;  // min_work 48 > the graph's 4 * 12 + 3
+  SegmentOptions options;
   options.min_work = 1000;
   EXPECT_EQ(PlanSegments(g, options).starts, std::vector<int>{0});
 }
