@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 
 #include "absl/container/flat_hash_map.h"
@@ -154,7 +155,7 @@ absl::Status LlvmError(const std::string& what, llvm::Error error) {
 
 absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::Create(
     mlir::ModuleOp llvm_module, const ir::Graph& graph,
-    const std::string& object_path) {
+    const std::string& object_path, CompilePhases* phases) {
   // The JIT resolves cblas_sgemm (from the BLAS rewrite) among the process's
   // symbols, where LoadOpenBlas() puts it; rbln_gemm is ours (RuntimeSymbols)
   // and needs oneDNN loaded.
@@ -171,7 +172,11 @@ absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::Create(
   // -O2 with no fast-math flags: LLVM may vectorize but not reassociate.
   auto optimize = mlir::makeOptimizingTransformer(
       /*optLevel=*/2, /*sizeLevel=*/0, machine);
-  options.transformer = [machine, optimize](llvm::Module* module) -> llvm::Error {
+  absl::Duration optimize_time;
+  // A named callable: options.transformer is a function_ref, which must not
+  // outlive what it refers to (ExecutionEngine::create calls it).
+  auto transform = [machine, &optimize, &optimize_time](llvm::Module* module) -> llvm::Error {
+    const absl::Time start = absl::Now();
     // Per-function target attributes select the subtarget the vectorizer's
     // cost model and the code generator use.
     const std::string cpu = machine->getTargetCPU().str();
@@ -181,15 +186,22 @@ absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::Create(
       fn.addFnAttr("target-cpu", cpu);
       fn.addFnAttr("target-features", features);
     }
-    return optimize(module);
+    llvm::Error result = optimize(module);
+    optimize_time += absl::Now() - start;
+    return result;
   };
+  options.transformer = transform;
   options.jitCodeGenOptLevel = compat::kCodeGenOptDefault;
   // The JIT'd code is not debugged or profiled through gdb/perf listeners.
   options.enableGDBNotificationListener = false;
   options.enablePerfNotificationListener = false;
   options.enableObjectDump = !object_path.empty();
+  // create() translates to LLVM IR and optimizes; the first lookup
+  // generates machine code.
+  const absl::Time create_start = absl::Now();
   llvm::Expected<std::unique_ptr<mlir::ExecutionEngine>> engine =
       mlir::ExecutionEngine::create(llvm_module, options);
+  const absl::Time codegen_start = absl::Now();
   if (!engine) {
     return absl::InternalError(absl::StrFormat(
         "JIT compilation of %s failed: %s", graph.name(),
@@ -208,10 +220,55 @@ absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::Create(
         LlvmErrorToString(entry.takeError())));
   }
   if (!object_path.empty()) (*engine)->dumpToObjectFile(object_path);
+  if (phases != nullptr) {
+    phases->llvm_translate += codegen_start - create_start - optimize_time;
+    phases->llvm_optimize += optimize_time;
+    phases->llvm_codegen += absl::Now() - codegen_start;
+  }
   return std::unique_ptr<CompiledProgram>(
       new CompiledProgram(std::move(*engine), nullptr, *entry, graph, uses_blas,
                           uses_onednn,
                           ReadPartitionLayout(llvm_module)));
+}
+
+absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::Sequence(
+    const ir::Graph& graph, absl::Span<const ir::Segment> segments,
+    std::vector<std::shared_ptr<const CompiledProgram>> programs) {
+  if (programs.size() != segments.size() || programs.empty()) {
+    return absl::InternalError(absl::StrFormat(
+        "program %s: %d segment programs for %d segments", graph.name(),
+        programs.size(), segments.size()));
+  }
+  int workers = 1;
+  bool uses_blas = false;
+  bool uses_onednn = false;
+  std::vector<std::vector<int64_t>> workspace;
+  for (const auto& program : programs) {
+    workers = std::max(workers, program->num_workers());
+    uses_blas |= program->uses_blas();
+    uses_onednn |= program->uses_onednn();
+    workspace.push_back(program->WorkspaceBytes());
+  }
+  absl::StatusOr<SequenceLayout> sequence =
+      PlanSequenceLayout(graph, segments, workspace, workers);
+  if (!sequence.ok()) return sequence.status();
+  PartitionLayout layout;
+  layout.partitions = workers;
+  layout.segment_bytes = sequence->segment_bytes;
+  for (int64_t bytes : layout.segment_bytes) layout.scratch_bytes += bytes;
+  std::unique_ptr<CompiledProgram> program(new CompiledProgram(
+      nullptr, nullptr, nullptr, graph, uses_blas, uses_onednn, std::move(layout)));
+  for (size_t s = 0; s < segments.size(); ++s) {
+    program->steps_.push_back(Step{std::move(programs[s]), segments[s].nodes});
+  }
+  program->sequence_ = *std::move(sequence);
+  return program;
+}
+
+std::vector<std::shared_ptr<const CompiledProgram>> CompiledProgram::steps() const {
+  std::vector<std::shared_ptr<const CompiledProgram>> out;
+  for (const Step& step : steps_) out.push_back(step.program);
+  return out;
 }
 
 absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::LoadObject(
@@ -360,6 +417,15 @@ absl::Status CompiledProgram::RunOnHost(absl::Span<const runtime::BufferView> ar
 
 absl::Status CompiledProgram::Run(absl::Span<const runtime::BufferView> args,
                                   const runtime::ExecutionContext& context) const {
+  std::optional<KernelError> error;
+  if (absl::Status s = RunKernels(args, context, &error); !s.ok()) return s;
+  if (error.has_value()) return KernelErrorStatus(*error);
+  return absl::OkStatus();
+}
+
+absl::Status CompiledProgram::CheckArguments(
+    absl::Span<const runtime::BufferView> args,
+    const runtime::ExecutionContext& context) const {
   if (static_cast<int>(context.workers.size()) != layout_.partitions) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "program %s runs on %d workers, but the run placed %d", graph_.name(),
@@ -379,11 +445,6 @@ absl::Status CompiledProgram::Run(absl::Span<const runtime::BufferView> args,
         "program %s takes %d buffers, got %d", graph_.name(), arg_types_.size(),
         args.size()));
   }
-  // Ranked memref descriptors {allocated, aligned, offset, sizes[], strides[]},
-  // all 8-byte fields, so a vector<int64_t> per argument lays them out.
-  std::vector<std::vector<int64_t>> descriptors(args.size());
-  std::vector<void*> descriptor_ptrs(args.size());
-  std::vector<void*> packed(args.size());
   for (size_t i = 0; i < args.size(); ++i) {
     const runtime::BufferView& arg = args[i];
     const ir::TensorType& type = arg_types_[i];
@@ -401,11 +462,6 @@ absl::Status CompiledProgram::Run(absl::Span<const runtime::BufferView> args,
           "program %s: buffer %d is %s, but the program was compiled for %s",
           graph_.name(), i, got, ir::TypeToText(type)));
     }
-    std::vector<int64_t>& desc = descriptors[i];
-    desc.resize(3 + 2 * rank);
-    desc[0] = reinterpret_cast<int64_t>(arg.data);
-    desc[1] = reinterpret_cast<int64_t>(arg.data);
-    desc[2] = 0;
     // An empty buffer is never read or written: its strides are free too.
     const bool empty = std::find(arg.sizes.begin(), arg.sizes.end(), 0) != arg.sizes.end();
     int64_t expected_stride = 1;
@@ -417,9 +473,35 @@ absl::Status CompiledProgram::Run(absl::Span<const runtime::BufferView> args,
             "caller must make it contiguous",
             graph_.name(), i, absl::StrJoin(arg.strides, ",")));
       }
-      desc[3 + d] = arg.sizes[d];
-      desc[3 + rank + d] = expected_stride;
       expected_stride *= arg.sizes[d];
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CompiledProgram::RunKernels(absl::Span<const runtime::BufferView> args,
+                                         const runtime::ExecutionContext& context,
+                                         std::optional<KernelError>* error) const {
+  if (absl::Status s = CheckArguments(args, context); !s.ok()) return s;
+  if (!steps_.empty()) return RunSequence(args, context, error);
+  // Ranked memref descriptors {allocated, aligned, offset, sizes[], strides[]},
+  // all 8-byte fields, so a vector<int64_t> per argument lays them out.
+  std::vector<std::vector<int64_t>> descriptors(args.size());
+  std::vector<void*> descriptor_ptrs(args.size());
+  std::vector<void*> packed(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    const runtime::BufferView& arg = args[i];
+    const int rank = arg_types_[i].shape_size();
+    std::vector<int64_t>& desc = descriptors[i];
+    desc.resize(3 + 2 * rank);
+    desc[0] = reinterpret_cast<int64_t>(arg.data);
+    desc[1] = reinterpret_cast<int64_t>(arg.data);
+    desc[2] = 0;
+    int64_t stride = 1;
+    for (int d = rank - 1; d >= 0; --d) {
+      desc[3 + d] = arg.sizes[d];
+      desc[3 + rank + d] = stride;
+      stride *= arg.sizes[d];
     }
     descriptor_ptrs[i] = desc.data();
     packed[i] = &descriptor_ptrs[i];
@@ -434,15 +516,108 @@ absl::Status CompiledProgram::Run(absl::Span<const runtime::BufferView> args,
     descriptors[i][0] = data;
     descriptors[i][1] = data;
   }
-  if (layout_.partitions > 1) return ExecutePartitioned(packed, context);
+  if (layout_.partitions > 1) {
+    ExecutePartitioned(packed, context, error);
+    return absl::OkStatus();
+  }
   ClearKernelError();
   entry_(packed.data());
-  if (std::optional<KernelError> e = TakeKernelError()) return KernelErrorStatus(*e);
+  *error = TakeKernelError();
   return absl::OkStatus();
 }
 
-absl::Status CompiledProgram::ExecutePartitioned(
-    const std::vector<void*>& packed, const runtime::ExecutionContext& context) const {
+absl::Status CompiledProgram::RunSequence(absl::Span<const runtime::BufferView> args,
+                                          const runtime::ExecutionContext& context,
+                                          std::optional<KernelError>* error) const {
+  // Inputs that share bytes with an output are read from copies taken now:
+  // a later step may write that output before an earlier-read input is
+  // read again (SPEC P4).
+  absl::StatusOr<AliasedInputCopies> aliased =
+      AliasedInputCopies::Make(args, num_inputs(), graph_.name());
+  if (!aliased.ok()) return aliased.status();
+  auto view_of = [&](const SequenceBufferRef& ref) {
+    if (ref.kind == SequenceBufferRef::Kind::kArgument) {
+      runtime::BufferView view = args[ref.index];
+      if (ref.index < num_inputs()) view.data = aliased->Data(args, ref.index);
+      return view;
+    }
+    const SequenceIntermediate& buffer = sequence_.intermediates[ref.index];
+    runtime::BufferView view;
+    view.data = static_cast<char*>(context.workers[buffer.home].workspace) + buffer.offset;
+    view.dtype = ir::ToRuntimeDType(buffer.type.dtype());
+    view.sizes.assign(buffer.type.shape().begin(), buffer.type.shape().end());
+    view.strides.resize(view.sizes.size());
+    int64_t stride = 1;
+    for (int d = static_cast<int>(view.sizes.size()) - 1; d >= 0; --d) {
+      view.strides[d] = stride;
+      stride *= view.sizes[d];
+    }
+    return view;
+  };
+  // Each step's workers use the part of their segment after the
+  // intermediates.
+  auto step_context = [&](int workers) {
+    runtime::ExecutionContext step;
+    for (int w = 0; w < workers; ++w) {
+      runtime::WorkerContext worker = context.workers[w];
+      const int64_t offset = sequence_.step_workspace_offset[w];
+      worker.workspace = worker.workspace == nullptr
+                             ? nullptr
+                             : static_cast<char*>(worker.workspace) + offset;
+      worker.workspace_bytes = std::max<int64_t>(0, worker.workspace_bytes - offset);
+      step.workers.push_back(worker);
+    }
+    return step;
+  };
+  // Profiled: each step's phases follow the previous step's; a step that
+  // reports none (one worker) is one phase of worker 0.
+  int phase_offset = 0;
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    const Step& step = steps_[s];
+    std::vector<runtime::BufferView> step_args;
+    for (const SequenceBufferRef& ref : sequence_.step_args[s]) step_args.push_back(view_of(ref));
+    runtime::ExecutionContext sub = step_context(step.program->num_workers());
+    runtime::ComputeSliceSink step_slices;
+    if (context.slices != nullptr) sub.slices = &step_slices;
+    const int64_t start_ns = runtime::MonotonicNowNs();
+    std::optional<KernelError> step_error;
+    if (absl::Status status = step.program->RunKernels(step_args, sub, &step_error);
+        !status.ok()) {
+      return status;
+    }
+    if (context.slices != nullptr) {
+      std::vector<runtime::ComputeSlice> slices = step_slices.Take();
+      if (slices.empty()) {
+        slices.push_back(runtime::ComputeSlice{0, 0, start_ns, runtime::MonotonicNowNs()});
+      }
+      int phases = 0;
+      for (const runtime::ComputeSlice& slice : slices) {
+        context.slices->Report(slice.worker, phase_offset + slice.phase, slice.start_ns,
+                               slice.end_ns);
+        phases = std::max(phases, slice.phase + 1);
+      }
+      phase_offset += phases;
+    }
+    if (step_error.has_value()) {
+      KernelError e = *step_error;
+      e.site = e.site >= 0 && e.site < static_cast<int64_t>(step.nodes.size())
+                   ? step.nodes[e.site]
+                   : -1;
+      *error = e;
+      return absl::OkStatus();  // Later steps would read invalid values.
+    }
+  }
+  for (const auto& [output, source] : sequence_.copies) {
+    const runtime::BufferView from = view_of(source);
+    const int64_t bytes = DenseBytes(arg_types_[output]);
+    if (bytes > 0) std::memmove(args[output].data, from.data, bytes);
+  }
+  return absl::OkStatus();
+}
+
+void CompiledProgram::ExecutePartitioned(const std::vector<void*>& packed,
+                                         const runtime::ExecutionContext& context,
+                                         std::optional<KernelError>* error) const {
   runtime::ComputeSliceSink* const slices = context.slices;
   // Each internal buffer is a contiguous memref argument {allocated, aligned,
   // offset, sizes, strides} in its home worker's workspace segment.
@@ -501,9 +676,11 @@ absl::Status CompiledProgram::ExecutePartitioned(
     last_slice_times_ = std::move(busy);
   }
   for (const std::optional<KernelError>& e : errors) {
-    if (e.has_value()) return KernelErrorStatus(*e);
+    if (e.has_value()) {
+      *error = e;
+      return;
+    }
   }
-  return absl::OkStatus();
 }
 
 std::vector<absl::Duration> CompiledProgram::LastSliceTimes() const {

@@ -6,15 +6,21 @@
 #define RBLN_COMPILER_COMPILED_PROGRAM_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "rbln/compiler/compile_report.h"
 #include "rbln/compiler/ir/graph.pb.h"
+#include "rbln/compiler/ir/graph_segments.h"
+#include "rbln/compiler/kernel_errors.h"
 #include "rbln/compiler/partition_pass.h"
+#include "rbln/compiler/sequence_layout.h"
 #include "rbln/runtime/executable.h"
 
 namespace llvm::orc {
@@ -28,16 +34,14 @@ class ModuleOp;
 
 namespace rbln::compiler {
 
-struct KernelError;
-
 class CompiledProgram : public runtime::Executable {
  public:
   // Builds the engine from a module already lowered to the LLVM dialect.
   // With `object_path`, also writes the generated object code there (for
-  // the disk cache).
+  // the disk cache). `phases`, if given, gets the LLVM phases' times.
   static absl::StatusOr<std::unique_ptr<CompiledProgram>> Create(
       mlir::ModuleOp llvm_module, const ir::Graph& graph,
-      const std::string& object_path = "");
+      const std::string& object_path = "", CompilePhases* phases = nullptr);
   // Links object code written by Create() into a JIT of its own: no MLIR,
   // no codegen. `uses_blas`: the object calls a GEMM library, oneDNN's
   // rbln_gemm if `uses_onednn`, else cblas_sgemm; `layout`: how Create()
@@ -45,6 +49,14 @@ class CompiledProgram : public runtime::Executable {
   static absl::StatusOr<std::unique_ptr<CompiledProgram>> LoadObject(
       const std::string& object, const ir::Graph& graph, bool uses_blas,
       bool uses_onednn, PartitionLayout layout);
+  // A program of `graph` that runs the programs of its segments in order
+  // (`programs[s]` compiled from `segments[s].graph`), passing the values
+  // between them in its workspace (see sequence_layout.h). To its callers
+  // it is one program of `graph`: one run, checked against `graph`'s
+  // arguments, its kernel errors naming `graph`'s nodes.
+  static absl::StatusOr<std::unique_ptr<CompiledProgram>> Sequence(
+      const ir::Graph& graph, absl::Span<const ir::Segment> segments,
+      std::vector<std::shared_ptr<const CompiledProgram>> programs);
   ~CompiledProgram() override;
 
   int num_inputs() const override { return graph_.inputs_size(); }
@@ -92,7 +104,20 @@ class CompiledProgram : public runtime::Executable {
   // Types of the kernel arguments: inputs, then outputs.
   const std::vector<ir::TensorType>& arg_types() const { return arg_types_; }
 
+  // How this program was compiled (the compiler sets it before sharing the
+  // program; a program loaded or compiled outside a Compiler has zeros).
+  const CompileReport& compile_report() const { return report_; }
+  void set_compile_report(const CompileReport& report) { report_ = report; }
+  // The programs a sequence runs, in order (empty for a whole program).
+  std::vector<std::shared_ptr<const CompiledProgram>> steps() const;
+
  private:
+  // One program of a sequence, and the parent node of each of its nodes.
+  struct Step {
+    std::shared_ptr<const CompiledProgram> program;
+    std::vector<int> nodes;
+  };
+
   absl::Status KernelErrorStatus(const KernelError& e) const;
 
   CompiledProgram(std::unique_ptr<mlir::ExecutionEngine> engine,
@@ -102,10 +127,21 @@ class CompiledProgram : public runtime::Executable {
   // Without a context: host memory for the workspace, workers unplaced.
   absl::Status RunOnHost(absl::Span<const runtime::BufferView> args,
                          runtime::ComputeSliceSink* slices) const;
+  // Runs and turns a kernel error into this program's error status.
   absl::Status Run(absl::Span<const runtime::BufferView> args,
                    const runtime::ExecutionContext& context) const;
-  absl::Status ExecutePartitioned(const std::vector<void*>& packed,
-                                  const runtime::ExecutionContext& context) const;
+  // Runs; a kernel error goes to `error` (its site a node of graph_).
+  absl::Status RunKernels(absl::Span<const runtime::BufferView> args,
+                          const runtime::ExecutionContext& context,
+                          std::optional<KernelError>* error) const;
+  absl::Status CheckArguments(absl::Span<const runtime::BufferView> args,
+                              const runtime::ExecutionContext& context) const;
+  absl::Status RunSequence(absl::Span<const runtime::BufferView> args,
+                           const runtime::ExecutionContext& context,
+                           std::optional<KernelError>* error) const;
+  void ExecutePartitioned(const std::vector<void*>& packed,
+                          const runtime::ExecutionContext& context,
+                          std::optional<KernelError>* error) const;
 
   // One of the two owns the code: the engine after codegen, the JIT after
   // loading an object.
@@ -117,6 +153,10 @@ class CompiledProgram : public runtime::Executable {
   void (*entry_)(void**);
   ir::Graph graph_;
   std::vector<ir::TensorType> arg_types_;
+  CompileReport report_;
+  // A sequence's programs and buffers (empty for a whole program).
+  std::vector<Step> steps_;
+  SequenceLayout sequence_;
   mutable absl::Mutex times_mu_;
   mutable std::vector<absl::Duration> last_slice_times_
       ABSL_GUARDED_BY(times_mu_);

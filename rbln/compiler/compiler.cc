@@ -1,8 +1,13 @@
 #include "rbln/compiler/compiler.h"
 
+#include <algorithm>
+#include <atomic>
+#include <limits>
 #include <optional>
+#include <thread>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
 #include "mlir/IR/MLIRContext.h"
 #include "rbln/compiler/blas_loader.h"
@@ -35,6 +40,15 @@ absl::StatusOr<CompilerOptions> CompilerOptions::FromEnv() {
       options.partition.min_work,
       env::GetInt("RBLN_COMPILER_PARTITION_MIN_WORK",
                   options.partition.min_work, 0, int64_t{1} << 50));
+  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  RBLN_ASSIGN_OR_RETURN(
+      int64_t threads,
+      env::GetInt("RBLN_COMPILER_THREADS", std::min<int64_t>(cores, 8), 1, 256));
+  options.compile_threads = static_cast<int>(threads);
+  options.segment.pieces = options.compile_threads;
+  RBLN_ASSIGN_OR_RETURN(int64_t segments,
+                        env::GetInt("RBLN_COMPILER_SEGMENTS", 1, 0, 1));
+  if (segments == 0) options.segment.min_work = std::numeric_limits<int>::max();
   return options;
 }
 
@@ -87,6 +101,12 @@ Compiler& Compiler::Global() {
 absl::StatusOr<std::shared_ptr<const CompiledProgram>> Compiler::Compile(
     const ir::Graph& graph) {
   if (!options_status_.ok()) return options_status_;
+  Source source;
+  return Lookup(graph, /*whole=*/false, &source);
+}
+
+absl::StatusOr<std::shared_ptr<const CompiledProgram>> Compiler::Lookup(
+    const ir::Graph& graph, bool whole, Source* source) {
   // One serialization per call: hashed for the key, compared to confirm.
   std::string bytes = ir::DeterministicBytes(graph);
   const uint64_t key = ir::StableHash(target_, ir::StableHash(bytes));
@@ -99,6 +119,7 @@ absl::StatusOr<std::shared_ptr<const CompiledProgram>> Compiler::Compile(
       lru_.splice(lru_.begin(), lru_, it->second.lru);
       ++stats_.hits;
       cache_hits_->Increment();
+      *source = Source::kMemory;
       return it->second.program;
     }
     ++stats_.misses;
@@ -116,14 +137,15 @@ absl::StatusOr<std::shared_ptr<const CompiledProgram>> Compiler::Compile(
   if (!owner) {
     flight->done.WaitForNotification();
     if (flight->graph_bytes == bytes) {
+      *source = Source::kMemory;  // Another caller compiled it.
       return flight->result;
     }
     // A different graph with the same key (a hash collision): compile it
     // without sharing.
-    return Build(graph, key);
+    return Build(graph, key, whole, source);
   }
   absl::StatusOr<std::shared_ptr<const CompiledProgram>> result =
-      Build(graph, key);
+      Build(graph, key, whole, source);
   {
     absl::MutexLock lock(&mu_);
     if (result.ok()) Insert(key, *result, std::move(bytes));
@@ -153,37 +175,137 @@ void Compiler::Insert(uint64_t key,
 }
 
 absl::StatusOr<std::shared_ptr<const CompiledProgram>> Compiler::Build(
-    const ir::Graph& graph, uint64_t key) {
+    const ir::Graph& graph, uint64_t key, bool whole, Source* source) {
+  if (!whole) {
+    ir::SegmentPlan plan = ir::PlanSegments(graph, options_.segment);
+    if (plan.starts.size() > 1) {
+      *source = Source::kSequence;
+      return BuildSequence(graph, plan);
+    }
+  }
   if (disk_ != nullptr) {
     const absl::Time start = absl::Now();
     DiskCache::LoadResult loaded = disk_->Load(graph, key);
     absl::MutexLock lock(&mu_);
     if (loaded.program != nullptr) {
       ++stats_.disk_hits;
-      stats_.disk_load_time += absl::Now() - start;
+      const absl::Duration elapsed = absl::Now() - start;
+      stats_.disk_load_time += elapsed;
       disk_hits_->Increment();
+      CompileReport report;
+      report.phases.disk_load = elapsed;
+      report.wall = elapsed;
+      report.disk_hits = 1;
+      loaded.program->set_compile_report(report);
+      *source = Source::kDisk;
       return std::shared_ptr<const CompiledProgram>(std::move(loaded.program));
     }
     if (loaded.rejected) ++stats_.disk_rejects;
   }
+  *source = Source::kCodegen;
   return Codegen(graph, key);
+}
+
+absl::StatusOr<std::shared_ptr<const CompiledProgram>> Compiler::BuildSequence(
+    const ir::Graph& graph, const ir::SegmentPlan& plan) {
+  const absl::Time start = absl::Now();
+  // Every op the frontend lacks, listed at once as for a whole graph (J6).
+  RBLN_RETURN_IF_ERROR(CheckOpsImplemented(graph));
+  RBLN_ASSIGN_OR_RETURN(std::vector<ir::Segment> segments,
+                        ir::SplitGraph(graph, plan.starts));
+  // Distinct segments (equal graphs have equal names: content hashes),
+  // largest first so that the threads finish together.
+  std::vector<int> unique;
+  std::vector<int> unique_of(segments.size());
+  absl::flat_hash_map<std::string, int> by_name;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    auto [it, inserted] = by_name.emplace(segments[s].graph.name(), unique.size());
+    if (inserted) unique.push_back(static_cast<int>(s));
+    unique_of[s] = it->second;
+  }
+  std::vector<int> order(unique.size());
+  for (size_t u = 0; u < order.size(); ++u) order[u] = static_cast<int>(u);
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
+    return segments[unique[x]].graph.nodes_size() > segments[unique[y]].graph.nodes_size();
+  });
+  std::vector<absl::StatusOr<std::shared_ptr<const CompiledProgram>>> programs(
+      unique.size(), absl::UnknownError("not compiled"));
+  std::vector<Source> sources(unique.size(), Source::kMemory);
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < order.size(); i = next++) {
+      const int u = order[i];
+      programs[u] = Lookup(segments[unique[u]].graph, /*whole=*/true, &sources[u]);
+    }
+  };
+  const int threads =
+      std::max(1, std::min(options_.compile_threads, static_cast<int>(unique.size())));
+  std::vector<std::thread> helpers;
+  for (int t = 1; t < threads; ++t) helpers.emplace_back(work);
+  work();
+  for (std::thread& t : helpers) t.join();
+
+  CompileReport report;
+  report.segments = static_cast<int>(segments.size());
+  report.unique_segments = static_cast<int>(unique.size());
+  report.threads = threads;
+  report.block_nodes = plan.block_nodes;
+  report.block_repeats = plan.block_repeats;
+  for (size_t u = 0; u < unique.size(); ++u) {
+    const ir::Segment& segment = segments[unique[u]];
+    if (!programs[u].ok()) {
+      const absl::Status& status = programs[u].status();
+      return absl::Status(
+          status.code(),
+          absl::StrFormat("%s\n(in segment %d of %d of graph %s: nodes %d..%d)",
+                          status.message(), unique[u] + 1, segments.size(), graph.name(),
+                          segment.nodes.front(), segment.nodes.back()));
+    }
+    switch (sources[u]) {
+      case Source::kCodegen:
+        ++report.codegen;
+        report.phases += (*programs[u])->compile_report().phases;
+        break;
+      case Source::kDisk:
+        ++report.disk_hits;
+        report.phases += (*programs[u])->compile_report().phases;
+        break;
+      default:
+        ++report.memory_hits;
+        break;
+    }
+  }
+  std::vector<std::shared_ptr<const CompiledProgram>> steps;
+  for (size_t s = 0; s < segments.size(); ++s) steps.push_back(*programs[unique_of[s]]);
+  RBLN_ASSIGN_OR_RETURN(std::unique_ptr<CompiledProgram> sequence,
+                        CompiledProgram::Sequence(graph, segments, std::move(steps)));
+  report.wall = absl::Now() - start;
+  sequence->set_compile_report(report);
+  return std::shared_ptr<const CompiledProgram>(std::move(sequence));
 }
 
 absl::StatusOr<std::shared_ptr<const CompiledProgram>> Compiler::Codegen(
     const ir::Graph& graph, uint64_t key) {
   const absl::Time start = absl::Now();
   std::unique_ptr<mlir::MLIRContext> context = AcquireContext();
+  CompileReport report;
+  report.codegen = 1;
   absl::StatusOr<std::unique_ptr<CompiledProgram>> program = [&]()
       -> absl::StatusOr<std::unique_ptr<CompiledProgram>> {
+    absl::Time phase_start = absl::Now();
     RBLN_ASSIGN_OR_RETURN(mlir::OwningOpRef<mlir::ModuleOp> module,
                           ImportGraph(graph, context.get()));
+    report.phases.frontend = absl::Now() - phase_start;
+    phase_start = absl::Now();
     const std::string dump_name =
         absl::StrFormat("%s_%016x", graph.name(), ir::Fingerprint(graph));
     RBLN_RETURN_IF_ERROR(RunStages(*module, FullPipeline(options_.partition), dump_name));
+    report.phases.mlir_passes = absl::Now() - phase_start;
     const std::string object_path =
         disk_ != nullptr ? disk_->TempObjectPath(key) : std::string();
-    RBLN_ASSIGN_OR_RETURN(std::unique_ptr<CompiledProgram> p,
-                          CompiledProgram::Create(*module, graph, object_path));
+    RBLN_ASSIGN_OR_RETURN(
+        std::unique_ptr<CompiledProgram> p,
+        CompiledProgram::Create(*module, graph, object_path, &report.phases));
     if (disk_ != nullptr) {
       // A failed write only costs the next process a compile.
       if (disk_->Store(graph, key, object_path, p->uses_blas(),
@@ -197,6 +319,8 @@ absl::StatusOr<std::shared_ptr<const CompiledProgram>> Compiler::Codegen(
   }();
   ReleaseContext(std::move(context));
   if (!program.ok()) return program.status();
+  report.wall = absl::Now() - start;
+  (*program)->set_compile_report(report);
   compiles_->Increment();
   {
     absl::MutexLock lock(&mu_);

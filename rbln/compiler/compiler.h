@@ -21,10 +21,24 @@
 //                             each worker runs on a chiplet of its own
 //   RBLN_COMPILER_PARTITION_MIN_WORK  loop iterations below which a program
 //                             runs on one worker (default 1048576)
+//   RBLN_COMPILER_THREADS     threads that compile the segments of one graph
+//                             (default: the host's cores, at most 8)
+//   RBLN_COMPILER_SEGMENTS    0: compile every graph whole (default 1)
+//
+// Large graphs compile as segments (ir/graph_segments.h): repeats of a
+// block of nodes (a model's identical layers) become segments with the same
+// graph, which the cache compiles once, and the unique work is cut into
+// pieces that compile in parallel. The result is one program that runs the
+// segments' programs in order (CompiledProgram::Sequence), with the same
+// results as the whole graph compiled at once. Each segment is a program of
+// the caches like any other: an identical layer in another graph, or in
+// another process through the disk cache, is not compiled again.
 // Counters:
-//   compiler/compiles      graphs really compiled (codegen ran)
-//   compiler/cache_hits    Compile() calls answered from memory
-//   compiler/cache_misses  Compile() calls not answered from memory
+//   compiler/compiles      graphs really compiled (codegen ran; a segment
+//                          counts as a graph)
+//   compiler/cache_hits    lookups (Compile() calls and segments) answered
+//                          from memory
+//   compiler/cache_misses  lookups not answered from memory
 //   compiler/evictions     programs dropped by the LRU bound
 //   compiler/disk_hits     programs loaded from the disk cache (no codegen)
 #ifndef RBLN_COMPILER_COMPILER_H_
@@ -45,6 +59,7 @@
 #include "absl/time/time.h"
 #include "rbln/compiler/compiled_program.h"
 #include "rbln/compiler/ir/graph.pb.h"
+#include "rbln/compiler/ir/graph_segments.h"
 #include "rbln/compiler/partition_pass.h"
 #include "rbln/core/counters.h"
 
@@ -61,6 +76,10 @@ struct CompilerOptions {
   std::string cache_dir;  // empty: no disk cache
   // Chiplet partitioning (SPEC A2); part of the cache key.
   PartitionOptions partition;
+  // Threads compiling the segments of one graph, and where graphs are cut
+  // (segment.pieces follows compile_threads in FromEnv()).
+  int compile_threads = 1;
+  ir::SegmentOptions segment;
 
   // From RBLN_COMPILER_CACHE_SIZE / RBLN_COMPILER_CACHE_DIR; a bad value is an
   // InvalidArgument naming the variable and the expected form.
@@ -123,11 +142,22 @@ class Compiler {
     std::string graph_bytes;
   };
 
-  // Disk, then codegen; runs without mu_.
+  // Where a lookup's program came from.
+  enum class Source { kMemory, kDisk, kCodegen, kSequence };
+
+  // The cache lookup behind Compile(); `whole`: never cut into segments
+  // (the segments themselves).
+  absl::StatusOr<std::shared_ptr<const CompiledProgram>> Lookup(
+      const ir::Graph& graph, bool whole, Source* source) ABSL_LOCKS_EXCLUDED(mu_);
+  // Segments, or disk then codegen; runs without mu_.
   absl::StatusOr<std::shared_ptr<const CompiledProgram>> Build(
-      const ir::Graph& graph, uint64_t key) ABSL_LOCKS_EXCLUDED(mu_);
+      const ir::Graph& graph, uint64_t key, bool whole, Source* source)
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::shared_ptr<const CompiledProgram>> Codegen(
       const ir::Graph& graph, uint64_t key) ABSL_LOCKS_EXCLUDED(mu_);
+  // The segments' programs (in parallel), then the sequence of them.
+  absl::StatusOr<std::shared_ptr<const CompiledProgram>> BuildSequence(
+      const ir::Graph& graph, const ir::SegmentPlan& plan) ABSL_LOCKS_EXCLUDED(mu_);
   void Insert(uint64_t key, std::shared_ptr<const CompiledProgram> program,
               std::string graph_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::unique_ptr<mlir::MLIRContext> AcquireContext() ABSL_LOCKS_EXCLUDED(mu_);

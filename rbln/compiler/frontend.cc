@@ -69,6 +69,24 @@ const OpConverterTable& Converters() {
 
 }  // namespace
 
+absl::Status CheckOpsImplemented(const ir::Graph& graph) {
+  // Every unsupported op is reported at once, as PyTorch lists them.
+  // Each op once, in order of first use, quoted like a Python list of names.
+  std::vector<std::string> missing;
+  absl::flat_hash_set<std::string> listed;
+  for (const ir::Node& node : graph.nodes()) {
+    if (!Converters().contains(node.op()) && listed.insert(node.op()).second) {
+      missing.push_back(absl::StrFormat("'%s'", node.op()));
+    }
+  }
+  if (!missing.empty()) {
+    return absl::UnimplementedError(
+        absl::StrFormat("The following operators are not implemented: [%s]",
+                        absl::StrJoin(missing, ", ")));
+  }
+  return absl::OkStatus();
+}
+
 bool IsOpImplemented(absl::string_view op) {
   return Converters().contains(op);
 }
@@ -419,20 +437,7 @@ absl::StatusOr<Value> GraphImporter::Elementwise(
 absl::StatusOr<mlir::OwningOpRef<mlir::ModuleOp>> GraphImporter::Import() {
   if (absl::Status s = ir::Validate(graph_); !s.ok()) return s;
 
-  // Every unsupported op is reported at once, as PyTorch lists them.
-  // Each op once, in order of first use, quoted like a Python list of names.
-  std::vector<std::string> missing;
-  absl::flat_hash_set<std::string> listed;
-  for (const ir::Node& node : graph_.nodes()) {
-    if (!Converters().contains(node.op()) && listed.insert(node.op()).second) {
-      missing.push_back(absl::StrFormat("'%s'", node.op()));
-    }
-  }
-  if (!missing.empty()) {
-    return absl::UnimplementedError(
-        absl::StrFormat("The following operators are not implemented: [%s]",
-                        absl::StrJoin(missing, ", ")));
-  }
+  if (absl::Status s = CheckOpsImplemented(graph_); !s.ok()) return s;
 
   std::vector<Type> arg_types;
   for (const ir::Value& v : graph_.inputs()) {

@@ -29,6 +29,10 @@ inline constexpr char kKernelName[] = "kernel";
 absl::StatusOr<mlir::OwningOpRef<mlir::ModuleOp>> ImportGraph(
     const ir::Graph& graph, mlir::MLIRContext* context);
 
+// Unimplemented, with the message ImportGraph() gives, if `graph` has ops
+// the frontend cannot convert (every such op listed once).
+absl::Status CheckOpsImplemented(const ir::Graph& graph);
+
 // True if the frontend converts IR op `op` (e.g. "add", "softmax"). Callers
 // that cut graphs (torch.compile's host ops, SPEC J6) use it to decide which
 // ops must run outside the device program before compiling.

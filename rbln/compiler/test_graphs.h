@@ -7,6 +7,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rbln/compiler/ir/graph.pb.h"
@@ -70,6 +71,81 @@ inline ir::Graph AddChainGraph(const ir::TensorType& t) {
   AddNode(g, "add", {"a", "b"}, "t0", t);
   AddNode(g, "add", {"t0", "c"}, "out", t);
   g.add_outputs("out");
+  return g;
+}
+
+// A decoder-only model of `layers` identical pre-norm blocks, as
+// torch.compile hands it over: token embedding, per block layer_norm,
+// q/k/v projections split into heads, causal attention, output projection,
+// residual, rms_norm, a tanh-GELU MLP and residual; then a final layer_norm
+// and the vocabulary projection. Each block has weights of its own (graph
+// inputs) and also returns its keys (like a KV cache), so the blocks are
+// equal up to their inputs and outputs. Outputs: logits, then the keys.
+inline ir::Graph DecoderStackGraph(int layers, int64_t seq, int64_t dim,
+                                   int64_t heads, int64_t vocab,
+                                   ir::DType dtype = ir::FLOAT32) {
+  ir::Graph g;
+  g.set_name("decoder_stack");
+  const int64_t hd = dim / heads;
+  auto input = [&](const std::string& name, std::vector<int64_t> shape,
+                   ir::DType t) {
+    AddInput(g, name, Type(t, shape));
+    return name;
+  };
+  auto node = [&](const std::string& op, std::vector<std::string> inputs,
+                  std::vector<int64_t> shape,
+                  std::vector<std::pair<std::string, std::string>> str_attrs = {},
+                  bool causal = false) {
+    ir::Node* n = g.add_nodes();
+    n->set_op(op);
+    for (const std::string& in : inputs) n->add_inputs(in);
+    ir::Value* v = n->add_outputs();
+    v->set_name("t" + std::to_string(g.nodes_size()));
+    *v->mutable_type() = Type(dtype, shape);
+    for (auto& [k, a] : str_attrs) (*n->mutable_attrs())[k].set_s(a);
+    if (causal) (*n->mutable_attrs())["is_causal"].set_b(true);
+    return v->name();
+  };
+  const std::string dims = std::to_string(dim);
+  std::string ids = input("ids", {1, seq}, ir::INT64);
+  std::string table = input("embed", {vocab, dim}, dtype);
+  std::string x = node("embedding", {table, ids}, {1, seq, dim});
+  std::vector<std::string> keys;
+  for (int l = 0; l < layers; ++l) {
+    const std::string p = "l" + std::to_string(l) + "_";
+    std::string ln_w = input(p + "ln_w", {dim}, dtype);
+    std::string wq = input(p + "wq", {dim, dim}, dtype);
+    std::string wk = input(p + "wk", {dim, dim}, dtype);
+    std::string wv = input(p + "wv", {dim, dim}, dtype);
+    std::string wo = input(p + "wo", {dim, dim}, dtype);
+    std::string rms_w = input(p + "rms_w", {dim}, dtype);
+    std::string w1 = input(p + "w1", {4 * dim, dim}, dtype);
+    std::string w2 = input(p + "w2", {dim, 4 * dim}, dtype);
+    std::string h = node("layer_norm", {x, ln_w}, {1, seq, dim}, {{"normalized_shape", dims}});
+    auto heads_of = [&](const std::string& w) {
+      std::string proj = node("linear", {h, w}, {1, seq, dim});
+      std::string v = node("view", {proj}, {1, seq, heads, hd});
+      return node("permute", {v}, {1, heads, seq, hd}, {{"dims", "0,2,1,3"}});
+    };
+    std::string q = heads_of(wq), k = heads_of(wk), v = heads_of(wv);
+    keys.push_back(k);
+    std::string att = node("scaled_dot_product_attention", {q, k, v}, {1, heads, seq, hd},
+                           {}, /*causal=*/true);
+    std::string back = node("permute", {att}, {1, seq, heads, hd}, {{"dims", "0,2,1,3"}});
+    std::string merged = node("reshape", {back}, {1, seq, dim});
+    std::string o = node("linear", {merged, wo}, {1, seq, dim});
+    std::string r1 = node("add", {x, o}, {1, seq, dim});
+    std::string n2 = node("rms_norm", {r1, rms_w}, {1, seq, dim});
+    std::string up = node("linear", {n2, w1}, {1, seq, 4 * dim});
+    std::string act = node("gelu", {up}, {1, seq, 4 * dim}, {{"approximate", "tanh"}});
+    std::string down = node("linear", {act, w2}, {1, seq, dim});
+    x = node("add", {r1, down}, {1, seq, dim});
+  }
+  std::string final_w = input("final_ln_w", {dim}, dtype);
+  std::string head = input("lm_head", {vocab, dim}, dtype);
+  std::string normed = node("layer_norm", {x, final_w}, {1, seq, dim}, {{"normalized_shape", dims}});
+  g.add_outputs(node("linear", {normed, head}, {1, seq, vocab}));
+  for (const std::string& k : keys) g.add_outputs(k);
   return g;
 }
 

@@ -7,6 +7,7 @@
 //
 //   bazel run //rbln/compiler:compile_bench [-- --quick]
 //   bazel run //rbln/compiler:compile_bench -- --matmul [rounds]   # matmul only
+//   bazel run //rbln/compiler:compile_bench -- --layers [max] [--no-whole]
 //
 // Warm-up first (P10): one compile of an unrelated graph creates the MLIR
 // context and initializes LLVM, so the timings are of the steady state.
@@ -248,8 +249,43 @@ void MatmulBench(Compiler& compiler, int64_t m, int reps) {
   if (c32 != direct) std::printf("  compiled f32 result differs from cblas_sgemm's\n");
 }
 
+// Compile time against depth (issue 17 item 3): a decoder stack of 1..max
+// identical layers (test_graphs.h, float16, dim 768, seq 128, 12 heads)
+// compiled whole and as segments, each in a fresh compiler (cold caches),
+// with the per-phase report of each compile.
+void LayersBench(int max_layers, bool with_whole) {
+  std::printf("%-8s %-10s %10s  %s\n", "layers", "mode", "wall ms", "report");
+  for (int layers = 1; layers <= max_layers; layers *= 2) {
+    const ir::Graph g = testing::DecoderStackGraph(layers, 128, 768, 12, 512, ir::FLOAT16);
+    for (bool segmented : {true, false}) {
+      if (!segmented && !with_whole) continue;
+      absl::StatusOr<CompilerOptions> options = CompilerOptions::FromEnv();
+      if (!options.ok()) {
+        std::fprintf(stderr, "%s\n", std::string(options.status().message()).c_str());
+        std::exit(1);
+      }
+      options->segment.min_work = segmented ? 1 : 1 << 30;
+      Compiler compiler(*options);
+      Check(compiler.Compile(TwoOps(8)));  // Warm-up (P10).
+      const absl::Time start = absl::Now();
+      auto program = compiler.Compile(g);
+      Check(program);
+      std::printf("%-8d %-10s %10.1f  %s\n", layers, segmented ? "segments" : "whole",
+                  absl::ToDoubleMilliseconds(absl::Now() - start),
+                  (*program)->compile_report().ToString().c_str());
+      std::fflush(stdout);
+    }
+  }
+}
+
 int Main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  // --layers [max] [--no-whole]: compile time against depth.
+  if (argc > 1 && std::strcmp(argv[1], "--layers") == 0) {
+    LayersBench(argc > 2 ? std::atoi(argv[2]) : 8,
+                !(argc > 3 && std::strcmp(argv[3], "--no-whole") == 0));
+    return 0;
+  }
   // --matmul: only the matmul comparison, with `reps` rounds (for perf).
   if (argc > 1 && std::strcmp(argv[1], "--matmul") == 0) {
     Compiler compiler(CompilerOptions{.cache_capacity = 8});

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "rbln/compiler/compiled_program.h"
 #include "rbln/compiler/compiler.h"
 #include "rbln/compiler/frontend.h"
@@ -210,6 +211,29 @@ class GraphProgram {
     return bytes;
   }
   std::string Name() const { return program_->graph().name(); }
+  // Where the compile's time went, per phase (ms), and how the graph was cut
+  // into segments (compile_report.h).
+  py::dict CompileReport() const {
+    const compiler::CompileReport& r = program_->compile_report();
+    auto ms = [](absl::Duration d) { return absl::ToDoubleMilliseconds(d); };
+    py::dict d;
+    d["wall_ms"] = ms(r.wall);
+    d["frontend_ms"] = ms(r.phases.frontend);
+    d["mlir_passes_ms"] = ms(r.phases.mlir_passes);
+    d["llvm_translate_ms"] = ms(r.phases.llvm_translate);
+    d["llvm_optimize_ms"] = ms(r.phases.llvm_optimize);
+    d["llvm_codegen_ms"] = ms(r.phases.llvm_codegen);
+    d["disk_load_ms"] = ms(r.phases.disk_load);
+    d["segments"] = r.segments;
+    d["unique_segments"] = r.unique_segments;
+    d["codegen"] = r.codegen;
+    d["disk_hits"] = r.disk_hits;
+    d["memory_hits"] = r.memory_hits;
+    d["threads"] = r.threads;
+    d["block_nodes"] = r.block_nodes;
+    d["block_repeats"] = r.block_repeats;
+    return d;
+  }
   uint64_t Fingerprint() const { return compiler::ir::Fingerprint(program_->graph()); }
   // (dtype, shape) of each input / output.
   std::vector<std::tuple<std::string, std::vector<int64_t>>> InputSpecs() const {
@@ -347,6 +371,7 @@ void RegisterGraphProgramBindings(py::module_& m) {
           },
           py::arg("inputs"))
       .def_property_readonly("name", &GraphProgram::Name)
+      .def_property_readonly("compile_report", &GraphProgram::CompileReport)
       .def_property_readonly("ops", &GraphProgram::Ops)
       .def_property_readonly("text", &GraphProgram::Text)
       .def_property_readonly("num_workers", &GraphProgram::NumWorkers)

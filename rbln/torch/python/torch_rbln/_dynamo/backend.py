@@ -245,6 +245,41 @@ def _meta_values(gm: torch.fx.GraphModule, args):
     return values
 
 
+def _dynamo_capture_seconds():
+    """Seconds since Dynamo started compiling the current frame (bytecode
+    tracing up to the backend call), or None if Dynamo does not say."""
+    try:
+        from torch._dynamo.utils import get_metrics_context
+
+        context = get_metrics_context()
+        if context.in_progress() and context._start_time_ns:
+            return max(0.0, (time.time_ns() - context._start_time_ns) / 1e9)
+    except Exception:  # noqa: BLE001 -- a private API: no number then
+        pass
+    return None
+
+
+# First-call phases in the order they happen (seconds; inspect() and the
+# INFO log show milliseconds).
+_PHASES = ("dynamo_capture", "aot_autograd", "fx_to_ir", "compile", "constants_upload",
+           "first_run")
+
+
+def _phases_text(phases: dict, report: dict = None) -> str:
+    parts = [f"{name.replace('_', ' ')} {phases[name] * 1e3:.1f} ms"
+             for name in _PHASES if phases.get(name) is not None]
+    text = ", ".join(parts)
+    if report:
+        text += (
+            f" [compile: frontend {report['frontend_ms']:.1f} ms, MLIR passes "
+            f"{report['mlir_passes_ms']:.1f} ms, LLVM {report['llvm_translate_ms'] + report['llvm_optimize_ms']:.1f} ms "
+            f"optimize + {report['llvm_codegen_ms']:.1f} ms codegen, disk load {report['disk_load_ms']:.1f} ms; "
+            f"{report['segments']} segment(s), {report['unique_segments']} unique: "
+            f"{report['codegen']} compiled, {report['disk_hits']} from disk, "
+            f"{report['memory_hits']} in memory, on {report['threads']} thread(s)]")
+    return text
+
+
 def _content_name(ir) -> str:
     """A name that depends only on the graph's structure and shapes."""
     digest = hashlib.sha256(repr(ir.key()).encode()).hexdigest()[:16]
@@ -269,6 +304,9 @@ class CompiledGraph:
         self._last_outputs = []
         self._last_inputs = []
         self.compile_seconds = 0.0
+        # Where the first call's time went (seconds per phase, _PHASES); the
+        # backend fills in the phases before FX->IR.
+        self.phases = {}
         # NPUs of the RSD group each program is split over (SPEC A7).
         self.num_npus = None
         # Compile each new input shape even if the graph reads sizes: set for
@@ -295,6 +333,7 @@ class CompiledGraph:
             # A graph the IR cannot express is a compile error like an op
             # the compiler lacks: the compile_error fallback applies (J6).
             raise CompileFailure(e) from None
+        self.phases["fx_to_ir"] = time.perf_counter() - start
         _log_info(f"graph {self.name}: FX->IR {(time.perf_counter() - start) * 1e3:.1f} ms "
                   f"({len(ir.nodes)} ops)")
         self._programs[None] = self._compile_ir(ir)
@@ -330,10 +369,14 @@ class CompiledGraph:
                 _program_cache[key] = program
         elapsed = time.perf_counter() - start
         self.compile_seconds += elapsed
+        self.phases.setdefault("compile", elapsed)
+        report = program.compile_report
         _log_info(
             f"graph {self.name}: compile {elapsed * 1e3:.1f} ms "
             f"({len(ir.nodes)} ops, {len(ir.inputs)} inputs, {len(ir.outputs)} outputs, "
-            f"{program.num_workers} worker(s) on {self.num_npus} NPU(s))"
+            f"{program.num_workers} worker(s) on {self.num_npus} NPU(s); "
+            f"{report['segments']} segment(s), {report['unique_segments']} unique, "
+            f"{report['codegen']} compiled on {report['threads']} thread(s))"
         )
         return ir, program
 
@@ -445,6 +488,7 @@ class CompiledGraph:
             inputs.append(t)
         args.clear()
         if uploaded:
+            self.phases.setdefault("constants_upload", uploaded[0])
             _log_info(f"graph {self.name}: constants upload {uploaded[0] * 1e3:.1f} ms "
                       f"({uploaded[1]} tensors, {uploaded[2]} bytes; lazy: the runtime "
                       "pushes them at the program's first run)")
@@ -459,7 +503,13 @@ class CompiledGraph:
                 for dtype, shape in program.output_specs
             ]
         else:
+            first = "first_run" not in self.phases
+            run_start = time.perf_counter()
             outs = program.run(inputs)
+            if first:
+                self.phases["first_run"] = time.perf_counter() - run_start
+                _log_info(f"graph {self.name}: first call: "
+                          f"{_phases_text(self.phases, program.compile_report)}")
             if on_host:
                 outs = [o.cpu() for o in outs]
         self._last_outputs = [weakref.ref(o) for o in outs if o.device.type == "rbln"]
@@ -508,6 +558,8 @@ class CompiledGraph:
                 # ops are SegmentedGraphs (host_ops.py).
                 "host_ops": [],
                 "partitioning": partitioning(program, self.num_npus, self._device_index()),
+                # The compiler's phases (ms) and segments of this program.
+                "compile_report": program.compile_report,
             })
         buffers = device_buffers_per_chiplet({
             "inputs": [r() for r in self._last_inputs],
@@ -525,6 +577,11 @@ class CompiledGraph:
             "device_bytes_per_chiplet": {k: v["total"] for k, v in buffers.items()},
             "device_buffers_per_chiplet": buffers,
             "compile_seconds": self.compile_seconds,
+            # The first call's phases in ms: Dynamo capture, aot_autograd,
+            # FX->IR, compile, constants upload, first run (None: not
+            # measured, e.g. Dynamo did not report its start).
+            "compile_phases": {name: (None if self.phases.get(name) is None
+                                      else self.phases[name] * 1e3) for name in _PHASES},
         }
 
     def _device_index(self):
@@ -848,6 +905,7 @@ def rbln_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=No
     """The `rbln` Dynamo backend (registered through the torch_dynamo_backends
     entry point, SPEC J1)."""
     global _graph_counter
+    capture = _dynamo_capture_seconds()
     opts = _Options(options)
     with _lock:
         _graph_counter += 1
@@ -861,6 +919,7 @@ def rbln_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=No
                 (a.device for a in aten_inputs
                  if isinstance(a, torch.Tensor) and a.device.type == "rbln"), None)
         graph = _graph_for(aten_gm, f"{name}_{kind}", opts)
+        graph.phases.update(dynamo_capture=capture, aot_autograd=t0 - start)
         graph.compile_static()
         with _lock:
             _compiled_graphs.append(graph)

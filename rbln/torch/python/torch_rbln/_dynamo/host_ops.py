@@ -293,6 +293,8 @@ class SegmentedGraph:
     def __init__(self, gm, name, options, kinds, make_segment):
         self.gm = gm
         self.name = name
+        # Dynamo capture and aot_autograd seconds (set by the backend).
+        self.phases = {}
         self.options = options
         self.kinds = kinds
         self.steps = schedule(gm, kinds)
@@ -313,6 +315,23 @@ class SegmentedGraph:
     @property
     def compile_seconds(self):
         return sum(s.program.compile_seconds for s in self.steps if s.kind == DEVICE)
+
+    def compile_phases_ms(self) -> dict:
+        """The first call's phases (backend._PHASES) in ms: capture and
+        aot_autograd of the whole graph, the rest summed over its device
+        segments."""
+        from .backend import _PHASES
+
+        out = {}
+        for name in _PHASES:
+            if name in self.phases:
+                value = self.phases[name]
+            else:
+                values = [s.program.phases.get(name) for s in self.steps if s.kind == DEVICE]
+                values = [v for v in values if v is not None]
+                value = sum(values) if values else None
+            out[name] = None if value is None else value * 1e3
+        return out
 
     def compile_static(self):
         for step in self.steps:
@@ -432,6 +451,7 @@ class SegmentedGraph:
             "device_bytes_per_chiplet": {k: v["total"] for k, v in buffers.items()},
             "device_buffers_per_chiplet": buffers,
             "compile_seconds": self.compile_seconds,
+            "compile_phases": self.compile_phases_ms(),
         }
 
     def __repr__(self):
