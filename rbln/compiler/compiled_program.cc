@@ -29,6 +29,7 @@
 #include "rbln/compiler/frontend.h"
 #include "rbln/compiler/ir/graph_util.h"
 #include "rbln/compiler/kernel_errors.h"
+#include "rbln/compiler/memref_copy.h"
 #include "rbln/compiler/mlir_compat.h"
 #include "rbln/compiler/mlir_setup.h"
 #include "rbln/compiler/onednn_conv.h"
@@ -126,6 +127,8 @@ llvm::orc::SymbolMap RuntimeSymbols(llvm::orc::MangleAndInterner interner) {
     symbols[interner(name)] = compat::ExportedSymbol(address);
   }
   symbols[interner(kOnednnConvSymbol)] = compat::ExportedSymbol(&rbln_conv);
+  symbols[interner(kMemrefCopySymbol)] =
+      compat::ExportedSymbol(&rbln_memref_copy);
   return symbols;
 }
 
