@@ -4,8 +4,9 @@ the CPU.
 
 Checked in two parts, so that float16 rounding cannot hide or fake a
 difference:
-  * the loss and every parameter's gradient equal the CPU's (float16
-    forward and backward on the CPU from the same weights and inputs);
+  * the loss equals the CPU's (float16 forward on the CPU from the same
+    weights and inputs), and every parameter's gradient is as close to the
+    float32 CPU step's as the float16 CPU step's is (within 2x, or 2%);
   * the AdamW step on rbln equals AdamW on the CPU applied to the same
     parameters and the rbln gradients. (Adam's first step is about
     lr * sign(grad): against independently computed CPU gradients, a
@@ -27,7 +28,7 @@ from suite_util import (DEV, Results, ResultsPlugin, assert_still_tied,
                         blocked_on_missing_kernels, counters, fallback_ops, tied_groups, timed)
 
 transformers.logging.set_verbosity_error()
-RESULTS = Results(model_zoo.TRAIN, ["rbln_s", "cpu_s", "loss", "worst_grad_rel",
+RESULTS = Results(model_zoo.TRAIN, ["rbln_s", "cpu_s", "loss", "worst_grad_rel", "cpu16_grad_rel",
                                     "cpu_fallback_ops"])
 LR = 1e-3
 # float16 AdamW state: eps must stay representable (1e-8 rounds to 0, and a
@@ -49,9 +50,9 @@ def trainable(spec, device):
     return model.to(device)
 
 
-def step(model, inputs, device):
+def step(model, inputs, device, dtype=torch.float16):
     """Forward with labels, backward; returns (loss, gradients)."""
-    batch = {k: (v.half() if v.is_floating_point() else v).to(device) for k, v in inputs.items()}
+    batch = {k: (v.to(dtype) if v.is_floating_point() else v).to(device) for k, v in inputs.items()}
     labels = model_labels(batch)
     loss = model(**batch, labels=labels).loss
     loss.backward()
@@ -87,17 +88,29 @@ def test_one_adamw_step_matches_cpu(spec):
     torch.testing.assert_close(loss.detach().cpu().float(), cpu_loss.detach().float(),
                                atol=1e-2, rtol=1e-2)
     assert grads.keys() == cpu_grads.keys()
-    # Norm-wise, relative to the gradient or (for gradients that are zero in
-    # exact arithmetic, e.g. attention's key bias) to 1% of the largest one.
-    floor = 1e-2 * max(g.float().norm().item() for g in cpu_grads.values())
-    worst = 0.0
-    for name, want in cpu_grads.items():
+    # Gradients against the same step in float32 on the CPU (same float16
+    # weights, upcast), norm-wise, relative to the gradient or (for gradients
+    # that are zero in exact arithmetic, e.g. attention's key bias) to 1% of
+    # the largest one. rbln's float16 error may be at most twice the CPU's own
+    # float16 error (or 2%): float16 gradients of some models (T5: no
+    # attention scaling) are ill-conditioned enough that two correct float16
+    # backward passes differ by more than any fixed tolerance.
+    _, ref_grads = step(trainable(spec, "cpu").float(), inputs, "cpu", torch.float32)
+    floor = 1e-2 * max(g.norm().item() for g in ref_grads.values())
+
+    def rel(g, name):
+        want = ref_grads[name]
+        return (g.cpu().float() - want).norm().item() / max(want.norm().item(), floor)
+
+    worst = worst_cpu = 0.0
+    for name in cpu_grads:
         got = grads[name]
         assert got.device == torch.device(DEV), name
-        want = want.float()
-        err = (got.cpu().float() - want).norm().item() / max(want.norm().item(), floor)
-        worst = max(worst, err)
-        assert err < 2e-2, f"{spec.name}: gradient of {name} differs from the CPU's by {err:.3g}"
+        err, cpu_err = rel(got, name), rel(cpu_grads[name], name)
+        worst, worst_cpu = max(worst, err), max(worst_cpu, cpu_err)
+        assert err <= max(2e-2, 2 * cpu_err), (
+            f"{spec.name}: gradient of {name} differs from the float32 CPU's by {err:.3g} "
+            f"(the float16 CPU's by {cpu_err:.3g})")
 
     # The device step against AdamW on the CPU from the same parameters and
     # the rbln gradients.
@@ -110,6 +123,7 @@ def test_one_adamw_step_matches_cpu(spec):
                                    msg=lambda m, name=name: f"{spec.name}: {name} after AdamW: {m}")
     assert_still_tied(dev, groups)
     RESULTS.add(spec.name, rbln_s=rbln_s, cpu_s=cpu_s, loss=loss.item(), worst_grad_rel=worst,
+                cpu16_grad_rel=worst_cpu,
                 cpu_fallback_ops=fallback_ops(c0, c1))
 
 
