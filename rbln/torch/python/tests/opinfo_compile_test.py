@@ -84,6 +84,10 @@ EXPECTED_FAILURES = {
 
 def classify(name, status, message):
     """(table status, note) of one harness result."""
+    if EXPECTED_FAILURES.get(name) == _UNINITIALIZED and (
+            status == "pass" or message.startswith("result ")):
+        # Whatever the memory held: a match is luck, a mismatch is no error.
+        return "xfail", _UNINITIALIZED
     if status in ("pass", "skip"):
         return status, (message if status == "skip" else "")
     if name in EXPECTED_FAILURES:
