@@ -216,3 +216,18 @@ def test_grid_sample(mode, padding_mode, align, dtype):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32])  # ATen's cdist/pdist take floats >= 32 bits
+@pytest.mark.parametrize("p", [0.0, 1.0, 2.0, 3.0, float("inf")])
+def test_cdist_and_pdist_compile_as_pairwise_differences(dtype, p):
+    # _cdist_forward/_pdist_forward are core ATen ops with no device kernel:
+    # the backend decomposes them (backend._cdist_forward), so they compile.
+    torch.manual_seed(0)
+    x1 = torch.randn(2, 5, 4, dtype=dtype)
+    x2 = torch.randn(2, 3, 4, dtype=dtype)
+    x2[0, 0] = x1[0, 0]  # a zero distance: p=0 counts, sqrt(0) stays 0
+    x = torch.randn(6, 3, dtype=dtype)
+    check_compiled(lambda a, b: torch.cdist(a, b, p=p), x1, x2, dtype=dtype)
+    torch._dynamo.reset()
+    check_compiled(lambda a: torch.pdist(a, p=p), x, dtype=dtype)

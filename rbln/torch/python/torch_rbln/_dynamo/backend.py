@@ -678,7 +678,39 @@ def _decompositions():
     table[torch.ops.aten.clamp.Tensor] = _clamp_tensor
     table[torch.ops.aten.split.Tensor] = _split
     table[torch.ops.aten.split_with_sizes.default] = _split_with_sizes
+    table[torch.ops.aten._cdist_forward.default] = _cdist_forward
+    table[torch.ops.aten._pdist_forward.default] = _pdist_forward
     return table
+
+
+def _pairwise_p_norm(diff, p):
+    """The p-norm over the last dim as ATen's cdist/pdist kernels define it:
+    p=0 counts non-zeros, p=inf is the largest |d|, p=1 and p=2 plain."""
+    if p == 0:
+        return (diff != 0).to(diff.dtype).sum(-1)
+    if p == float("inf"):
+        return diff.abs().amax(-1)
+    if p == 1:
+        return diff.abs().sum(-1)
+    if p == 2:
+        return (diff * diff).sum(-1).sqrt()
+    return diff.abs().pow(p).sum(-1).pow(1.0 / p)
+
+
+def _cdist_forward(x1, x2, p, compute_mode=None):
+    """cdist as the difference of every pair (no device kernel of its own):
+    the direct form ATen uses for p != 2 and small inputs; for p=2 ATen may
+    use the matmul expansion |a|^2 - 2ab + |b|^2, which cancels where the
+    direct form does not, so this is at least as accurate."""
+    return _pairwise_p_norm(x1.unsqueeze(-2) - x2.unsqueeze(-3), p)
+
+
+def _pdist_forward(x, p=2.0):
+    """pdist: the upper triangle (row-major, i < j) of cdist(x, x). The pair
+    indices are constants of the shape, gathered with index_select."""
+    n = x.shape[0]
+    rows, cols = torch.triu_indices(n, n, 1, device=x.device).unbind(0)
+    return _pairwise_p_norm(x.index_select(0, rows) - x.index_select(0, cols), p)
 
 
 def _clamp_tensor(x, min=None, max=None):
