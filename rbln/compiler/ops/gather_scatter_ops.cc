@@ -267,6 +267,68 @@ Value DivideByCount(GraphImporter& im, const ir::Node& node, Value sum,
       });
 }
 
+// How one indexed reduction (scatter_reduce, index_reduce) combines.
+struct IndexedReduction {
+  Combine combine;
+  ir::DType t;
+  bool include_self;
+  // Round every combined value to x's dtype (ATen's scalar_t kernels) even
+  // where the loop destination holds compute values.
+  bool round_each_step;
+  // x was 0-d (reshaped to one element): the result is 0-d again.
+  bool scalar;
+};
+using TargetFn = std::function<std::vector<Value>(OpBuilder&, Location, ValueRange)>;
+using ElementFn = std::function<Value(OpBuilder&, Location, ValueRange)>;
+
+// For every coords of `loop` in order, dest[target(coords)] =
+// combine(dest[target(coords)], element(coords)): one serial loop, since
+// indices may repeat. Without include_self every targeted entry starts at
+// combine's identity; mean divides by the per-entry counts. Returns the
+// result in x's storage type.
+Value ReduceInto(GraphImporter& im, const ir::Node& node, const IndexedReduction& r,
+                 Value dest, const Shape& x_shape, const Shape& loop,
+                 const TargetFn& target, const ElementFn& element) {
+  const ir::DType t = r.t;
+  if (!r.include_self) {
+    dest = SerialLoop(im, loop, ValueRange{dest},
+                      [&](OpBuilder& lb, Location l, ValueRange coords,
+                          ValueRange carried) -> std::vector<Value> {
+                        std::vector<Value> at = target(lb, l, coords);
+                        return {StoreCompute(im, lb, l, Identity(im, lb, r.combine, t),
+                                             carried[0], at, t)};
+                      })[0];
+  }
+  std::vector<Value> carried = {dest};
+  if (r.combine == Combine::kMean) carried.push_back(Counts(im, x_shape, r.include_self));
+  std::vector<Value> results = SerialLoop(
+      im, loop, carried,
+      [&](OpBuilder& lb, Location l, ValueRange coords,
+          ValueRange iter) -> std::vector<Value> {
+        std::vector<Value> at = target(lb, l, coords);
+        Value v = element(lb, l, coords);
+        Value old = LoadCompute(im, lb, l, iter[0], at, t);
+        Value combined = CombineElements(lb, l, r.combine, t, old, v);
+        if (r.round_each_step) combined = RoundToStorage(im, lb, combined, t);
+        std::vector<Value> next = {StoreCompute(im, lb, l, combined, iter[0], at, t)};
+        if (iter.size() > 1) {
+          Value c = lb.create<mlir::tensor::ExtractOp>(l, iter[1], at);
+          c = lb.create<arith::AddIOp>(l, c, lb.create<arith::ConstantIntOp>(l, 1, 64));
+          next.push_back(lb.create<mlir::tensor::InsertOp>(l, c, iter[1], at));
+        }
+        return next;
+      });
+  if (r.combine == Combine::kMean) {
+    if (r.scalar) {
+      results[0] = Reshape(im, results[0], {});
+      results[1] = Reshape(im, results[1], {});
+    }
+    return DivideByCount(im, node, results[0], results[1], t);
+  }
+  Value out = FromLoopDestination(im, results[0], t);
+  return r.scalar ? Reshape(im, out, {}) : out;
+}
+
 // --- gather. ---------------------------------------------------------------------
 
 // index.size(d) <= x.size(d) for d != dim (ATen's gather/scatter shape
@@ -422,46 +484,8 @@ absl::Status ConvertScatter(GraphImporter& im, const ir::Node& node) {
     at[d] = im.CheckedIndex(lb, raw, bound);
     return at;
   };
-  if (!include_self) {
-    dest = SerialLoop(im, idx, ValueRange{dest},
-                      [&](OpBuilder& lb, Location l, ValueRange coords,
-                          ValueRange carried) -> std::vector<Value> {
-                        std::vector<Value> at = target(lb, l, coords);
-                        return {StoreCompute(im, lb, l, Identity(im, lb, combine, t),
-                                             carried[0], at, t)};
-                      })[0];
-  }
-  Value count;
-  if (combine == Combine::kMean) count = Counts(im, in, include_self);
-  std::vector<Value> carried = {dest};
-  if (count) carried.push_back(count);
-  std::vector<Value> results = SerialLoop(
-      im, idx, carried,
-      [&](OpBuilder& lb, Location l, ValueRange coords,
-          ValueRange iter) -> std::vector<Value> {
-        std::vector<Value> at = target(lb, l, coords);
-        Value v = element(lb, l, coords);
-        Value old = LoadCompute(im, lb, l, iter[0], at, t);
-        std::vector<Value> next = {StoreCompute(
-            im, lb, l, CombineElements(lb, l, combine, t, old, v), iter[0], at, t)};
-        if (iter.size() > 1) {
-          Value c = lb.create<mlir::tensor::ExtractOp>(l, iter[1], at);
-          c = lb.create<arith::AddIOp>(l, c, lb.create<arith::ConstantIntOp>(l, 1, 64));
-          next.push_back(lb.create<mlir::tensor::InsertOp>(l, c, iter[1], at));
-        }
-        return next;
-      });
-  Value out;
-  if (combine == Combine::kMean) {
-    if (scalar) {
-      results[0] = Reshape(im, results[0], {});
-      results[1] = Reshape(im, results[1], {});
-    }
-    out = DivideByCount(im, node, results[0], results[1], t);
-  } else {
-    out = FromLoopDestination(im, results[0], t);
-    if (scalar) out = Reshape(im, out, {});
-  }
+  const IndexedReduction r{combine, t, include_self, /*round_each_step=*/false, scalar};
+  Value out = ReduceInto(im, node, r, dest, in, idx, target, element);
   im.Define(node.outputs(0), out);
   return absl::OkStatus();
 }
@@ -551,57 +575,22 @@ absl::Status ConvertIndexReduce(GraphImporter& im, const ir::Node& node) {
     at[d] = im.CheckedIndex(lb, raw, bound);
     return at;
   };
-  const bool include_self = BoolAttr(node, "include_self", true);
-  if (!include_self) {
-    dest = SerialLoop(im, src, ValueRange{dest},
-                      [&](OpBuilder& lb, Location l, ValueRange coords,
-                          ValueRange carried) -> std::vector<Value> {
-                        std::vector<Value> at = target(lb, l, coords);
-                        return {StoreCompute(im, lb, l, Identity(im, lb, combine, t),
-                                             carried[0], at, t)};
-                      })[0];
-  }
-  Value count;
-  if (combine == Combine::kMean) count = Counts(im, in, include_self);
-  std::vector<Value> carried = {dest};
-  if (count) carried.push_back(count);
-  std::vector<Value> results = SerialLoop(
-      im, src, carried,
-      [&](OpBuilder& lb, Location l, ValueRange coords,
-          ValueRange iter) -> std::vector<Value> {
-        std::vector<Value> at = target(lb, l, coords);
-        Value v = im.ToCompute(lb, lb.create<mlir::tensor::ExtractOp>(l, src_value, coords), t);
-        if (has_alpha) {
-          Value a = ScalarInDType(im, lb, l, alpha, t);
-          a = RoundToStorage(im, lb, a, t);
-          if (t == ir::BOOL) {
-            v = lb.create<arith::AndIOp>(l, v, a);
-          } else {
-            v = IsFloat(t) ? lb.create<arith::MulFOp>(l, v, a).getResult()
-                           : lb.create<arith::MulIOp>(l, v, a).getResult();
-          }
-          if (one_dim) v = RoundToStorage(im, lb, v, t);
-        }
-        Value old = LoadCompute(im, lb, l, iter[0], at, t);
-        Value r = RoundToStorage(im, lb, CombineElements(lb, l, combine, t, old, v), t);
-        std::vector<Value> next = {StoreCompute(im, lb, l, r, iter[0], at, t)};
-        if (iter.size() > 1) {
-          Value c = lb.create<mlir::tensor::ExtractOp>(l, iter[1], at);
-          c = lb.create<arith::AddIOp>(l, c, lb.create<arith::ConstantIntOp>(l, 1, 64));
-          next.push_back(lb.create<mlir::tensor::InsertOp>(l, c, iter[1], at));
-        }
-        return next;
-      });
-  Value out = results[0];
-  if (combine == Combine::kMean) {
-    if (scalar) {
-      results[0] = Reshape(im, results[0], {});
-      results[1] = Reshape(im, results[1], {});
+  // The slice element, times alpha where given.
+  auto element = [&](OpBuilder& lb, Location l, ValueRange coords) -> Value {
+    Value v = im.ToCompute(lb, lb.create<mlir::tensor::ExtractOp>(l, src_value, coords), t);
+    if (!has_alpha) return v;
+    Value a = RoundToStorage(im, lb, ScalarInDType(im, lb, l, alpha, t), t);
+    if (t == ir::BOOL) {
+      v = lb.create<arith::AndIOp>(l, v, a);
+    } else {
+      v = IsFloat(t) ? lb.create<arith::MulFOp>(l, v, a).getResult()
+                     : lb.create<arith::MulIOp>(l, v, a).getResult();
     }
-    out = DivideByCount(im, node, results[0], results[1], t);
-  } else if (scalar) {
-    out = Reshape(im, out, {});
-  }
+    return one_dim ? RoundToStorage(im, lb, v, t) : v;
+  };
+  const IndexedReduction r{combine, t, BoolAttr(node, "include_self", true),
+                           /*round_each_step=*/true, scalar};
+  Value out = ReduceInto(im, node, r, dest, in, src, target, element);
   im.Define(node.outputs(0), out);
   return absl::OkStatus();
 }
