@@ -54,6 +54,7 @@
 #include "rbln/compiler/graph_importer.h"
 #include "rbln/compiler/ir/graph_util.h"
 #include "rbln/compiler/ops/movement_util.h"
+#include "rbln/compiler/ops/shape_util.h"
 
 namespace rbln::compiler {
 namespace {
@@ -305,29 +306,19 @@ absl::Status ConvertSlice(GraphImporter& im, const ir::Node& node) {
 absl::Status ConvertSelect(GraphImporter& im, const ir::Node& node) {
   if (absl::Status s = CheckArity(node, 1, 1); !s.ok()) return s;
   const Shape in = ShapeOf(im.TypeOf(node.inputs(0)));
-  if (in.empty()) {
-    return absl::InvalidArgumentError(
-        "op select: select() cannot be applied to a 0-dim tensor.");
-  }
-  absl::StatusOr<int> dim = WrapDim(node, IntAttr(node, "dim", 0), in.size());
-  if (!dim.ok()) return dim.status();
-  int64_t index = IntAttr(node, "index", 0);
-  if (index < -in[*dim] || index >= in[*dim]) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "op select: select(): index %d out of range for tensor of size %s at "
-        "dimension %d",
-        index, ShapeText(in), *dim));
-  }
-  if (index < 0) index += in[*dim];
+  absl::StatusOr<Selected> selected = SelectedIndex(node, in);
+  if (!selected.ok()) return selected.status();
+  const int dim = selected->dim;
+  const int64_t index = selected->index;
   Shape expected = in;
-  expected.erase(expected.begin() + *dim);
+  expected.erase(expected.begin() + dim);
   if (absl::Status s = CheckOutputShape(node, expected); !s.ok()) return s;
   std::vector<AffineExpr> exprs;
   for (int d = 0; d < static_cast<int>(in.size()); ++d) {
-    if (d == *dim) {
+    if (d == dim) {
       exprs.push_back(mlir::getAffineConstantExpr(index, im.context()));
     } else {
-      exprs.push_back(mlir::getAffineDimExpr(d < *dim ? d : d - 1, im.context()));
+      exprs.push_back(mlir::getAffineDimExpr(d < dim ? d : d - 1, im.context()));
     }
   }
   return EmitAffineCopy(im, node, exprs);

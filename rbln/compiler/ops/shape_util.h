@@ -19,6 +19,15 @@ int64_t NumElements(const Shape& shape);
 // or PyTorch's "Dimension out of range" error naming the op.
 absl::StatusOr<int> WrapDim(const ir::Node& node, int64_t dim, int rank);
 
+// select's (dim, index) attributes checked against `shape` and wrapped as
+// PyTorch's select() does, with its messages naming the op: the tensor is
+// not 0-d, the dim is in range, -size <= index < size.
+struct Selected {
+  int dim;
+  int64_t index;
+};
+absl::StatusOr<Selected> SelectedIndex(const ir::Node& node, const Shape& shape);
+
 // An `index` constant.
 mlir::Value IndexConst(mlir::OpBuilder& b, mlir::Location l, int64_t v);
 

@@ -41,6 +41,7 @@
 #include "rbln/compiler/graph_importer.h"
 #include "rbln/compiler/ir/graph_util.h"
 #include "rbln/compiler/ops/movement_util.h"
+#include "rbln/compiler/ops/shape_util.h"
 
 namespace rbln::compiler {
 namespace {
@@ -276,24 +277,13 @@ absl::Status ConvertSliceScatter(GraphImporter& im, const ir::Node& node) {
 absl::Status ConvertSelectScatter(GraphImporter& im, const ir::Node& node) {
   if (node.inputs_size() != 2) return CheckArity(node, 2, 1);
   const Shape in = ShapeOf(im.TypeOf(node.inputs(0)));
-  if (in.empty()) {
-    return absl::InvalidArgumentError(
-        "op select_scatter: select() cannot be applied to a 0-dim tensor.");
-  }
-  absl::StatusOr<int> dim = WrapDim(node, IntAttr(node, "dim", 0), in.size());
-  if (!dim.ok()) return dim.status();
-  int64_t index = IntAttr(node, "index", 0);
-  if (index < -in[*dim] || index >= in[*dim]) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "op select_scatter: index %d out of range for tensor of size %s at "
-        "dimension %d",
-        index, ShapeText(in), *dim));
-  }
-  if (index < 0) index += in[*dim];
+  absl::StatusOr<Selected> selected = SelectedIndex(node, in);
+  if (!selected.ok()) return selected.status();
+  const int d = selected->dim;
+  const int64_t index = selected->index;
   Shape src_expected = in;
-  src_expected.erase(src_expected.begin() + *dim);
+  src_expected.erase(src_expected.begin() + d);
   if (absl::Status s = CheckScatterInputs(im, node, src_expected); !s.ok()) return s;
-  const int d = *dim;
   return EmitViewScatter(
       im, node,
       [&](OpBuilder& b, Location l, ValueRange c) -> Value {
