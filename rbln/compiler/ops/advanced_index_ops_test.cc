@@ -17,30 +17,11 @@ namespace {
 constexpr ir::DType kAllDTypes[] = {ir::FLOAT16, ir::BFLOAT16, ir::FLOAT32,
                                     ir::INT32,   ir::INT64,    ir::BOOL};
 
-bool IsFloatDType(ir::DType t) {
-  return t == ir::FLOAT16 || t == ir::BFLOAT16 || t == ir::FLOAT32;
-}
-
 HostTensor Values(ir::DType dtype, Shape shape, uint32_t seed) {
   if (dtype == ir::BOOL) return Random(dtype, std::move(shape), seed, 0.0, 2.0);
   HostTensor t = Random(dtype, std::move(shape), seed, -8.0, 8.0);
   if (IsFloatDType(dtype) && t.values.size() > 1) t.values[1] = std::nan("");
   return t;
-}
-
-std::vector<int64_t> Unflatten(int64_t flat, const Shape& shape) {
-  std::vector<int64_t> idx(shape.size());
-  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
-    idx[d] = flat % shape[d];
-    flat /= shape[d];
-  }
-  return idx;
-}
-
-int64_t Flatten(const std::vector<int64_t>& idx, const Shape& shape) {
-  int64_t flat = 0;
-  for (size_t d = 0; d < shape.size(); ++d) flat = flat * shape[d] + idx[d];
-  return flat;
 }
 
 // The element of `t` at result coordinates `r` of a right-aligned
@@ -107,13 +88,6 @@ std::string PresentText(const std::vector<int>& present) {
   std::string s;
   for (size_t i = 0; i < present.size(); ++i) s += (i ? "," : "") + std::to_string(present[i]);
   return s;
-}
-
-HostTensor RunOne(const ir::Graph& g, const std::vector<HostTensor>& inputs) {
-  absl::StatusOr<std::vector<HostTensor>> out = CompileAndRun(g, inputs);
-  EXPECT_TRUE(out.ok()) << out.status() << "\n" << ir::ToText(g);
-  if (!out.ok()) return HostTensor{};
-  return (*out)[0];
 }
 
 struct IndexCase {

@@ -22,10 +22,6 @@ namespace {
 constexpr ir::DType kAllDTypes[] = {ir::FLOAT16, ir::BFLOAT16, ir::FLOAT32,
                                     ir::INT32,   ir::INT64,    ir::BOOL};
 
-bool IsFloatDType(ir::DType t) {
-  return t == ir::FLOAT16 || t == ir::BFLOAT16 || t == ir::FLOAT32;
-}
-
 // Values in `dtype` with NaN, +-inf and -0.0 mixed in for float types.
 HostTensor Values(ir::DType dtype, Shape shape, uint32_t seed) {
   if (dtype == ir::BOOL) return Random(dtype, std::move(shape), seed, 0.0, 2.0);
@@ -39,21 +35,6 @@ HostTensor Values(ir::DType dtype, Shape shape, uint32_t seed) {
   return t;
 }
 
-std::vector<int64_t> Unflatten(int64_t flat, const Shape& shape) {
-  std::vector<int64_t> idx(shape.size());
-  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
-    idx[d] = flat % shape[d];
-    flat /= shape[d];
-  }
-  return idx;
-}
-
-int64_t Flatten(const std::vector<int64_t>& idx, const Shape& shape) {
-  int64_t flat = 0;
-  for (size_t d = 0; d < shape.size(); ++d) flat = flat * shape[d] + idx[d];
-  return flat;
-}
-
 // out[i] = x[source(i)] for every multi-index i of `out_shape`.
 std::vector<double> Gather(
     const HostTensor& x, const Shape& out_shape,
@@ -63,13 +44,6 @@ std::vector<double> Gather(
     out.push_back(x.values[Flatten(source(Unflatten(i, out_shape)), x.shape)]);
   }
   return out;
-}
-
-HostTensor RunOne(const ir::Graph& g, const std::vector<HostTensor>& inputs) {
-  absl::StatusOr<std::vector<HostTensor>> out = CompileAndRun(g, inputs);
-  EXPECT_TRUE(out.ok()) << out.status() << "\n" << ir::ToText(g);
-  if (!out.ok()) return HostTensor{};
-  return (*out)[0];
 }
 
 std::string What(const ir::Graph& g) { return ir::ToText(g); }

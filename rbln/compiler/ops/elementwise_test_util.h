@@ -25,10 +25,6 @@ constexpr ir::DType kAllDTypes[] = {ir::FLOAT16, ir::BFLOAT16, ir::FLOAT32,
                                     ir::INT32,   ir::INT64,    ir::BOOL};
 constexpr ir::DType kFloatDTypes[] = {ir::FLOAT16, ir::BFLOAT16, ir::FLOAT32};
 
-inline bool IsFloatDType(ir::DType t) {
-  return t == ir::FLOAT16 || t == ir::BFLOAT16 || t == ir::FLOAT32;
-}
-
 // Float results of integer and bool inputs are float32, as in PyTorch.
 inline ir::DType FloatResult(ir::DType t) {
   return IsFloatDType(t) ? t : ir::FLOAT32;

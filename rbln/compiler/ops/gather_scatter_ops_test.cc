@@ -21,10 +21,6 @@ namespace {
 constexpr ir::DType kAllDTypes[] = {ir::FLOAT16, ir::BFLOAT16, ir::FLOAT32,
                                     ir::INT32,   ir::INT64,    ir::BOOL};
 
-bool IsFloatDType(ir::DType t) {
-  return t == ir::FLOAT16 || t == ir::BFLOAT16 || t == ir::FLOAT32;
-}
-
 // Small values (products stay exact in every dtype), NaN in float types.
 HostTensor Values(ir::DType dtype, Shape shape, uint32_t seed, bool nan = false) {
   if (dtype == ir::BOOL) return Random(dtype, std::move(shape), seed, 0.0, 2.0);
@@ -34,28 +30,6 @@ HostTensor Values(ir::DType dtype, Shape shape, uint32_t seed, bool nan = false)
     if (nan && t.values.size() > 2) t.values[2] = std::nan("");
   }
   return t;
-}
-
-std::vector<int64_t> Unflatten(int64_t flat, const Shape& shape) {
-  std::vector<int64_t> idx(shape.size());
-  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
-    idx[d] = flat % shape[d];
-    flat /= shape[d];
-  }
-  return idx;
-}
-
-int64_t Flatten(const std::vector<int64_t>& idx, const Shape& shape) {
-  int64_t flat = 0;
-  for (size_t d = 0; d < shape.size(); ++d) flat = flat * shape[d] + idx[d];
-  return flat;
-}
-
-HostTensor RunOne(const ir::Graph& g, const std::vector<HostTensor>& inputs) {
-  absl::StatusOr<std::vector<HostTensor>> out = CompileAndRun(g, inputs);
-  EXPECT_TRUE(out.ok()) << out.status() << "\n" << ir::ToText(g);
-  if (!out.ok()) return HostTensor{};
-  return (*out)[0];
 }
 
 // --- Reference arithmetic. -------------------------------------------------

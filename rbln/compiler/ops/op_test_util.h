@@ -345,6 +345,35 @@ inline std::string ShapeText(const Shape& s) {
 
 inline std::string DTypeText(ir::DType t) { return ir::DType_Name(t); }
 
+inline bool IsFloatDType(ir::DType t) {
+  return t == ir::FLOAT16 || t == ir::BFLOAT16 || t == ir::FLOAT32;
+}
+
+// Row-major multi-index of element `flat` of `shape`, and back.
+inline std::vector<int64_t> Unflatten(int64_t flat, const Shape& shape) {
+  std::vector<int64_t> idx(shape.size());
+  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
+    idx[d] = flat % shape[d];
+    flat /= shape[d];
+  }
+  return idx;
+}
+
+inline int64_t Flatten(const std::vector<int64_t>& idx, const Shape& shape) {
+  int64_t flat = 0;
+  for (size_t d = 0; d < shape.size(); ++d) flat = flat * shape[d] + idx[d];
+  return flat;
+}
+
+// The first output of a one-op graph compiled and run; a failure fails the
+// test with the graph's text (and returns an empty tensor).
+inline HostTensor RunOne(const ir::Graph& g, const std::vector<HostTensor>& inputs) {
+  absl::StatusOr<std::vector<HostTensor>> out = CompileAndRun(g, inputs);
+  EXPECT_TRUE(out.ok()) << out.status() << "\n" << ir::ToText(g);
+  if (!out.ok()) return HostTensor{};
+  return (*out)[0];
+}
+
 }  // namespace rbln::compiler::testing
 
 #endif  // RBLN_COMPILER_OPS_OP_TEST_UTIL_H_

@@ -13,10 +13,6 @@
 
 namespace rbln::compiler::testing {
 
-inline bool IsFloatDType(ir::DType t) {
-  return t == ir::FLOAT16 || t == ir::BFLOAT16 || t == ir::FLOAT32;
-}
-
 // The reduced-dims mask of `dims` (negative dims wrap; empty: all).
 inline std::vector<bool> ReducedMask(const Shape& shape,
                                      const std::vector<int>& dims) {

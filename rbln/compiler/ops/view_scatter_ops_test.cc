@@ -27,28 +27,6 @@ HostTensor Values(ir::DType dtype, Shape shape, uint32_t seed) {
   return t;
 }
 
-std::vector<int64_t> Unflatten(int64_t flat, const Shape& shape) {
-  std::vector<int64_t> idx(shape.size());
-  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
-    idx[d] = flat % shape[d];
-    flat /= shape[d];
-  }
-  return idx;
-}
-
-int64_t Flatten(const std::vector<int64_t>& idx, const Shape& shape) {
-  int64_t flat = 0;
-  for (size_t d = 0; d < shape.size(); ++d) flat = flat * shape[d] + idx[d];
-  return flat;
-}
-
-HostTensor RunOne(const ir::Graph& g, const std::vector<HostTensor>& inputs) {
-  absl::StatusOr<std::vector<HostTensor>> out = CompileAndRun(g, inputs);
-  EXPECT_TRUE(out.ok()) << out.status() << "\n" << ir::ToText(g);
-  if (!out.ok()) return HostTensor{};
-  return (*out)[0];
-}
-
 struct DiagCase {
   int64_t offset;
   int dim1, dim2;
