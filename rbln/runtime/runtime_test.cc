@@ -95,6 +95,47 @@ TEST(RuntimeTest, NpuTotalsHaveExactPeaks) {
   EXPECT_EQ((*rt)->NpuStats(0).allocated_bytes.current, 4096);
 }
 
+TEST(RuntimeTest, NpuTotalsStayTheSumOfTheChiplets) {
+  // spec: E5, E6 -- the totals are updated from the chiplet that changed;
+  // after any mix of allocations, frees, resets and cache flushes they are
+  // still the chiplets' sums, and the peak their running maximum.
+  auto rt = Runtime::Create(SmallCard());
+  std::vector<DeviceAllocation> live;
+  int64_t peak = 0;
+  auto check = [&](int step) {
+    AllocatorStats sum;
+    for (int c = 0; c < 4; ++c) sum += (*rt)->ChipletStats(0, c);
+    AllocatorStats total = (*rt)->NpuStats(0);
+    auto want = sum.AllStats();
+    auto got = total.AllStats();
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(got[i]->current, want[i]->current) << "step " << step << " stat " << i;
+      ASSERT_EQ(got[i]->allocated, want[i]->allocated) << "step " << step << " stat " << i;
+      ASSERT_EQ(got[i]->freed, want[i]->freed) << "step " << step << " stat " << i;
+      ASSERT_GE(got[i]->peak, got[i]->current) << "step " << step << " stat " << i;
+    }
+    ASSERT_EQ(total.num_device_alloc, sum.num_device_alloc);
+    ASSERT_EQ(total.num_device_free, sum.num_device_free);
+    peak = std::max(peak, total.allocated_bytes.current);
+    ASSERT_EQ(total.allocated_bytes.peak, peak) << "step " << step;
+  };
+  for (int step = 0; step < 200; ++step) {
+    const int what = (step * 7919) % 11;
+    if (what < 6 || live.empty()) {
+      auto a = (*rt)->AllocatePhysical(0, 100 + (step % 5) * 3000, Runtime::kAnyChiplet, nullptr);
+      if (a.ok()) live.push_back(*a);
+    } else if (what < 10) {
+      ASSERT_TRUE((*rt)->FreePhysical(live[step % live.size()]).ok());
+      live.erase(live.begin() + step % live.size());
+    } else if (step % 2 == 0) {
+      (*rt)->ResetAccumulatedStats(0);
+    } else {
+      (*rt)->EmptyCache();
+    }
+    check(step);
+  }
+}
+
 TEST(RuntimeTest, ProgramOwnedStoragesAreReservedNotAllocated) {
   // spec: E2 -- marked before it has device memory (a lazy constant): the
   // block it acquires later is program-owned; releasing the storage frees it.

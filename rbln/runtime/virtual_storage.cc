@@ -308,6 +308,11 @@ absl::Status StorageManager::WriteFromHost(uintptr_t address, const void* src,
 
 absl::Status StorageManager::ReadToHost(void* dst, uintptr_t address,
                                         uint64_t n) {
+  return ReadOnHost(address, n, [&](const void* bytes) { std::memcpy(dst, bytes, n); });
+}
+
+absl::Status StorageManager::ReadOnHost(uintptr_t address, uint64_t n,
+                                        absl::FunctionRef<void(const void* bytes)> read) {
   if (n == 0) return absl::OkStatus();
   RBLN_RETURN_IF_ERROR(AwaitTransfer(address));
   absl::MutexLock lock(&mu_);
@@ -319,7 +324,7 @@ absl::Status StorageManager::ReadToHost(void* dst, uintptr_t address,
     s->state = DataState::kInSync;
   }
   RBLN_ASSIGN_OR_RETURN(char* shadow, Shadow(*s));
-  std::memcpy(dst, shadow + (address - s->base), n);
+  read(shadow + (address - s->base));
   return absl::OkStatus();
 }
 

@@ -93,6 +93,12 @@ class StorageManager {
   // Host-side access to [address, address + n) inside one storage.
   absl::Status WriteFromHost(uintptr_t address, const void* src, uint64_t n);
   absl::Status ReadToHost(void* dst, uintptr_t address, uint64_t n);
+  // A host read of [address, address + n) like ReadToHost -- same state
+  // change, D2H and counters -- that hands the host copy's bytes to `read`
+  // in place instead of copying them out. `read` runs under the manager's
+  // lock: it must not call back into the manager.
+  absl::Status ReadOnHost(uintptr_t address, uint64_t n,
+                          absl::FunctionRef<void(const void* bytes)> read);
 
   // Host-accessible view of the physical bytes behind [address, address + n)
   // for a device-side access (the executor, device copies): acquires memory

@@ -201,6 +201,43 @@ TEST_F(StorageManagerTest, ReadFromDeviceReadsDeviceDataWithARealTransfer) {
   EXPECT_FALSE(m.ReadFromDevice(out, a + 12, 8).ok());  // Past the storage's end.
 }
 
+// The NaN/Inf check reads its inputs in place (SPEC H8): a read of the host
+// copy with ReadToHost's state change and transfers, without a copy out.
+TEST_F(StorageManagerTest, ReadOnHostIsAHostReadInPlace) {
+  StorageManager m = Make();
+  const uintptr_t a = *m.Create(0, 16);
+  float in[4] = {1, 2, 3, 4};
+  ASSERT_TRUE(m.WriteFromHost(a, in, 16).ok());
+  float* dev = static_cast<float*>(*m.MapForDevice(a, 16, DeviceAccess::kReadWrite));
+  dev[2] = 30;
+  ASSERT_EQ(State(m, a), DataState::kDeviceLatest);
+
+  // device-latest: one download, then the bytes where a host read sees them.
+  Transfers t = Transfers::Now();
+  float seen[3] = {0, 0, 0};
+  ASSERT_TRUE(m.ReadOnHost(a + 4, 12, [&](const void* bytes) {
+                 std::memcpy(seen, bytes, 12);
+               }).ok());
+  EXPECT_EQ(seen[0], 2);
+  EXPECT_EQ(seen[1], 30);
+  EXPECT_EQ(seen[2], 4);
+  EXPECT_EQ(State(m, a), DataState::kInSync);
+  EXPECT_EQ((Transfers::Now() - t).downloads, 1);
+
+  // in-sync: no transfer.
+  t = Transfers::Now();
+  int calls = 0;
+  ASSERT_TRUE(m.ReadOnHost(a, 16, [&](const void*) { ++calls; }).ok());
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ((Transfers::Now() - t).d2h, 0);
+
+  // Nothing to read: `read` is not called; a range outside a storage fails.
+  ASSERT_TRUE(m.ReadOnHost(a, 0, [&](const void*) { ++calls; }).ok());
+  EXPECT_EQ(calls, 1);
+  EXPECT_FALSE(m.ReadOnHost(a + 8, 16, [&](const void*) { ++calls; }).ok());
+  EXPECT_EQ(calls, 1);
+}
+
 TEST_F(StorageManagerTest, OomAtFirstDeviceUseNotAtCreate) {
   // spec: D3
   StorageManager m = Make();

@@ -5,7 +5,9 @@ IR building, passes and codegen are not timed; then both sides run the same
 number of iterations and the median per call is reported, with the ratio
 rbln / cpu (lower is better for rbln).
 
-    python rbln/tools/bench/add_bench.py [--iters N] [--sizes 4096,1048576]
+    python rbln/tools/bench/add_bench.py [--iters N] [--sizes 4096,128x128,1048576]
+
+A size N is an (N/64, 64) tensor; RxC is that shape (128x128 is issue 17's add).
 """
 
 import argparse
@@ -27,16 +29,18 @@ def time_per_call(fn, iters):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--iters", type=int, default=50)
-    parser.add_argument("--sizes", default="4096,262144,4194304")
+    parser.add_argument("--sizes", default="4096,128x128,262144,4194304")
     args = parser.parse_args(argv)
-    sizes = [int(s) for s in args.sizes.split(",")]
+    shapes = [tuple(int(d) for d in s.split("x")) if "x" in s else (int(s) // 64, 64)
+              for s in args.sizes.split(",")]
     print(f"torch {torch.__version__}, rbln profile {torch.rbln.get_device_profile()['name']}, "
           f"{torch.get_num_threads()} CPU thread(s), median of {args.iters} calls")
     print(f"{'dtype':9s} {'elements':>10s} {'cpu us':>10s} {'rbln us':>10s} {'rbln/cpu':>9s}")
     for dtype in (torch.float16, torch.bfloat16):
-        for n in sizes:
-            a = torch.randn(n // 64, 64).to(dtype)
-            b = torch.randn(n // 64, 64).to(dtype)
+        for shape in shapes:
+            n = shape[0] * shape[1]
+            a = torch.randn(shape).to(dtype)
+            b = torch.randn(shape).to(dtype)
             x, y = a.to("rbln"), b.to("rbln")
             for _ in range(3):  # Warm-up: compile and fill the warm cache.
                 a + b

@@ -135,6 +135,67 @@ def test_nan_inf_check_downloads_and_falls_back():
     assert torch.equal(w.cpu(), torch.full((64,), 2.0, dtype=torch.float16))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_nan_inf_check_finds_every_non_finite_on_warm_hits(dtype):
+    # spec: H1, H8 -- warm-cache hits check every element: NaN (any sign or
+    # payload) and +-inf anywhere in either operand, the last element
+    # included, send the call to the CPU; finite extremes do not.
+    bits = torch.int16
+    inf = torch.tensor(float("inf"), dtype=dtype).view(bits).item()
+    patterns = [inf, inf | -0x8000, inf | 1, -1, inf | 0x40]  # +inf, -inf, NaNs
+    ones = torch.ones(128, 128, dtype=dtype)
+    y = ones.to("rbln")
+    ones.to("rbln") + y  # the warm entry
+    for position in (0, 77, 8191, 16383):
+        for pattern in patterns:
+            for operand in (0, 1):
+                bad = ones.clone()
+                bad.view(-1).view(bits)[position] = pattern
+                b = bad.to("rbln")
+                before = torch.rbln.counters()
+                r = b + y if operand == 0 else y + b
+                after = torch.rbln.counters()
+                what = (position, pattern, operand)
+                # Found on the warm path: neither a hit nor a miss.
+                assert delta(before, after, "dispatch/warm_misses") == 0, what
+                assert delta(before, after, "dispatch/warm_hits") == 0, what
+                assert delta(before, after, "dispatch/cpu_fallback_why/add/nan_inf") == 1, what
+                want = bad + ones
+                assert torch.equal(r.cpu().isnan(), want.isnan()), what
+                assert torch.equal(r.cpu().nan_to_num(), want.nan_to_num()), what
+    info = torch.finfo(dtype)
+    big = torch.full((128, 128), info.max, dtype=dtype)
+    big.view(-1)[5] = -info.max
+    big.view(-1)[6] = info.tiny / 4  # subnormal
+    before = torch.rbln.counters()
+    big.to("rbln") + y
+    after = torch.rbln.counters()
+    assert delta(before, after, "dispatch/cpu_fallback_why/add/nan_inf") == 0
+    assert delta(before, after, "dispatch/warm_hits") == 1
+
+
+def test_nan_inf_check_reads_device_latest_results():
+    # spec: H1, H8 -- NaN and +-inf made on the device (0/0, +-1/0) are found
+    # in the device-latest result: one download, then the CPU runs the op.
+    n, d = torch.ones(128, 128, dtype=torch.float16), torch.ones(128, 128, dtype=torch.float16)
+    y = d.to("rbln")
+    (n.to("rbln") / y) + y  # div and add warm
+    (n.to("rbln") / y) + y
+    for position, numerator in ((3, 0.0), (16383, 1.0), (9000, -1.0)):
+        num, den = n.clone(), d.clone()
+        num.view(-1)[position], den.view(-1)[position] = numerator, 0.0
+        q = num.to("rbln") / den.to("rbln")  # computed on the device
+        before = torch.rbln.counters()
+        r = q + y
+        after = torch.rbln.counters()
+        assert delta(before, after, "dispatch/warm_misses") == 0, position
+        assert delta(before, after, "storage/downloads") >= 1, position
+        assert delta(before, after, "dispatch/cpu_fallback_why/add/nan_inf") == 1, position
+        want = num / den + d
+        assert torch.equal(r.cpu().isnan(), want.isnan())
+        assert torch.equal(r.cpu().nan_to_num(), want.nan_to_num())
+
+
 def test_deploy_skips_checks_and_downloads():
     # spec: H2, H8 -- with TORCH_RBLN_DEPLOY=ON: no check, no D2H for z * y,
     # and a NaN input runs on the device.
