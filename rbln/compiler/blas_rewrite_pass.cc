@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <optional>
 
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/SmallVector.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -277,11 +280,12 @@ Value BaseBuffer(Value v) {
   return v;
 }
 
-// True if nothing between `from` and `to` (same block) may write `source`:
-// every op with memory effects in between allocates or is a linalg op
-// writing other buffers (allocations or kernel arguments other than
-// `source`'s; distinct arguments never overlap, SPEC P4: the caller copies
-// inputs that overlap an output, aliased_inputs.h).
+// True if nothing between `from` and `to` (same block) may write or free
+// `source`: every op with memory effects in between allocates, frees
+// another buffer, or is a linalg op or memref.copy writing other buffers
+// (allocations or kernel arguments other than `source`'s; distinct
+// arguments never overlap, SPEC P4: the caller copies inputs that overlap
+// an output, aliased_inputs.h).
 bool UnwrittenBetween(Value source, mlir::Operation* from,
                       mlir::Operation* to) {
   const Value base = BaseBuffer(source);
@@ -290,12 +294,25 @@ bool UnwrittenBetween(Value source, mlir::Operation* from,
     if (mlir::isMemoryEffectFree(op) || llvm::isa<mlir::memref::AllocOp>(op)) {
       continue;
     }
-    auto linalg_op = llvm::dyn_cast<mlir::linalg::LinalgOp>(op);
-    if (!linalg_op) return false;
-    for (mlir::OpOperand* init : compat::DpsInitOperands(linalg_op)) {
-      const Value written = BaseBuffer(init->get());
-      if (written == base || !(written.getDefiningOp<mlir::memref::AllocOp>() ||
-                               written.isa<mlir::BlockArgument>())) {
+    // A freed source cannot be read later.
+    if (auto dealloc = llvm::dyn_cast<mlir::memref::DeallocOp>(op)) {
+      if (BaseBuffer(dealloc.getMemref()) == base) return false;
+      continue;
+    }
+    llvm::SmallVector<Value> written;
+    if (auto copy = llvm::dyn_cast<mlir::memref::CopyOp>(op)) {
+      written.push_back(copy.getTarget());
+    } else if (auto linalg_op = llvm::dyn_cast<mlir::linalg::LinalgOp>(op)) {
+      for (mlir::OpOperand* init : compat::DpsInitOperands(linalg_op)) {
+        written.push_back(init->get());
+      }
+    } else {
+      return false;
+    }
+    for (Value w : written) {
+      const Value buffer = BaseBuffer(w);
+      if (buffer == base || !(buffer.getDefiningOp<mlir::memref::AllocOp>() ||
+                              buffer.isa<mlir::BlockArgument>())) {
         return false;
       }
     }
@@ -359,6 +376,230 @@ Value CopySource(CopiedOperand w, mlir::Operation* op) {
   OpBuilder b(op);
   return b.create<mlir::memref::CollapseShapeOp>(
       op->getLoc(), source, w.collapse.getReassociationIndices());
+}
+
+// --- bf16 operands recovered from the f32 buffers the GEMM reads ---
+//
+// In a bf16 program every value between two ops is rounded to bf16, so the
+// f32 operands of a GEMM hold bf16 values: the generic that writes one
+// ends in the widening bitcast<f32>(extui<i32>(bits) << 16) of i16 bits,
+// either of an input (a copy) or of bits it computed itself (the rounding
+// of a layer norm, bias add, ... fused with the widening). oneDNN reads
+// the bits as bf16: a copy's source directly, computed bits from an i16
+// twin of the writer (the same generic storing the bits instead of their
+// widening). Products of bf16 values are exact in f32, so only the f32
+// summation order differs from the f32 GEMM.
+
+// The i16 bits `v` is the bf16 widening of, or null.
+Value WidenedBits(Value v) {
+  auto cast = v.getDefiningOp<mlir::arith::BitcastOp>();
+  if (!cast || !cast.getType().isF32()) return nullptr;
+  auto shift = cast.getIn().getDefiningOp<mlir::arith::ShLIOp>();
+  mlir::APInt amount;
+  if (!shift || !mlir::matchPattern(shift.getRhs(), mlir::m_ConstantInt(&amount)) ||
+      amount != 16) {
+    return nullptr;
+  }
+  auto ext = shift.getLhs().getDefiningOp<mlir::arith::ExtUIOp>();
+  if (!ext || !ext.getIn().getType().isInteger(16) || !ext.getType().isInteger(32)) {
+    return nullptr;
+  }
+  return ext.getIn();
+}
+
+bool IsAllocOrArgument(Value buffer) {
+  return buffer.getDefiningOp<mlir::memref::AllocOp>() || buffer.isa<mlir::BlockArgument>();
+}
+
+// True if `generic` writes every element of `buffer` (its only init, with
+// an identity map, all loops parallel) and reads nothing of it.
+bool OverwritesWhole(mlir::linalg::GenericOp generic, Value buffer) {
+  if (generic.getNumDpsInits() != 1 || generic.getDpsInitOperand(0)->get() != buffer ||
+      generic.getNumParallelLoops() != generic.getNumLoops() ||
+      !generic.getIndexingMapsArray().back().isIdentity()) {
+    return false;
+  }
+  mlir::Block& body = generic.getRegion().front();
+  if (!body.getArgument(generic.getNumDpsInputs()).use_empty()) return false;
+  for (mlir::OpOperand* input : generic.getDpsInputOperands()) {
+    if (BaseBuffer(input->get()) == buffer) return false;
+  }
+  return true;
+}
+
+// The generic that last wrote `buffer` (a memref.alloc) before `op`, in
+// op's block, if it overwrote all of it and nothing in between may have
+// written it; else null.
+mlir::linalg::GenericOp LastWholeWriter(Value buffer, mlir::Operation* op) {
+  for (mlir::Operation* p = op->getPrevNode(); p != nullptr; p = p->getPrevNode()) {
+    if (mlir::isMemoryEffectFree(p) || llvm::isa<mlir::memref::AllocOp>(p)) continue;
+    if (auto dealloc = llvm::dyn_cast<mlir::memref::DeallocOp>(p)) {
+      if (BaseBuffer(dealloc.getMemref()) == buffer) return nullptr;
+      continue;
+    }
+    if (auto copy = llvm::dyn_cast<mlir::memref::CopyOp>(p)) {
+      const Value target = BaseBuffer(copy.getTarget());
+      if (target == buffer || !IsAllocOrArgument(target)) return nullptr;
+      continue;
+    }
+    auto linalg_op = llvm::dyn_cast<mlir::linalg::LinalgOp>(p);
+    if (!linalg_op) return nullptr;
+    bool writes = false;
+    for (mlir::OpOperand* init : compat::DpsInitOperands(linalg_op)) {
+      const Value written = BaseBuffer(init->get());
+      if (written == buffer) {
+        writes = true;
+      } else if (!IsAllocOrArgument(written)) {
+        return nullptr;
+      }
+    }
+    if (!writes) continue;
+    auto generic = llvm::dyn_cast<mlir::linalg::GenericOp>(p);
+    if (!generic || !OverwritesWhole(generic, buffer)) return nullptr;
+    return generic;
+  }
+  return nullptr;
+}
+
+// Where the bf16 bits of a GEMM operand come from.
+struct Bf16Operand {
+  mlir::linalg::GenericOp writer;  // wrote the f32 buffer the GEMM reads
+  mlir::memref::CollapseShapeOp collapse;  // the GEMM's view of it, or null
+  Value source;             // a copy: the i16 buffer it widened, else null
+  bool transposed = false;  // a copy: out[i, j] = source[j, i]
+};
+
+// The bf16 bits of `operand`, an f32 buffer of its own that `op` reads
+// directly or through one collapse_shape, or nothing.
+std::optional<Bf16Operand> Bf16OperandOf(Value operand, mlir::Operation* op) {
+  Bf16Operand r;
+  r.collapse = operand.getDefiningOp<mlir::memref::CollapseShapeOp>();
+  const Value buffer = r.collapse ? r.collapse.getSrc() : operand;
+  if (!buffer.getDefiningOp<mlir::memref::AllocOp>()) return std::nullopt;
+  r.writer = LastWholeWriter(buffer, op);
+  if (!r.writer) return std::nullopt;
+  Value yielded =
+      llvm::cast<mlir::linalg::YieldOp>(r.writer.getRegion().front().getTerminator())
+          .getOperand(0);
+  if (!WidenedBits(yielded)) return std::nullopt;
+  // A copy whose source still holds the same bits: read the source.
+  std::optional<OperandCopy> copy = AsOperandCopy(r.writer);
+  if (copy && copy->bf16) {
+    const Value source = r.writer.getDpsInputOperand(0)->get();
+    const bool identity =
+        source.getType().cast<mlir::MemRefType>().getLayout().isIdentity();
+    if (UnwrittenBetween(source, r.writer, op) &&
+        (!r.collapse || (!copy->transposed && identity))) {
+      r.source = source;
+      r.transposed = copy->transposed;
+    }
+  }
+  return r;
+}
+
+// The i16 twin of `writer` (created once, right after it): the same
+// generic storing the bits it widens into a buffer of its own, freed at
+// the end of the block.
+Value BitsTwin(mlir::linalg::GenericOp writer,
+               llvm::DenseMap<mlir::Operation*, Value>& twins) {
+  if (auto it = twins.find(writer.getOperation()); it != twins.end()) {
+    return it->second;
+  }
+  OpBuilder b(writer);
+  const Location l = writer.getLoc();
+  auto wide = writer.getDpsInitOperand(0)->get().getType().cast<mlir::MemRefType>();
+  Value bits = b.create<mlir::memref::AllocOp>(
+      l, mlir::MemRefType::get(wide.getShape(), b.getI16Type()),
+      b.getI64IntegerAttr(64));
+  b.setInsertionPointAfter(writer);
+  auto twin = llvm::cast<mlir::linalg::GenericOp>(b.clone(*writer.getOperation()));
+  twin.getDpsInitOperand(0)->set(bits);
+  mlir::Block& body = twin.getRegion().front();
+  body.getArgument(twin.getNumDpsInputs()).setType(b.getI16Type());
+  mlir::Operation* yield = body.getTerminator();
+  Value widened = yield->getOperand(0);
+  yield->setOperand(0, WidenedBits(widened));
+  // The widening is dead now: bitcast, shli, extui.
+  for (mlir::Operation* dead = widened.getDefiningOp(); dead != nullptr;) {
+    if (!dead->use_empty()) break;
+    mlir::Operation* next = dead->getOperand(0).getDefiningOp();
+    dead->erase();
+    next = next != nullptr && next->getBlock() == &body ? next : nullptr;
+    dead = next;
+  }
+  OpBuilder(writer->getBlock()->getTerminator())
+      .create<mlir::memref::DeallocOp>(l, bits);
+  twins[writer.getOperation()] = bits;
+  return bits;
+}
+
+// The i16 matrix `op` reads in place of the f32 operand `w` stands for.
+std::optional<Matrix> Bf16Matrix(Bf16Operand w, mlir::Operation* op,
+                                 llvm::DenseMap<mlir::Operation*, Value>& twins) {
+  Value bits = w.source ? w.source : BitsTwin(w.writer, twins);
+  if (w.collapse) {
+    bits = OpBuilder(op).create<mlir::memref::CollapseShapeOp>(
+        op->getLoc(), bits, w.collapse.getReassociationIndices());
+  }
+  return AsMatrix(bits, OpBuilder(op->getContext()).getI16Type());
+}
+
+// True if an op after `writer` may read what it wrote into its buffer
+// before the buffer is overwritten whole or the block ends.
+bool WrittenValuesRead(mlir::linalg::GenericOp writer) {
+  const Value buffer = writer.getDpsInitOperand(0)->get();
+  for (mlir::Operation* p = writer->getNextNode(); p != nullptr; p = p->getNextNode()) {
+    bool touches = false;
+    p->walk([&](mlir::Operation* inner) {
+      if (llvm::isa<mlir::ViewLikeOpInterface, mlir::memref::DeallocOp>(inner)) return;
+      for (Value operand : inner->getOperands()) {
+        if (operand.getType().isa<mlir::MemRefType>() && BaseBuffer(operand) == buffer) {
+          touches = true;
+        }
+      }
+    });
+    if (!touches) continue;
+    auto generic = llvm::dyn_cast<mlir::linalg::GenericOp>(p);
+    return !(generic && OverwritesWhole(generic, buffer));
+  }
+  return false;
+}
+
+// Erases the views nothing uses, and then `writers` whose values nothing
+// reads, and their buffers once only deallocations use them.
+void EraseUnreadWriters(llvm::ArrayRef<mlir::linalg::GenericOp> writers) {
+  llvm::SmallPtrSet<mlir::Operation*, 8> seen;
+  llvm::SmallVector<mlir::linalg::GenericOp> unique;
+  for (mlir::linalg::GenericOp w : writers) {
+    if (seen.insert(w.getOperation()).second) unique.push_back(w);
+  }
+  // Views first (the GEMMs' old collapse_shapes), innermost users first.
+  std::function<void(Value)> erase_unused_views = [&](Value v) {
+    for (mlir::Operation* user : llvm::make_early_inc_range(v.getUsers())) {
+      if (!llvm::isa<mlir::ViewLikeOpInterface>(user) || user->getNumResults() != 1) continue;
+      erase_unused_views(user->getResult(0));
+      if (user->use_empty()) user->erase();
+    }
+  };
+  for (mlir::linalg::GenericOp w : unique) {
+    erase_unused_views(w.getDpsInitOperand(0)->get());
+  }
+  llvm::SmallVector<mlir::memref::AllocOp> buffers;
+  llvm::SmallPtrSet<mlir::Operation*, 8> seen_buffers;
+  for (mlir::linalg::GenericOp w : unique) {
+    if (WrittenValuesRead(w)) continue;
+    auto alloc = w.getDpsInitOperand(0)->get().getDefiningOp<mlir::memref::AllocOp>();
+    if (alloc && seen_buffers.insert(alloc.getOperation()).second) buffers.push_back(alloc);
+    w->erase();
+  }
+  for (mlir::memref::AllocOp alloc : buffers) {
+    const bool unused = llvm::all_of(alloc->getUsers(), [](mlir::Operation* u) {
+      return llvm::isa<mlir::memref::DeallocOp>(u);
+    });
+    if (!unused) continue;
+    for (mlir::Operation* user : llvm::make_early_inc_range(alloc->getUsers())) user->erase();
+    alloc->erase();
+  }
 }
 
 // The linalg.fill of +0.0 that directly precedes `op` (only ops free of
@@ -494,15 +735,45 @@ class BlasRewritePass
                          << " exists with another type";
       return signalPassFailure();
     }
-    llvm::SmallVector<mlir::linalg::GenericOp> copies;
-    for (auto& [op, gemm] : gemms) {
+    // Where each GEMM's bf16 operands come from, found before any GEMM
+    // becomes a call (the analysis reads linalg ops only).
+    struct Bf16Operands {
+      Bf16Operand a, b;
+    };
+    llvm::SmallVector<std::optional<Bf16Operands>> bf16(gemms.size());
+    for (size_t i = 0; onednn && i < gemms.size(); ++i) {
+      mlir::Operation* op = gemms[i].first;
+      std::optional<Bf16Operand> a = Bf16OperandOf(op->getOperand(0), op);
+      std::optional<Bf16Operand> b = a ? Bf16OperandOf(op->getOperand(1), op) : std::nullopt;
+      if (a && b) bf16[i] = Bf16Operands{*a, *b};
+    }
+    llvm::SmallVector<mlir::linalg::GenericOp> copies, writers;
+    llvm::DenseMap<mlir::Operation*, Value> twins;
+    for (size_t i = 0; i < gemms.size(); ++i) {
+      auto& [op, gemm] = gemms[i];
       OpBuilder b(op);
       if (!onednn) {
         EmitSgemm(b, op->getLoc(), gemm, callee);
         op->erase();
         continue;
       }
-      UseCopySources(op, gemm, copies);
+      if (bf16[i]) {
+        Bf16Operand& a = bf16[i]->a;
+        if (a.transposed) {  // A cannot be read transposed: from a twin.
+          a.source = nullptr;
+          a.transposed = false;
+        }
+        std::optional<Matrix> ma = Bf16Matrix(a, op, twins);
+        std::optional<Matrix> mb = Bf16Matrix(bf16[i]->b, op, twins);
+        if (ma && mb) {  // (always: identity layouts, unit inner stride)
+          gemm.a = *ma;
+          gemm.b = *mb;
+          gemm.bf16 = true;
+          gemm.trans_b ^= bf16[i]->b.transposed;
+          writers.append({a.writer, bf16[i]->b.writer});
+        }
+      }
+      if (!gemm.bf16) UseCopySources(op, gemm, copies);
       if (mlir::linalg::FillOp fill = ZeroFillOf(gemm.c.memref, op)) {
         gemm.overwrite = true;
         fill->erase();
@@ -511,33 +782,19 @@ class BlasRewritePass
       op->erase();
     }
     EraseUnread(copies);
+    EraseUnreadWriters(writers);
   }
 
  private:
   static constexpr char kOpenBlasOption[] = "openblas";
   static constexpr char kOnednnOption[] = "onednn";
 
-  // Operands go to oneDNN as they were before the frontend copied them:
-  // bf16 ones as bf16 (when both f32 operands are widened from i16
-  // buffers), and a transposed copy of B (a permute before the GEMM,
-  // bf16 or f32) as B read transposed.
+  // An f32 GEMM (bf16 ones are Bf16OperandOf's): a transposed f32 copy of
+  // B (a permute before the GEMM) goes to oneDNN as B read transposed.
   static void UseCopySources(
       mlir::Operation* op, Gemm& gemm,
       llvm::SmallVectorImpl<mlir::linalg::GenericOp>& copies) {
-    std::optional<CopiedOperand> ca = CopiedOperandOf(gemm.a.memref, op);
     std::optional<CopiedOperand> cb = CopiedOperandOf(gemm.b.memref, op);
-    if (ca && cb && ca->copy.bf16 && cb->copy.bf16 && !ca->copy.transposed) {
-      Type i16 = OpBuilder(op->getContext()).getI16Type();
-      std::optional<Matrix> a = AsMatrix(CopySource(*ca, op), i16);
-      std::optional<Matrix> b = AsMatrix(CopySource(*cb, op), i16);
-      if (!a || !b) return;  // (never: identity layouts, unit inner stride)
-      gemm.a = *a;
-      gemm.b = *b;
-      gemm.bf16 = true;
-      gemm.trans_b ^= cb->copy.transposed;
-      copies.append({ca->generic, cb->generic});
-      return;
-    }
     if (cb && !cb->copy.bf16 && cb->copy.transposed) {
       std::optional<Matrix> b = AsMatrix(CopySource(*cb, op));
       if (!b) return;

@@ -13,12 +13,15 @@
 // resolvable (LoadOpenBlas() in blas_loader.h).
 //
 // With library=onednn the GEMMs become calls of rbln_gemm (onednn_gemm.h):
-//  - operands go to oneDNN as they were before the frontend copied them
-//    into fresh f32 buffers (each written only by one generic, its source
-//    not written in between): bf16 ones as bf16 when both operands are
-//    widened from i16 buffers, and a B copied transposed (a permute or t
-//    before the GEMM, fused with the widening or not) as B read
-//    transposed; the copies are dropped if nothing else reads them;
+//  - bf16 operands go to oneDNN as bf16: when the generics that last
+//    wrote both f32 operand buffers (whole) yield the bf16 widening of
+//    i16 bits, the GEMM reads the i16 source of a copy (its source not
+//    written in between; a transposing copy of B as B read transposed) or
+//    the i16 twin of a generic that computed the bits (a layer norm's or
+//    bias add's rounding fused with the widening: the same generic
+//    storing the bits); an f32 B copied transposed (a permute before the
+//    GEMM) is read transposed from its source; writers whose f32 values
+//    nothing reads any more are dropped;
 //  - a linalg.fill of +0.0 of C right before the GEMM is dropped and the
 //    call overwrites C (no accumulation pass over C);
 //  - a GEMM large enough is cut into blocks (at most kMaxGemmBlocks of at

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Parser/Parser.h"
@@ -319,8 +320,9 @@ TEST(BlasRewritePassTest, OnednnTakesBf16OperandsAsTheyAre) {
 }
 
 // A bf16 source written between its widening and the GEMM: the GEMM must
-// read the widened copy (f32), not the overwritten source. C is filled with
-// 1.0 (not 0): the call accumulates into it.
+// read the bits as they were at the widening (its i16 twin there), not
+// the overwritten source. C is filled with 1.0 (not 0): the call
+// accumulates into it.
 constexpr char kOverwrittenSourceKernel[] = R"mlir(
 func.func @kernel(%x: memref<2x2xi16>, %y: memref<2x2xi16>,
                   %c: memref<2x2xf32>) attributes {llvm.emit_c_interface} {
@@ -368,8 +370,10 @@ TEST(BlasRewritePassTest, OnednnReadsWidenedCopyOfAnOverwrittenSource) {
   ASSERT_TRUE(RunStages(*module, {OnednnStage()}, "overwritten").ok());
   std::vector<GemmCall> calls = OnednnCalls(*module);
   ASSERT_EQ(calls.size(), 1u);
-  EXPECT_EQ(calls[0].type, 0);  // f32: the widened copies
+  EXPECT_EQ(calls[0].type, 1);  // bf16: x's twin, y itself
   EXPECT_EQ(Count<mlir::linalg::FillOp>(*module), 2);
+  // The twin copying x's bits; both widenings are gone.
+  EXPECT_EQ(Count<mlir::linalg::GenericOp>(*module), 1);
   absl::Status s = RunStages(*module, LoweringStages(), "overwritten");
   ASSERT_TRUE(s.ok()) << s;
   ir::Graph g;
@@ -391,6 +395,82 @@ TEST(BlasRewritePassTest, OnednnReadsWidenedCopyOfAnOverwrittenSource) {
   ASSERT_TRUE(out.ok()) << out.status();
   // 1 + x @ y with x's values from before the fill.
   ExpectExact((*out)[0], {2, 3, 4, 5}, "c");
+}
+
+// h = x * g (rounded to bf16, the rounding fused with the widening for
+// the GEMMs), then three linears reading h, as a layer norm feeds the
+// query, key and value projections (x [m, k], g [k], w_i [n, k]).
+ir::Graph SharedComputedOperandGraph(ir::DType d, int64_t m, int64_t n, int64_t k) {
+  ir::Graph g;
+  g.set_name("shared_operand");
+  AddInput(g, "x", Type(d, {m, k}));
+  AddInput(g, "g", Type(d, {k}));
+  for (const char* w : {"w0", "w1", "w2"}) AddInput(g, w, Type(d, {n, k}));
+  AddNode(g, "mul", {"x", "g"}, "h", Type(d, {m, k}));
+  for (int i = 0; i < 3; ++i) {
+    const std::string out = "out" + std::to_string(i);
+    AddNode(g, "linear", {"h", "w" + std::to_string(i)}, out, Type(d, {m, n}));
+    g.add_outputs(out);
+  }
+  return g;
+}
+
+int CountAllocs(mlir::ModuleOp m, mlir::Type element) {
+  int n = 0;
+  m.walk([&](mlir::memref::AllocOp alloc) {
+    n += alloc.getType().getElementType() == element;
+  });
+  return n;
+}
+
+TEST(BlasRewritePassTest, OnednnReadsComputedBf16OperandsFromATwin) {
+  // Every GEMM of a bf16 graph runs in bf16: the operand computed by the
+  // mul (fused with its widening) is read from one i16 twin shared by the
+  // three GEMMs, the weights as they are; no f32 operand buffer is left.
+  if (!LoadOnednn()) GTEST_SKIP() << OnednnDescription();
+  const ir::DType bf = ir::BFLOAT16;
+  const ir::Graph g = SharedComputedOperandGraph(bf, 9, 70, 33);
+  auto context = CreateCompilerContext();
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      RewriteGraph(g, context.get(), OnednnStage());
+  ASSERT_TRUE(module);
+  std::vector<GemmCall> calls = OnednnCalls(*module);
+  ASSERT_EQ(calls.size(), 3u);
+  for (const GemmCall& call : calls) EXPECT_EQ(call.type, 1);
+  EXPECT_EQ(CountAllocs(*module, mlir::Float32Type::get(context.get())), 3)
+      << "only the three f32 GEMM results";
+  EXPECT_EQ(CountAllocs(*module, mlir::IntegerType::get(context.get(), 16)), 1)
+      << "one twin";
+  // Against the loops (f32 GEMMs on the widened values).
+  const std::vector<HostTensor> inputs = {Random(bf, {9, 33}, 1), Random(bf, {33}, 2),
+                                          Random(bf, {70, 33}, 3), Random(bf, {70, 33}, 4),
+                                          Random(bf, {70, 33}, 5)};
+  std::vector<std::vector<HostTensor>> results;
+  for (bool onednn : {true, false}) {
+    auto context = CreateCompilerContext();
+    auto imported = ImportGraph(g, context.get());
+    ASSERT_TRUE(imported.ok()) << imported.status();
+    std::vector<Stage> blas;
+    if (onednn) blas.push_back(OnednnStage());
+    absl::Status s = RunStages(
+        **imported,
+        Concat({FusionStages(), BufferizationStages(), blas, LoweringStages()}), "t");
+    ASSERT_TRUE(s.ok()) << s;
+    auto program = CompiledProgram::Create(**imported, g);
+    ASSERT_TRUE(program.ok()) << program.status();
+    auto out = RunProgram(**program, inputs);
+    ASSERT_TRUE(out.ok()) << out.status();
+    results.push_back(*out);
+  }
+  for (int i = 0; i < 3; ++i) {
+    std::vector<double> tol;
+    for (double v : results[1][i].values) {
+      // h in [-4, 4), w in [-2, 2), k = 33: f32 summation order differs,
+      // both round once to bf16.
+      tol.push_back(2 * UnitRoundoff(bf) * std::fabs(v) + 33 * 8 * 6e-8);
+    }
+    ExpectClose(results[0][i], results[1][i].values, tol, "out" + std::to_string(i));
+  }
 }
 
 TEST(BlasRewritePassTest, OnednnAndLoopsAgree) {
