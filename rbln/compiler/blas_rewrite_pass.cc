@@ -21,6 +21,8 @@
 #include "mlir/Pass/Pass.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/IR/Matchers.h"
+#include "mlir/IR/SymbolTable.h"
+#include "rbln/compiler/library_epilogue.h"
 #include "rbln/compiler/mlir_compat.h"
 #include "rbln/compiler/onednn_gemm.h"
 #include "rbln/compiler/partition_pass.h"
@@ -58,6 +60,9 @@ struct Gemm {
   // dropped) instead of accumulated into.
   bool bf16 = false;
   bool overwrite = false;
+  // oneDNN only: C stored as bf16 by the call (the rounding generic that
+  // followed the GEMM folded into it; c is then the i16 buffer).
+  StoreType store = StoreType::kF32;
 };
 
 bool FitsInt32(int64_t v) { return v <= std::numeric_limits<int32_t>::max(); }
@@ -380,6 +385,167 @@ mlir::linalg::FillOp ZeroFillOf(Value c, mlir::Operation* op) {
   return nullptr;
 }
 
+// True if `generic` is the frontend's rounding of f32 to bf16 bits
+// (F32ToBf16: round to nearest even on the integer bits, NaN -> 0x7fc0),
+// element for element from its only input to its only output, an i16
+// buffer: what oneDNN's bf16 store computes (RoundToBf16).
+bool IsBf16Rounding(mlir::linalg::GenericOp generic) {
+  if (generic.getNumDpsInputs() != 1 || generic.getNumDpsInits() != 1 ||
+      generic.getNumParallelLoops() != generic.getNumLoops() ||
+      !llvm::all_of(generic.getIndexingMapsArray(),
+                    [](mlir::AffineMap m) { return m.isIdentity(); })) {
+    return false;
+  }
+  auto in = generic.getDpsInputOperand(0)->get().getType().dyn_cast<mlir::MemRefType>();
+  auto out = generic.getDpsInitOperand(0)->get().getType().dyn_cast<mlir::MemRefType>();
+  if (!in || !out || !in.getElementType().isF32() ||
+      !out.getElementType().isInteger(16)) {
+    return false;
+  }
+  mlir::Block& body = generic.getRegion().front();
+  const Value x = body.getArgument(0);
+  auto constant = [](Value v, int64_t expected) {
+    mlir::APInt c;
+    return mlir::matchPattern(v, mlir::m_ConstantInt(&c)) &&
+           c.getSExtValue() == expected;
+  };
+  // trunci(select(cmpf uno x x, 0x7fc0, (u + 0x7fff + ((u >> 16) & 1)) >> 16))
+  auto trunc = llvm::cast<mlir::linalg::YieldOp>(body.getTerminator())
+                   .getOperand(0)
+                   .getDefiningOp<mlir::arith::TruncIOp>();
+  auto select = trunc ? trunc.getIn().getDefiningOp<mlir::arith::SelectOp>()
+                      : nullptr;
+  if (!select || !constant(select.getTrueValue(), 0x7fc0)) return false;
+  auto nan = select.getCondition().getDefiningOp<mlir::arith::CmpFOp>();
+  if (!nan || nan.getPredicate() != mlir::arith::CmpFPredicate::UNO ||
+      nan.getLhs() != x || nan.getRhs() != x) {
+    return false;
+  }
+  auto rounded = select.getFalseValue().getDefiningOp<mlir::arith::ShRUIOp>();
+  if (!rounded || !constant(rounded.getRhs(), 16)) return false;
+  // The operands of a commutative op, in the order `first` wants (it
+  // matches the first of them), or nothing.
+  auto ordered = [](mlir::Operation* op, auto first)
+      -> std::optional<std::pair<Value, Value>> {
+    if (!op || op->getNumOperands() != 2) return std::nullopt;
+    Value l = op->getOperand(0), r = op->getOperand(1);
+    if (first(l)) return std::pair{l, r};
+    if (first(r)) return std::pair{r, l};
+    return std::nullopt;
+  };
+  auto sum = ordered(
+      rounded.getLhs().getDefiningOp<mlir::arith::AddIOp>(),
+      [](Value v) { return static_cast<bool>(v.getDefiningOp<mlir::arith::BitcastOp>()); });
+  if (!sum) return false;
+  auto bits = sum->first.getDefiningOp<mlir::arith::BitcastOp>();
+  auto bias = ordered(sum->second.getDefiningOp<mlir::arith::AddIOp>(),
+                      [&](Value v) { return constant(v, 0x7fff); });
+  if (bits.getIn() != x || !bias) return false;
+  auto lsb = ordered(bias->second.getDefiningOp<mlir::arith::AndIOp>(),
+                     [&](Value v) { return constant(v, 1); });
+  if (!lsb) return false;
+  auto high = lsb->second.getDefiningOp<mlir::arith::ShRUIOp>();
+  return high && high.getLhs() == bits.getResult() &&
+         constant(high.getRhs(), 16);
+}
+
+// The generic after `op` that rounds the GEMM's C to bf16 into another
+// buffer, and that buffer as a matrix the GEMM can store into, or nothing.
+// C must be a buffer of its own (memref.alloc, identity layout) that the
+// GEMM writes whole (directly or through a reshape) and that nothing but
+// the rounding reads (directly or through a reshape); the rounded buffer
+// has the same shape as C's view or is contiguous. Nothing between `op`
+// and the rounding may touch the rounded buffer: the call will write it at
+// `op`.
+struct Bf16Store {
+  mlir::linalg::GenericOp rounding;
+  Matrix out;
+};
+
+bool IsReshape(mlir::Operation* op) {
+  return llvm::isa_and_nonnull<mlir::memref::CollapseShapeOp,
+                               mlir::memref::ExpandShapeOp>(op);
+}
+
+std::optional<Bf16Store> Bf16StoreOf(const Matrix& c, mlir::Operation* op) {
+  mlir::Operation* c_view = c.memref.getDefiningOp();
+  if (IsReshape(c_view)) {
+    if (!c_view->hasOneUse()) return std::nullopt;
+  } else {
+    c_view = nullptr;
+  }
+  Value buffer = c_view ? c_view->getOperand(0) : c.memref;
+  auto alloc = buffer.getDefiningOp<mlir::memref::AllocOp>();
+  if (!alloc || !alloc.getType().getLayout().isIdentity() ||
+      c.offset != 0 || c.ld != c.cols) {
+    return std::nullopt;
+  }
+  mlir::linalg::GenericOp rounding;
+  for (mlir::Operation* user : alloc->getUsers()) {
+    if (user == op || user == c_view ||
+        llvm::isa<mlir::memref::DeallocOp>(user)) {
+      continue;
+    }
+    mlir::Operation* reader = user;
+    if (IsReshape(user)) {
+      if (!user->hasOneUse()) return std::nullopt;
+      reader = *user->getUsers().begin();
+    }
+    auto generic = llvm::dyn_cast<mlir::linalg::GenericOp>(reader);
+    if (rounding || !generic || !IsBf16Rounding(generic) ||
+        BaseBuffer(generic.getDpsInputOperand(0)->get()) != buffer ||
+        generic->getBlock() != op->getBlock() ||
+        !op->isBeforeInBlock(generic)) {
+      return std::nullopt;
+    }
+    rounding = generic;
+  }
+  if (!rounding) return std::nullopt;
+  Value out = rounding.getDpsInitOperand(0)->get();
+  const Value out_base = BaseBuffer(out);
+  for (mlir::OpOperand& operand : op->getOpOperands()) {
+    if (BaseBuffer(operand.get()) == out_base) return std::nullopt;
+  }
+  // The buffer must exist where the call is.
+  if (mlir::Operation* def = out.getDefiningOp();
+      def && def->getBlock() == op->getBlock() && !def->isBeforeInBlock(op)) {
+    return std::nullopt;
+  }
+  for (mlir::Operation* between = op->getNextNode(); between != rounding;
+       between = between->getNextNode()) {
+    if (mlir::isMemoryEffectFree(between) ||
+        llvm::isa<mlir::memref::AllocOp>(between)) {
+      continue;
+    }
+    if (!llvm::isa<mlir::linalg::LinalgOp>(between) ||
+        llvm::any_of(between->getOperands(), [&](Value v) {
+          return BaseBuffer(v) == out_base;
+        })) {
+      return std::nullopt;
+    }
+  }
+  OpBuilder b(op);
+  auto out_type = out.getType().cast<mlir::MemRefType>();
+  auto c_type = c.memref.getType().cast<mlir::MemRefType>();
+  if (out_type.getShape() == c_type.getShape()) {
+    std::optional<Matrix> m = AsMatrix(out, b.getI16Type());
+    if (m && m->rows == c.rows && m->cols == c.cols) {
+      return Bf16Store{rounding, *m};
+    }
+    return std::nullopt;
+  }
+  // Another shape of the same elements: both contiguous, C's matrices laid
+  // out one after the other.
+  if (!out_type.hasStaticShape() || !out_type.getLayout().isIdentity() ||
+      out_type.getNumElements() != c_type.getNumElements()) {
+    return std::nullopt;
+  }
+  Matrix m = c;
+  m.memref = out;
+  m.element_bytes = 2;
+  return Bf16Store{rounding, m};
+}
+
 // The declaration of rbln_gemm (18 i64 arguments), added once; null if the
 // module has the symbol with another type.
 mlir::func::FuncOp DeclareOnednnGemm(mlir::ModuleOp module) {
@@ -398,6 +564,44 @@ mlir::func::FuncOp DeclareOnednnGemm(mlir::ModuleOp module) {
   return decl;
 }
 
+// The declaration of rbln_gemm_problem (7 i64 arguments), added once; null
+// if the module has the symbol with another type.
+mlir::func::FuncOp DeclareOnednnGemmProblem(mlir::ModuleOp module) {
+  OpBuilder b(module.getContext());
+  mlir::FunctionType type =
+      b.getFunctionType(llvm::SmallVector<Type>(7, b.getI64Type()), {});
+  if (auto existing =
+          module.lookupSymbol<mlir::func::FuncOp>(kOnednnGemmProblemSymbol)) {
+    return existing.getFunctionType() == type ? existing : nullptr;
+  }
+  if (module.lookupSymbol(kOnednnGemmProblemSymbol)) return nullptr;
+  b.setInsertionPointToStart(module.getBody());
+  auto decl = b.create<mlir::func::FuncOp>(module.getLoc(),
+                                           kOnednnGemmProblemSymbol, type);
+  decl.setPrivate();
+  return decl;
+}
+
+// `words` as a private constant global of the module (renamed if the name
+// is taken).
+mlir::memref::GlobalOp ProblemGlobal(mlir::ModuleOp module,
+                                     mlir::SymbolTable& symbols,
+                                     const std::vector<int64_t>& words) {
+  OpBuilder b(module.getContext());
+  b.setInsertionPointToStart(module.getBody());
+  auto type = mlir::MemRefType::get({static_cast<int64_t>(words.size())},
+                                    b.getI64Type());
+  auto value = mlir::DenseElementsAttr::get(
+      mlir::RankedTensorType::get(type.getShape(), b.getI64Type()),
+      llvm::ArrayRef<int64_t>(words));
+  auto global = b.create<mlir::memref::GlobalOp>(
+      module.getLoc(), std::string(kOnednnGemmProblemSymbol) + "_words",
+      b.getStringAttr("private"), type, value, /*constant=*/true,
+      /*alignment=*/b.getI64IntegerAttr(8));
+  symbols.insert(global);
+  return global;
+}
+
 // Blocks a GEMM is cut into (onednn_gemm.h): enough work per block to
 // amortize a call (~2 M multiply-adds, well under a millisecond), at most
 // kMaxGemmBlocks, and no more than the split dimension has.
@@ -408,8 +612,31 @@ int64_t BlocksFor(const Gemm& g) {
       1, std::min({kMaxGemmBlocks, work / kMinGemmBlockWork, split}));
 }
 
+// The GemmProblem `g` describes (GEMM library words, onednn_gemm.h).
+GemmProblem ProblemOf(const Gemm& g) {
+  GemmProblem p;
+  p.type = g.bf16 ? GemmOperandType::kBF16 : GemmOperandType::kF32;
+  p.trans_b = g.trans_b;
+  p.accumulate = !g.overwrite;
+  p.batch = g.batch;
+  p.m = g.m;
+  p.n = g.n;
+  p.k = g.k;
+  p.lda = g.a.ld;
+  p.ldb = g.b.ld;
+  p.ldc = g.c.ld;
+  p.stride_a = g.batch > 1 ? g.a.batch_stride : 0;
+  p.stride_b = g.batch > 1 ? g.b.batch_stride : 0;
+  p.stride_c = g.batch > 1 ? g.c.batch_stride : 0;
+  p.epilogue.store = g.store;
+  return p;
+}
+
+// Emits the call(s) of `gemm`: rbln_gemm with the problem as arguments, or,
+// with an epilogue, rbln_gemm_problem with the problem's words in the
+// constant global `problem`.
 void EmitOnednnGemm(OpBuilder& b, Location l, const Gemm& g,
-                    mlir::func::FuncOp gemm) {
+                    mlir::func::FuncOp gemm, mlir::memref::GlobalOp problem) {
   auto i64 = [&](int64_t v) -> Value {
     return b.create<mlir::arith::ConstantIntOp>(l, v, 64);
   };
@@ -417,16 +644,24 @@ void EmitOnednnGemm(OpBuilder& b, Location l, const Gemm& g,
     return b.create<mlir::arith::IndexCastOp>(l, b.getI64Type(),
                                               BaseAddress(b, l, m));
   };
-  const GemmOperandType type =
-      g.bf16 ? GemmOperandType::kBF16 : GemmOperandType::kF32;
+  const GemmProblem p = ProblemOf(g);
   const int64_t blocks = BlocksFor(g);
-  llvm::SmallVector<Value> args = {
-      i64(static_cast<int64_t>(type)), i64(g.trans_b), i64(!g.overwrite),
-      i64(g.batch), i64(g.m), i64(g.n), i64(g.k), i64(g.a.ld), i64(g.b.ld),
-      i64(g.c.ld), i64(g.batch > 1 ? g.a.batch_stride : 0),
-      i64(g.batch > 1 ? g.b.batch_stride : 0),
-      i64(g.batch > 1 ? g.c.batch_stride : 0), address(g.a), address(g.b),
-      address(g.c)};
+  llvm::SmallVector<Value> args;
+  if (problem) {
+    Value words = b.create<mlir::memref::GetGlobalOp>(l, problem.getType(),
+                                                      problem.getSymName());
+    Value words_address = b.create<mlir::arith::IndexCastOp>(
+        l, b.getI64Type(),
+        b.create<mlir::memref::ExtractAlignedPointerAsIndexOp>(l, words));
+    args = {words_address, address(g.a), address(g.b), address(g.c),
+            i64(0)};
+  } else {
+    args = {i64(static_cast<int64_t>(p.type)), i64(p.trans_b),
+            i64(p.accumulate), i64(p.batch), i64(p.m), i64(p.n), i64(p.k),
+            i64(p.lda), i64(p.ldb), i64(p.ldc), i64(p.stride_a),
+            i64(p.stride_b), i64(p.stride_c), address(g.a), address(g.b),
+            address(g.c)};
+  }
   auto work = b.getI64IntegerAttr(g.batch * g.m * g.n * g.k);
   if (blocks == 1) {
     args.append({i64(0), i64(1)});
@@ -495,6 +730,8 @@ class BlasRewritePass
       return signalPassFailure();
     }
     llvm::SmallVector<mlir::linalg::GenericOp> copies;
+    mlir::func::FuncOp problem_callee;
+    mlir::SymbolTable symbols(module);
     for (auto& [op, gemm] : gemms) {
       OpBuilder b(op);
       if (!onednn) {
@@ -507,7 +744,33 @@ class BlasRewritePass
         gemm.overwrite = true;
         fill->erase();
       }
-      EmitOnednnGemm(b, op->getLoc(), gemm, callee);
+      // C rounded to bf16 right after (a bf16 result): the call stores
+      // bf16 into the rounded buffer, C and the rounding pass go away.
+      std::optional<Bf16Store> store;
+      if (gemm.overwrite && gemm.bf16 &&
+          (gemm.batch == 1 || gemm.c.batch_stride == gemm.m * gemm.c.ld)) {
+        store = Bf16StoreOf(gemm.c, op);
+      }
+      if (store && !problem_callee) {
+        problem_callee = DeclareOnednnGemmProblem(module);
+        if (!problem_callee) {
+          module.emitError() << "symbol " << kOnednnGemmProblemSymbol
+                             << " exists with another type";
+          return signalPassFailure();
+        }
+      }
+      if (store) {
+        const Value c = gemm.c.memref;
+        gemm.c = store->out;
+        gemm.store = StoreType::kBF16;
+        mlir::memref::GlobalOp words =
+            ProblemGlobal(module, symbols, ProblemOf(gemm).Encode());
+        EmitOnednnGemm(b, op->getLoc(), gemm, problem_callee, words);
+        op->erase();
+        EraseRoundedBuffer(store->rounding, c);
+        continue;
+      }
+      EmitOnednnGemm(b, op->getLoc(), gemm, callee, nullptr);
       op->erase();
     }
     EraseUnread(copies);
@@ -545,6 +808,24 @@ class BlasRewritePass
       gemm.trans_b = !gemm.trans_b;
       copies.push_back(cb->generic);
     }
+  }
+
+  // The rounding generic whose work the call took over, and C: its buffer,
+  // the reshapes through which the GEMM and the rounding used it, its
+  // deallocs.
+  static void EraseRoundedBuffer(mlir::linalg::GenericOp rounding, Value c) {
+    Value read = rounding.getDpsInputOperand(0)->get();
+    rounding->erase();
+    mlir::Operation* alloc = BaseBuffer(c).getDefiningOp();
+    for (Value view : {read, c}) {
+      if (view.getDefiningOp() != alloc && view.use_empty()) {
+        view.getDefiningOp()->erase();
+      }
+    }
+    for (mlir::Operation* user : llvm::make_early_inc_range(alloc->getUsers())) {
+      user->erase();  // deallocs only: the GEMM and the rounding are gone
+    }
+    alloc->erase();
   }
 
   // Copies whose f32 buffer nothing reads any more (views of it left
