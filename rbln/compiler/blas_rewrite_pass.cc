@@ -63,6 +63,8 @@ struct Gemm {
   // oneDNN only: C stored as bf16 by the call (the rounding generic that
   // followed the GEMM folded into it; c is then the i16 buffer).
   StoreType store = StoreType::kF32;
+  // oneDNN only: a per-column bias added by the call (row 0 of `sides`).
+  bool bias = false;
 };
 
 bool FitsInt32(int64_t v) { return v <= std::numeric_limits<int32_t>::max(); }
@@ -385,68 +387,130 @@ mlir::linalg::FillOp ZeroFillOf(Value c, mlir::Operation* op) {
   return nullptr;
 }
 
-// True if `generic` is the frontend's rounding of f32 to bf16 bits
-// (F32ToBf16: round to nearest even on the integer bits, NaN -> 0x7fc0),
-// element for element from its only input to its only output, an i16
-// buffer: what oneDNN's bf16 store computes (RoundToBf16).
-bool IsBf16Rounding(mlir::linalg::GenericOp generic) {
-  if (generic.getNumDpsInputs() != 1 || generic.getNumDpsInits() != 1 ||
-      generic.getNumParallelLoops() != generic.getNumLoops() ||
-      !llvm::all_of(generic.getIndexingMapsArray(),
-                    [](mlir::AffineMap m) { return m.isIdentity(); })) {
-    return false;
-  }
-  auto in = generic.getDpsInputOperand(0)->get().getType().dyn_cast<mlir::MemRefType>();
-  auto out = generic.getDpsInitOperand(0)->get().getType().dyn_cast<mlir::MemRefType>();
-  if (!in || !out || !in.getElementType().isF32() ||
-      !out.getElementType().isInteger(16)) {
-    return false;
-  }
-  mlir::Block& body = generic.getRegion().front();
-  const Value x = body.getArgument(0);
-  auto constant = [](Value v, int64_t expected) {
-    mlir::APInt c;
-    return mlir::matchPattern(v, mlir::m_ConstantInt(&c)) &&
-           c.getSExtValue() == expected;
-  };
-  // trunci(select(cmpf uno x x, 0x7fc0, (u + 0x7fff + ((u >> 16) & 1)) >> 16))
-  auto trunc = llvm::cast<mlir::linalg::YieldOp>(body.getTerminator())
-                   .getOperand(0)
-                   .getDefiningOp<mlir::arith::TruncIOp>();
+bool IsConstantInt(Value v, int64_t expected) {
+  mlir::APInt c;
+  return mlir::matchPattern(v, mlir::m_ConstantInt(&c)) &&
+         c.getSExtValue() == expected;
+}
+
+// The operands of a commutative op, the one `first` accepts first, or
+// nothing.
+template <typename Pred>
+std::optional<std::pair<Value, Value>> Ordered(mlir::Operation* op,
+                                               Pred first) {
+  if (!op || op->getNumOperands() != 2) return std::nullopt;
+  Value l = op->getOperand(0), r = op->getOperand(1);
+  if (first(l)) return std::pair{l, r};
+  if (first(r)) return std::pair{r, l};
+  return std::nullopt;
+}
+
+// The f32 value whose bf16 bits `v` is, if `v` is the frontend's rounding
+// (F32ToBf16: trunci(select(cmpf uno x x, 0x7fc0, (u + (0x7fff + ((u >> 16)
+// & 1))) >> 16)), u = bitcast x: nearest even, NaN -> 0x7fc0), else null:
+// what oneDNN's bf16 store computes (RoundToBf16).
+Value RoundedToBf16(Value v) {
+  auto trunc = v.getDefiningOp<mlir::arith::TruncIOp>();
   auto select = trunc ? trunc.getIn().getDefiningOp<mlir::arith::SelectOp>()
                       : nullptr;
-  if (!select || !constant(select.getTrueValue(), 0x7fc0)) return false;
+  if (!select || !IsConstantInt(select.getTrueValue(), 0x7fc0)) return nullptr;
   auto nan = select.getCondition().getDefiningOp<mlir::arith::CmpFOp>();
   if (!nan || nan.getPredicate() != mlir::arith::CmpFPredicate::UNO ||
-      nan.getLhs() != x || nan.getRhs() != x) {
-    return false;
+      nan.getLhs() != nan.getRhs()) {
+    return nullptr;
   }
+  const Value x = nan.getLhs();
   auto rounded = select.getFalseValue().getDefiningOp<mlir::arith::ShRUIOp>();
-  if (!rounded || !constant(rounded.getRhs(), 16)) return false;
-  // The operands of a commutative op, in the order `first` wants (it
-  // matches the first of them), or nothing.
-  auto ordered = [](mlir::Operation* op, auto first)
-      -> std::optional<std::pair<Value, Value>> {
-    if (!op || op->getNumOperands() != 2) return std::nullopt;
-    Value l = op->getOperand(0), r = op->getOperand(1);
-    if (first(l)) return std::pair{l, r};
-    if (first(r)) return std::pair{r, l};
-    return std::nullopt;
-  };
-  auto sum = ordered(
-      rounded.getLhs().getDefiningOp<mlir::arith::AddIOp>(),
-      [](Value v) { return static_cast<bool>(v.getDefiningOp<mlir::arith::BitcastOp>()); });
-  if (!sum) return false;
+  if (!rounded || !IsConstantInt(rounded.getRhs(), 16)) return nullptr;
+  auto sum = Ordered(rounded.getLhs().getDefiningOp<mlir::arith::AddIOp>(),
+                     [](Value v) {
+                       return static_cast<bool>(
+                           v.getDefiningOp<mlir::arith::BitcastOp>());
+                     });
+  if (!sum) return nullptr;
   auto bits = sum->first.getDefiningOp<mlir::arith::BitcastOp>();
-  auto bias = ordered(sum->second.getDefiningOp<mlir::arith::AddIOp>(),
-                      [&](Value v) { return constant(v, 0x7fff); });
-  if (bits.getIn() != x || !bias) return false;
-  auto lsb = ordered(bias->second.getDefiningOp<mlir::arith::AndIOp>(),
-                     [&](Value v) { return constant(v, 1); });
-  if (!lsb) return false;
+  auto bias = Ordered(sum->second.getDefiningOp<mlir::arith::AddIOp>(),
+                      [](Value v) { return IsConstantInt(v, 0x7fff); });
+  if (bits.getIn() != x || !bias) return nullptr;
+  auto lsb = Ordered(bias->second.getDefiningOp<mlir::arith::AndIOp>(),
+                     [](Value v) { return IsConstantInt(v, 1); });
+  if (!lsb) return nullptr;
   auto high = lsb->second.getDefiningOp<mlir::arith::ShRUIOp>();
-  return high && high.getLhs() == bits.getResult() &&
-         constant(high.getRhs(), 16);
+  if (!high || high.getLhs() != bits.getResult() ||
+      !IsConstantInt(high.getRhs(), 16)) {
+    return nullptr;
+  }
+  return x;
+}
+
+// True if `v` is `bits` (i16) widened from bf16 to f32 (Bf16ToF32).
+bool IsBf16Widening(Value v, Value bits) {
+  auto cast = v.getDefiningOp<mlir::arith::BitcastOp>();
+  auto shift = cast ? cast.getIn().getDefiningOp<mlir::arith::ShLIOp>() : nullptr;
+  auto ext = shift ? shift.getLhs().getDefiningOp<mlir::arith::ExtUIOp>() : nullptr;
+  return ext && ext.getIn() == bits && IsConstantInt(shift.getRhs(), 16) &&
+         cast.getType().isF32();
+}
+
+// What an element-wise generic after a GEMM does with C that the call can
+// do instead (a LibraryEpilogue): out = store(C [+ bias[column]]), the
+// bias (its second input, 1-D, indexed by the last dim only, f32 or bf16)
+// added in f32, the store rounding to bf16 into an i16 output or storing
+// f32. C is its first input (identity map), the output has an identity map.
+struct EpilogueGeneric {
+  StoreType store = StoreType::kF32;
+  Value bias;  // null if none
+};
+
+std::optional<EpilogueGeneric> AsEpilogueGeneric(mlir::linalg::GenericOp g) {
+  const int64_t inputs = g.getNumDpsInputs();
+  if ((inputs != 1 && inputs != 2) || g.getNumDpsInits() != 1 ||
+      g.getNumParallelLoops() != g.getNumLoops()) {
+    return std::nullopt;
+  }
+  llvm::SmallVector<mlir::AffineMap> maps = g.getIndexingMapsArray();
+  if (!maps[0].isIdentity() || !maps.back().isIdentity()) return std::nullopt;
+  auto in = g.getDpsInputOperand(0)->get().getType().dyn_cast<mlir::MemRefType>();
+  auto out = g.getDpsInitOperand(0)->get().getType().dyn_cast<mlir::MemRefType>();
+  if (!in || !out || !in.getElementType().isF32()) return std::nullopt;
+  EpilogueGeneric e;
+  if (out.getElementType().isInteger(16)) {
+    e.store = StoreType::kBF16;
+  } else if (!out.getElementType().isF32()) {
+    return std::nullopt;
+  }
+  mlir::Block& body = g.getRegion().front();
+  Value x = llvm::cast<mlir::linalg::YieldOp>(body.getTerminator()).getOperand(0);
+  if (e.store == StoreType::kBF16) x = RoundedToBf16(x);
+  if (!x) return std::nullopt;
+  const Value c = body.getArgument(0);
+  if (inputs == 1) {
+    // Only a bf16 store is worth taking over (f32: a copy).
+    if (x != c || e.store != StoreType::kBF16) return std::nullopt;
+    return e;
+  }
+  // The bias: 1-D, indexed by the last loop dim, one per column.
+  const int64_t rank = maps[0].getNumDims();
+  auto bias_type =
+      g.getDpsInputOperand(1)->get().getType().dyn_cast<mlir::MemRefType>();
+  if (!bias_type || bias_type.getRank() != 1 || !bias_type.hasStaticShape() ||
+      !bias_type.getLayout().isIdentity() ||
+      maps[1] != mlir::AffineMap::get(
+                     rank, 0, {mlir::getAffineDimExpr(rank - 1, g.getContext())},
+                     g.getContext()) ||
+      bias_type.getDimSize(0) != in.getDimSize(rank - 1)) {
+    return std::nullopt;
+  }
+  const Value b = body.getArgument(1);
+  auto add = llvm::dyn_cast_or_null<mlir::arith::AddFOp>(x.getDefiningOp());
+  auto terms = Ordered(add, [&](Value v) { return v == c; });
+  if (!terms) return std::nullopt;
+  const bool bias_f32 = bias_type.getElementType().isF32() && terms->second == b;
+  const bool bias_bf16 = bias_type.getElementType().isInteger(16) &&
+                         IsBf16Widening(terms->second, b);
+  if (!bias_f32 && !bias_bf16) return std::nullopt;
+  e.bias = g.getDpsInputOperand(1)->get();
+  return e;
 }
 
 // The generic after `op` that rounds the GEMM's C to bf16 into another
@@ -458,8 +522,9 @@ bool IsBf16Rounding(mlir::linalg::GenericOp generic) {
 // and the rounding may touch the rounded buffer: the call will write it at
 // `op`.
 struct Bf16Store {
-  mlir::linalg::GenericOp rounding;
+  mlir::linalg::GenericOp rounding;  // the epilogue generic
   Matrix out;
+  EpilogueGeneric epilogue;
 };
 
 bool IsReshape(mlir::Operation* op) {
@@ -481,6 +546,7 @@ std::optional<Bf16Store> Bf16StoreOf(const Matrix& c, mlir::Operation* op) {
     return std::nullopt;
   }
   mlir::linalg::GenericOp rounding;
+  EpilogueGeneric epilogue;
   for (mlir::Operation* user : alloc->getUsers()) {
     if (user == op || user == c_view ||
         llvm::isa<mlir::memref::DeallocOp>(user)) {
@@ -492,15 +558,28 @@ std::optional<Bf16Store> Bf16StoreOf(const Matrix& c, mlir::Operation* op) {
       reader = *user->getUsers().begin();
     }
     auto generic = llvm::dyn_cast<mlir::linalg::GenericOp>(reader);
-    if (rounding || !generic || !IsBf16Rounding(generic) ||
-        BaseBuffer(generic.getDpsInputOperand(0)->get()) != buffer ||
+    std::optional<EpilogueGeneric> e;
+    if (!rounding && generic) e = AsEpilogueGeneric(generic);
+    if (!e || BaseBuffer(generic.getDpsInputOperand(0)->get()) != buffer ||
         generic->getBlock() != op->getBlock() ||
         !op->isBeforeInBlock(generic)) {
       return std::nullopt;
     }
     rounding = generic;
+    epilogue = *e;
   }
   if (!rounding) return std::nullopt;
+  // The bias is read at the call: not C, unchanged until the generic, and
+  // defined before the call.
+  if (epilogue.bias) {
+    mlir::Operation* def = epilogue.bias.getDefiningOp();
+    if (BaseBuffer(epilogue.bias) == buffer ||
+        !UnwrittenBetween(epilogue.bias, op, rounding) ||
+        (def && def->getBlock() == op->getBlock() &&
+         !def->isBeforeInBlock(op))) {
+      return std::nullopt;
+    }
+  }
   Value out = rounding.getDpsInitOperand(0)->get();
   const Value out_base = BaseBuffer(out);
   for (mlir::OpOperand& operand : op->getOpOperands()) {
@@ -527,10 +606,13 @@ std::optional<Bf16Store> Bf16StoreOf(const Matrix& c, mlir::Operation* op) {
   OpBuilder b(op);
   auto out_type = out.getType().cast<mlir::MemRefType>();
   auto c_type = c.memref.getType().cast<mlir::MemRefType>();
+  Type element = epilogue.store == StoreType::kBF16
+                     ? static_cast<Type>(b.getI16Type())
+                     : static_cast<Type>(b.getF32Type());
   if (out_type.getShape() == c_type.getShape()) {
-    std::optional<Matrix> m = AsMatrix(out, b.getI16Type());
+    std::optional<Matrix> m = AsMatrix(out, element);
     if (m && m->rows == c.rows && m->cols == c.cols) {
-      return Bf16Store{rounding, *m};
+      return Bf16Store{rounding, *m, epilogue};
     }
     return std::nullopt;
   }
@@ -542,8 +624,8 @@ std::optional<Bf16Store> Bf16StoreOf(const Matrix& c, mlir::Operation* op) {
   }
   Matrix m = c;
   m.memref = out;
-  m.element_bytes = 2;
-  return Bf16Store{rounding, m};
+  m.element_bytes = epilogue.store == StoreType::kBF16 ? 2 : 4;
+  return Bf16Store{rounding, m, epilogue};
 }
 
 // The declaration of rbln_gemm (18 i64 arguments), added once; null if the
@@ -629,6 +711,7 @@ GemmProblem ProblemOf(const Gemm& g) {
   p.stride_b = g.batch > 1 ? g.b.batch_stride : 0;
   p.stride_c = g.batch > 1 ? g.c.batch_stride : 0;
   p.epilogue.store = g.store;
+  if (g.bias) p.epilogue.bias_row = 0;
   return p;
 }
 
@@ -636,7 +719,8 @@ GemmProblem ProblemOf(const Gemm& g) {
 // with an epilogue, rbln_gemm_problem with the problem's words in the
 // constant global `problem`.
 void EmitOnednnGemm(OpBuilder& b, Location l, const Gemm& g,
-                    mlir::func::FuncOp gemm, mlir::memref::GlobalOp problem) {
+                    mlir::func::FuncOp gemm, mlir::memref::GlobalOp problem,
+                    Value sides = nullptr) {
   auto i64 = [&](int64_t v) -> Value {
     return b.create<mlir::arith::ConstantIntOp>(l, v, 64);
   };
@@ -654,7 +738,7 @@ void EmitOnednnGemm(OpBuilder& b, Location l, const Gemm& g,
         l, b.getI64Type(),
         b.create<mlir::memref::ExtractAlignedPointerAsIndexOp>(l, words));
     args = {words_address, address(g.a), address(g.b), address(g.c),
-            i64(0)};
+            sides ? sides : i64(0)};
   } else {
     args = {i64(static_cast<int64_t>(p.type)), i64(p.trans_b),
             i64(p.accumulate), i64(p.batch), i64(p.m), i64(p.n), i64(p.k),
@@ -716,7 +800,7 @@ class BlasRewritePass
       return signalPassFailure();
     }
     const bool onednn = library_ == kOnednnOption;
-    llvm::SmallVector<std::pair<mlir::Operation*, Gemm>> gemms;
+    llvm::SmallVector<std::pair<mlir::Operation*, Gemm>, 4> gemms;
     module.walk([&](mlir::linalg::LinalgOp op) {
       if (std::optional<Gemm> g = Plan(op)) gemms.push_back({op, *g});
     });
@@ -744,12 +828,18 @@ class BlasRewritePass
         gemm.overwrite = true;
         fill->erase();
       }
-      // C rounded to bf16 right after (a bf16 result): the call stores
-      // bf16 into the rounded buffer, C and the rounding pass go away.
+      // C only read by an element-wise generic right after that adds a
+      // per-column bias and/or rounds to bf16 (a bf16 result): the call
+      // does it as its epilogue and stores into the generic's output; C
+      // and the pass over it go away.
       std::optional<Bf16Store> store;
-      if (gemm.overwrite && gemm.bf16 &&
+      if (gemm.overwrite &&
           (gemm.batch == 1 || gemm.c.batch_stride == gemm.m * gemm.c.ld)) {
         store = Bf16StoreOf(gemm.c, op);
+        // No f32 GEMM with a bf16 store (oneDNN has no fast kernel).
+        if (store && store->epilogue.store == StoreType::kBF16 && !gemm.bf16) {
+          store.reset();
+        }
       }
       if (store && !problem_callee) {
         problem_callee = DeclareOnednnGemmProblem(module);
@@ -762,10 +852,46 @@ class BlasRewritePass
       if (store) {
         const Value c = gemm.c.memref;
         gemm.c = store->out;
-        gemm.store = StoreType::kBF16;
+        gemm.store = store->epilogue.store;
+        gemm.bias = store->epilogue.bias != nullptr;
         mlir::memref::GlobalOp words =
             ProblemGlobal(module, symbols, ProblemOf(gemm).Encode());
-        EmitOnednnGemm(b, op->getLoc(), gemm, problem_callee, words);
+        // The bias as the f32 row `sides` the call reads (a bf16 bias
+        // widened into a buffer of its own first).
+        Value sides, sides_buffer;
+        if (mlir::Value bias = store->epilogue.bias) {
+          Location l = op->getLoc();
+          auto type = bias.getType().cast<mlir::MemRefType>();
+          sides_buffer = bias;
+          if (type.getElementType().isInteger(16)) {
+            auto f32 = mlir::MemRefType::get(type.getShape(), b.getF32Type());
+            sides_buffer = b.create<mlir::memref::AllocOp>(l, f32);
+            mlir::AffineMap id = b.getMultiDimIdentityMap(1);
+            b.create<mlir::linalg::GenericOp>(
+                l, mlir::ValueRange{bias}, mlir::ValueRange{sides_buffer},
+                llvm::ArrayRef<mlir::AffineMap>{id, id},
+                llvm::ArrayRef<mlir::utils::IteratorType>{
+                    mlir::utils::IteratorType::parallel},
+                [&](OpBuilder& nb, Location nl, mlir::ValueRange args) {
+                  Value wide = nb.create<mlir::arith::ExtUIOp>(
+                      nl, nb.getI32Type(), args[0]);
+                  Value shifted = nb.create<mlir::arith::ShLIOp>(
+                      nl, wide,
+                      nb.create<mlir::arith::ConstantIntOp>(nl, 16, 32));
+                  nb.create<mlir::linalg::YieldOp>(
+                      nl, mlir::ValueRange{nb.create<mlir::arith::BitcastOp>(
+                              nl, nb.getF32Type(), shifted)});
+                });
+          }
+          sides = b.create<mlir::arith::IndexCastOp>(
+              l, b.getI64Type(),
+              b.create<mlir::memref::ExtractAlignedPointerAsIndexOp>(
+                  l, sides_buffer));
+        }
+        EmitOnednnGemm(b, op->getLoc(), gemm, problem_callee, words, sides);
+        if (sides_buffer && sides_buffer != store->epilogue.bias) {
+          b.create<mlir::memref::DeallocOp>(op->getLoc(), sides_buffer);
+        }
         op->erase();
         EraseRoundedBuffer(store->rounding, c);
         continue;
