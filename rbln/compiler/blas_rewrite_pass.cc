@@ -574,6 +574,8 @@ std::optional<Bf16Store> Bf16StoreOf(const Matrix& c, mlir::Operation* op) {
   if (epilogue.bias) {
     mlir::Operation* def = epilogue.bias.getDefiningOp();
     if (BaseBuffer(epilogue.bias) == buffer ||
+        BaseBuffer(epilogue.bias) ==
+            BaseBuffer(rounding.getDpsInitOperand(0)->get()) ||
         !UnwrittenBetween(epilogue.bias, op, rounding) ||
         (def && def->getBlock() == op->getBlock() &&
          !def->isBeforeInBlock(op))) {
