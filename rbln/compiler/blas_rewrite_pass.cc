@@ -24,6 +24,8 @@
 #include "mlir/Pass/Pass.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/IR/Matchers.h"
+#include "mlir/IR/SymbolTable.h"
+#include "rbln/compiler/library_epilogue.h"
 #include "rbln/compiler/mlir_compat.h"
 #include "rbln/compiler/onednn_gemm.h"
 #include "rbln/compiler/partition_pass.h"
@@ -61,6 +63,11 @@ struct Gemm {
   // dropped) instead of accumulated into.
   bool bf16 = false;
   bool overwrite = false;
+  // oneDNN only: C stored as bf16 by the call (the rounding generic that
+  // followed the GEMM folded into it; c is then the i16 buffer).
+  StoreType store = StoreType::kF32;
+  // oneDNN only: a per-column bias added by the call (row 0 of `sides`).
+  bool bias = false;
 };
 
 bool FitsInt32(int64_t v) { return v <= std::numeric_limits<int32_t>::max(); }
@@ -621,6 +628,249 @@ mlir::linalg::FillOp ZeroFillOf(Value c, mlir::Operation* op) {
   return nullptr;
 }
 
+bool IsConstantInt(Value v, int64_t expected) {
+  mlir::APInt c;
+  return mlir::matchPattern(v, mlir::m_ConstantInt(&c)) &&
+         c.getSExtValue() == expected;
+}
+
+// The operands of a commutative op, the one `first` accepts first, or
+// nothing.
+template <typename Pred>
+std::optional<std::pair<Value, Value>> Ordered(mlir::Operation* op,
+                                               Pred first) {
+  if (!op || op->getNumOperands() != 2) return std::nullopt;
+  Value l = op->getOperand(0), r = op->getOperand(1);
+  if (first(l)) return std::pair{l, r};
+  if (first(r)) return std::pair{r, l};
+  return std::nullopt;
+}
+
+// The f32 value whose bf16 bits `v` is, if `v` is the frontend's rounding
+// (F32ToBf16: trunci(select(cmpf uno x x, 0x7fc0, (u + (0x7fff + ((u >> 16)
+// & 1))) >> 16)), u = bitcast x: nearest even, NaN -> 0x7fc0), else null:
+// what oneDNN's bf16 store computes (RoundToBf16).
+Value RoundedToBf16(Value v) {
+  auto trunc = v.getDefiningOp<mlir::arith::TruncIOp>();
+  auto select = trunc ? trunc.getIn().getDefiningOp<mlir::arith::SelectOp>()
+                      : nullptr;
+  if (!select || !IsConstantInt(select.getTrueValue(), 0x7fc0)) return nullptr;
+  auto nan = select.getCondition().getDefiningOp<mlir::arith::CmpFOp>();
+  if (!nan || nan.getPredicate() != mlir::arith::CmpFPredicate::UNO ||
+      nan.getLhs() != nan.getRhs()) {
+    return nullptr;
+  }
+  const Value x = nan.getLhs();
+  auto rounded = select.getFalseValue().getDefiningOp<mlir::arith::ShRUIOp>();
+  if (!rounded || !IsConstantInt(rounded.getRhs(), 16)) return nullptr;
+  auto sum = Ordered(rounded.getLhs().getDefiningOp<mlir::arith::AddIOp>(),
+                     [](Value v) {
+                       return static_cast<bool>(
+                           v.getDefiningOp<mlir::arith::BitcastOp>());
+                     });
+  if (!sum) return nullptr;
+  auto bits = sum->first.getDefiningOp<mlir::arith::BitcastOp>();
+  auto bias = Ordered(sum->second.getDefiningOp<mlir::arith::AddIOp>(),
+                      [](Value v) { return IsConstantInt(v, 0x7fff); });
+  if (bits.getIn() != x || !bias) return nullptr;
+  auto lsb = Ordered(bias->second.getDefiningOp<mlir::arith::AndIOp>(),
+                     [](Value v) { return IsConstantInt(v, 1); });
+  if (!lsb) return nullptr;
+  auto high = lsb->second.getDefiningOp<mlir::arith::ShRUIOp>();
+  if (!high || high.getLhs() != bits.getResult() ||
+      !IsConstantInt(high.getRhs(), 16)) {
+    return nullptr;
+  }
+  return x;
+}
+
+// True if `v` is `bits` (i16) widened from bf16 to f32 (Bf16ToF32).
+bool IsBf16Widening(Value v, Value bits) {
+  auto cast = v.getDefiningOp<mlir::arith::BitcastOp>();
+  auto shift = cast ? cast.getIn().getDefiningOp<mlir::arith::ShLIOp>() : nullptr;
+  auto ext = shift ? shift.getLhs().getDefiningOp<mlir::arith::ExtUIOp>() : nullptr;
+  return ext && ext.getIn() == bits && IsConstantInt(shift.getRhs(), 16) &&
+         cast.getType().isF32();
+}
+
+// What an element-wise generic after a GEMM does with C that the call can
+// do instead (a LibraryEpilogue): out = store(C [+ bias[column]]), the
+// bias (its second input, 1-D, indexed by the last dim only, f32 or bf16)
+// added in f32, the store rounding to bf16 into an i16 output or storing
+// f32. C is its first input (identity map), the output has an identity map.
+struct EpilogueGeneric {
+  StoreType store = StoreType::kF32;
+  Value bias;  // null if none
+};
+
+std::optional<EpilogueGeneric> AsEpilogueGeneric(mlir::linalg::GenericOp g) {
+  const int64_t inputs = g.getNumDpsInputs();
+  if ((inputs != 1 && inputs != 2) || g.getNumDpsInits() != 1 ||
+      g.getNumParallelLoops() != g.getNumLoops()) {
+    return std::nullopt;
+  }
+  llvm::SmallVector<mlir::AffineMap> maps = g.getIndexingMapsArray();
+  if (!maps[0].isIdentity() || !maps.back().isIdentity()) return std::nullopt;
+  auto in = g.getDpsInputOperand(0)->get().getType().dyn_cast<mlir::MemRefType>();
+  auto out = g.getDpsInitOperand(0)->get().getType().dyn_cast<mlir::MemRefType>();
+  if (!in || !out || !in.getElementType().isF32()) return std::nullopt;
+  EpilogueGeneric e;
+  if (out.getElementType().isInteger(16)) {
+    e.store = StoreType::kBF16;
+  } else if (!out.getElementType().isF32()) {
+    return std::nullopt;
+  }
+  mlir::Block& body = g.getRegion().front();
+  Value x = llvm::cast<mlir::linalg::YieldOp>(body.getTerminator()).getOperand(0);
+  if (e.store == StoreType::kBF16) x = RoundedToBf16(x);
+  if (!x) return std::nullopt;
+  const Value c = body.getArgument(0);
+  if (inputs == 1) {
+    // Only a bf16 store is worth taking over (f32: a copy).
+    if (x != c || e.store != StoreType::kBF16) return std::nullopt;
+    return e;
+  }
+  // The bias: 1-D, indexed by the last loop dim, one per column.
+  const int64_t rank = maps[0].getNumDims();
+  auto bias_type =
+      g.getDpsInputOperand(1)->get().getType().dyn_cast<mlir::MemRefType>();
+  if (!bias_type || bias_type.getRank() != 1 || !bias_type.hasStaticShape() ||
+      !bias_type.getLayout().isIdentity() ||
+      maps[1] != mlir::AffineMap::get(
+                     rank, 0, {mlir::getAffineDimExpr(rank - 1, g.getContext())},
+                     g.getContext()) ||
+      bias_type.getDimSize(0) != in.getDimSize(rank - 1)) {
+    return std::nullopt;
+  }
+  const Value b = body.getArgument(1);
+  auto add = llvm::dyn_cast_or_null<mlir::arith::AddFOp>(x.getDefiningOp());
+  auto terms = Ordered(add, [&](Value v) { return v == c; });
+  if (!terms) return std::nullopt;
+  const bool bias_f32 = bias_type.getElementType().isF32() && terms->second == b;
+  const bool bias_bf16 = bias_type.getElementType().isInteger(16) &&
+                         IsBf16Widening(terms->second, b);
+  if (!bias_f32 && !bias_bf16) return std::nullopt;
+  e.bias = g.getDpsInputOperand(1)->get();
+  return e;
+}
+
+// The generic after `op` that rounds the GEMM's C to bf16 into another
+// buffer, and that buffer as a matrix the GEMM can store into, or nothing.
+// C must be a buffer of its own (memref.alloc, identity layout) that the
+// GEMM writes whole (directly or through a reshape) and that nothing but
+// the rounding reads (directly or through a reshape); the rounded buffer
+// has the same shape as C's view or is contiguous. Nothing between `op`
+// and the rounding may touch the rounded buffer: the call will write it at
+// `op`.
+struct Bf16Store {
+  mlir::linalg::GenericOp rounding;  // the epilogue generic
+  Matrix out;
+  EpilogueGeneric epilogue;
+};
+
+bool IsReshape(mlir::Operation* op) {
+  return llvm::isa_and_nonnull<mlir::memref::CollapseShapeOp,
+                               mlir::memref::ExpandShapeOp>(op);
+}
+
+std::optional<Bf16Store> Bf16StoreOf(const Matrix& c, mlir::Operation* op) {
+  mlir::Operation* c_view = c.memref.getDefiningOp();
+  if (IsReshape(c_view)) {
+    if (!c_view->hasOneUse()) return std::nullopt;
+  } else {
+    c_view = nullptr;
+  }
+  Value buffer = c_view ? c_view->getOperand(0) : c.memref;
+  auto alloc = buffer.getDefiningOp<mlir::memref::AllocOp>();
+  if (!alloc || !alloc.getType().getLayout().isIdentity() ||
+      c.offset != 0 || c.ld != c.cols) {
+    return std::nullopt;
+  }
+  mlir::linalg::GenericOp rounding;
+  EpilogueGeneric epilogue;
+  for (mlir::Operation* user : alloc->getUsers()) {
+    if (user == op || user == c_view ||
+        llvm::isa<mlir::memref::DeallocOp>(user)) {
+      continue;
+    }
+    mlir::Operation* reader = user;
+    if (IsReshape(user)) {
+      if (!user->hasOneUse()) return std::nullopt;
+      reader = *user->getUsers().begin();
+    }
+    auto generic = llvm::dyn_cast<mlir::linalg::GenericOp>(reader);
+    std::optional<EpilogueGeneric> e;
+    if (!rounding && generic) e = AsEpilogueGeneric(generic);
+    if (!e || BaseBuffer(generic.getDpsInputOperand(0)->get()) != buffer ||
+        generic->getBlock() != op->getBlock() ||
+        !op->isBeforeInBlock(generic)) {
+      return std::nullopt;
+    }
+    rounding = generic;
+    epilogue = *e;
+  }
+  if (!rounding) return std::nullopt;
+  // The bias is read at the call: not C, unchanged until the generic, and
+  // defined before the call.
+  if (epilogue.bias) {
+    mlir::Operation* def = epilogue.bias.getDefiningOp();
+    if (BaseBuffer(epilogue.bias) == buffer ||
+        BaseBuffer(epilogue.bias) ==
+            BaseBuffer(rounding.getDpsInitOperand(0)->get()) ||
+        !UnwrittenBetween(epilogue.bias, op, rounding) ||
+        (def && def->getBlock() == op->getBlock() &&
+         !def->isBeforeInBlock(op))) {
+      return std::nullopt;
+    }
+  }
+  Value out = rounding.getDpsInitOperand(0)->get();
+  const Value out_base = BaseBuffer(out);
+  for (mlir::OpOperand& operand : op->getOpOperands()) {
+    if (BaseBuffer(operand.get()) == out_base) return std::nullopt;
+  }
+  // The buffer must exist where the call is.
+  if (mlir::Operation* def = out.getDefiningOp();
+      def && def->getBlock() == op->getBlock() && !def->isBeforeInBlock(op)) {
+    return std::nullopt;
+  }
+  for (mlir::Operation* between = op->getNextNode(); between != rounding;
+       between = between->getNextNode()) {
+    if (mlir::isMemoryEffectFree(between) ||
+        llvm::isa<mlir::memref::AllocOp>(between)) {
+      continue;
+    }
+    if (!llvm::isa<mlir::linalg::LinalgOp>(between) ||
+        llvm::any_of(between->getOperands(), [&](Value v) {
+          return BaseBuffer(v) == out_base;
+        })) {
+      return std::nullopt;
+    }
+  }
+  OpBuilder b(op);
+  auto out_type = out.getType().cast<mlir::MemRefType>();
+  auto c_type = c.memref.getType().cast<mlir::MemRefType>();
+  Type element = epilogue.store == StoreType::kBF16
+                     ? static_cast<Type>(b.getI16Type())
+                     : static_cast<Type>(b.getF32Type());
+  if (out_type.getShape() == c_type.getShape()) {
+    std::optional<Matrix> m = AsMatrix(out, element);
+    if (m && m->rows == c.rows && m->cols == c.cols) {
+      return Bf16Store{rounding, *m, epilogue};
+    }
+    return std::nullopt;
+  }
+  // Another shape of the same elements: both contiguous, C's matrices laid
+  // out one after the other.
+  if (!out_type.hasStaticShape() || !out_type.getLayout().isIdentity() ||
+      out_type.getNumElements() != c_type.getNumElements()) {
+    return std::nullopt;
+  }
+  Matrix m = c;
+  m.memref = out;
+  m.element_bytes = epilogue.store == StoreType::kBF16 ? 2 : 4;
+  return Bf16Store{rounding, m, epilogue};
+}
+
 // The declaration of rbln_gemm (18 i64 arguments), added once; null if the
 // module has the symbol with another type.
 mlir::func::FuncOp DeclareOnednnGemm(mlir::ModuleOp module) {
@@ -639,6 +889,44 @@ mlir::func::FuncOp DeclareOnednnGemm(mlir::ModuleOp module) {
   return decl;
 }
 
+// The declaration of rbln_gemm_problem (7 i64 arguments), added once; null
+// if the module has the symbol with another type.
+mlir::func::FuncOp DeclareOnednnGemmProblem(mlir::ModuleOp module) {
+  OpBuilder b(module.getContext());
+  mlir::FunctionType type =
+      b.getFunctionType(llvm::SmallVector<Type>(7, b.getI64Type()), {});
+  if (auto existing =
+          module.lookupSymbol<mlir::func::FuncOp>(kOnednnGemmProblemSymbol)) {
+    return existing.getFunctionType() == type ? existing : nullptr;
+  }
+  if (module.lookupSymbol(kOnednnGemmProblemSymbol)) return nullptr;
+  b.setInsertionPointToStart(module.getBody());
+  auto decl = b.create<mlir::func::FuncOp>(module.getLoc(),
+                                           kOnednnGemmProblemSymbol, type);
+  decl.setPrivate();
+  return decl;
+}
+
+// `words` as a private constant global of the module (renamed if the name
+// is taken).
+mlir::memref::GlobalOp ProblemGlobal(mlir::ModuleOp module,
+                                     mlir::SymbolTable& symbols,
+                                     const std::vector<int64_t>& words) {
+  OpBuilder b(module.getContext());
+  b.setInsertionPointToStart(module.getBody());
+  auto type = mlir::MemRefType::get({static_cast<int64_t>(words.size())},
+                                    b.getI64Type());
+  auto value = mlir::DenseElementsAttr::get(
+      mlir::RankedTensorType::get(type.getShape(), b.getI64Type()),
+      llvm::ArrayRef<int64_t>(words));
+  auto global = b.create<mlir::memref::GlobalOp>(
+      module.getLoc(), std::string(kOnednnGemmProblemSymbol) + "_words",
+      b.getStringAttr("private"), type, value, /*constant=*/true,
+      /*alignment=*/b.getI64IntegerAttr(8));
+  symbols.insert(global);
+  return global;
+}
+
 // Blocks a GEMM is cut into (onednn_gemm.h): enough work per block to
 // amortize a call (~2 M multiply-adds, well under a millisecond), at most
 // kMaxGemmBlocks, and no more than the split dimension has.
@@ -649,8 +937,33 @@ int64_t BlocksFor(const Gemm& g) {
       1, std::min({kMaxGemmBlocks, work / kMinGemmBlockWork, split}));
 }
 
+// The GemmProblem `g` describes (GEMM library words, onednn_gemm.h).
+GemmProblem ProblemOf(const Gemm& g) {
+  GemmProblem p;
+  p.type = g.bf16 ? GemmOperandType::kBF16 : GemmOperandType::kF32;
+  p.trans_b = g.trans_b;
+  p.accumulate = !g.overwrite;
+  p.batch = g.batch;
+  p.m = g.m;
+  p.n = g.n;
+  p.k = g.k;
+  p.lda = g.a.ld;
+  p.ldb = g.b.ld;
+  p.ldc = g.c.ld;
+  p.stride_a = g.batch > 1 ? g.a.batch_stride : 0;
+  p.stride_b = g.batch > 1 ? g.b.batch_stride : 0;
+  p.stride_c = g.batch > 1 ? g.c.batch_stride : 0;
+  p.epilogue.store = g.store;
+  if (g.bias) p.epilogue.bias_row = 0;
+  return p;
+}
+
+// Emits the call(s) of `gemm`: rbln_gemm with the problem as arguments, or,
+// with an epilogue, rbln_gemm_problem with the problem's words in the
+// constant global `problem`.
 void EmitOnednnGemm(OpBuilder& b, Location l, const Gemm& g,
-                    mlir::func::FuncOp gemm) {
+                    mlir::func::FuncOp gemm, mlir::memref::GlobalOp problem,
+                    Value sides = nullptr) {
   auto i64 = [&](int64_t v) -> Value {
     return b.create<mlir::arith::ConstantIntOp>(l, v, 64);
   };
@@ -658,16 +971,24 @@ void EmitOnednnGemm(OpBuilder& b, Location l, const Gemm& g,
     return b.create<mlir::arith::IndexCastOp>(l, b.getI64Type(),
                                               BaseAddress(b, l, m));
   };
-  const GemmOperandType type =
-      g.bf16 ? GemmOperandType::kBF16 : GemmOperandType::kF32;
+  const GemmProblem p = ProblemOf(g);
   const int64_t blocks = BlocksFor(g);
-  llvm::SmallVector<Value> args = {
-      i64(static_cast<int64_t>(type)), i64(g.trans_b), i64(!g.overwrite),
-      i64(g.batch), i64(g.m), i64(g.n), i64(g.k), i64(g.a.ld), i64(g.b.ld),
-      i64(g.c.ld), i64(g.batch > 1 ? g.a.batch_stride : 0),
-      i64(g.batch > 1 ? g.b.batch_stride : 0),
-      i64(g.batch > 1 ? g.c.batch_stride : 0), address(g.a), address(g.b),
-      address(g.c)};
+  llvm::SmallVector<Value> args;
+  if (problem) {
+    Value words = b.create<mlir::memref::GetGlobalOp>(l, problem.getType(),
+                                                      problem.getSymName());
+    Value words_address = b.create<mlir::arith::IndexCastOp>(
+        l, b.getI64Type(),
+        b.create<mlir::memref::ExtractAlignedPointerAsIndexOp>(l, words));
+    args = {words_address, address(g.a), address(g.b), address(g.c),
+            sides ? sides : i64(0)};
+  } else {
+    args = {i64(static_cast<int64_t>(p.type)), i64(p.trans_b),
+            i64(p.accumulate), i64(p.batch), i64(p.m), i64(p.n), i64(p.k),
+            i64(p.lda), i64(p.ldb), i64(p.ldc), i64(p.stride_a),
+            i64(p.stride_b), i64(p.stride_c), address(g.a), address(g.b),
+            address(g.c)};
+  }
   auto work = b.getI64IntegerAttr(g.batch * g.m * g.n * g.k);
   if (blocks == 1) {
     args.append({i64(0), i64(1)});
@@ -722,7 +1043,7 @@ class BlasRewritePass
       return signalPassFailure();
     }
     const bool onednn = library_ == kOnednnOption;
-    llvm::SmallVector<std::pair<mlir::Operation*, Gemm>> gemms;
+    llvm::SmallVector<std::pair<mlir::Operation*, Gemm>, 4> gemms;
     module.walk([&](mlir::linalg::LinalgOp op) {
       if (std::optional<Gemm> g = Plan(op)) gemms.push_back({op, *g});
     });
@@ -749,6 +1070,8 @@ class BlasRewritePass
     }
     llvm::SmallVector<mlir::linalg::GenericOp> copies, writers;
     llvm::DenseMap<mlir::Operation*, Value> twins;
+    mlir::func::FuncOp problem_callee;
+    mlir::SymbolTable symbols(module);
     for (size_t i = 0; i < gemms.size(); ++i) {
       auto& [op, gemm] = gemms[i];
       OpBuilder b(op);
@@ -778,7 +1101,75 @@ class BlasRewritePass
         gemm.overwrite = true;
         fill->erase();
       }
-      EmitOnednnGemm(b, op->getLoc(), gemm, callee);
+      // C only read by an element-wise generic right after that adds a
+      // per-column bias and/or rounds to bf16 (a bf16 result): the call
+      // does it as its epilogue and stores into the generic's output; C
+      // and the pass over it go away.
+      std::optional<Bf16Store> store;
+      if (gemm.overwrite &&
+          (gemm.batch == 1 || gemm.c.batch_stride == gemm.m * gemm.c.ld)) {
+        store = Bf16StoreOf(gemm.c, op);
+        // No f32 GEMM with a bf16 store (oneDNN has no fast kernel).
+        if (store && store->epilogue.store == StoreType::kBF16 && !gemm.bf16) {
+          store.reset();
+        }
+      }
+      if (store && !problem_callee) {
+        problem_callee = DeclareOnednnGemmProblem(module);
+        if (!problem_callee) {
+          module.emitError() << "symbol " << kOnednnGemmProblemSymbol
+                             << " exists with another type";
+          return signalPassFailure();
+        }
+      }
+      if (store) {
+        const Value c = gemm.c.memref;
+        gemm.c = store->out;
+        gemm.store = store->epilogue.store;
+        gemm.bias = store->epilogue.bias != nullptr;
+        mlir::memref::GlobalOp words =
+            ProblemGlobal(module, symbols, ProblemOf(gemm).Encode());
+        // The bias as the f32 row `sides` the call reads (a bf16 bias
+        // widened into a buffer of its own first).
+        Value sides, sides_buffer;
+        if (mlir::Value bias = store->epilogue.bias) {
+          Location l = op->getLoc();
+          auto type = bias.getType().cast<mlir::MemRefType>();
+          sides_buffer = bias;
+          if (type.getElementType().isInteger(16)) {
+            auto f32 = mlir::MemRefType::get(type.getShape(), b.getF32Type());
+            sides_buffer = b.create<mlir::memref::AllocOp>(l, f32);
+            mlir::AffineMap id = b.getMultiDimIdentityMap(1);
+            b.create<mlir::linalg::GenericOp>(
+                l, mlir::ValueRange{bias}, mlir::ValueRange{sides_buffer},
+                llvm::ArrayRef<mlir::AffineMap>{id, id},
+                llvm::ArrayRef<mlir::utils::IteratorType>{
+                    mlir::utils::IteratorType::parallel},
+                [&](OpBuilder& nb, Location nl, mlir::ValueRange args) {
+                  Value wide = nb.create<mlir::arith::ExtUIOp>(
+                      nl, nb.getI32Type(), args[0]);
+                  Value shifted = nb.create<mlir::arith::ShLIOp>(
+                      nl, wide,
+                      nb.create<mlir::arith::ConstantIntOp>(nl, 16, 32));
+                  nb.create<mlir::linalg::YieldOp>(
+                      nl, mlir::ValueRange{nb.create<mlir::arith::BitcastOp>(
+                              nl, nb.getF32Type(), shifted)});
+                });
+          }
+          sides = b.create<mlir::arith::IndexCastOp>(
+              l, b.getI64Type(),
+              b.create<mlir::memref::ExtractAlignedPointerAsIndexOp>(
+                  l, sides_buffer));
+        }
+        EmitOnednnGemm(b, op->getLoc(), gemm, problem_callee, words, sides);
+        if (sides_buffer && sides_buffer != store->epilogue.bias) {
+          b.create<mlir::memref::DeallocOp>(op->getLoc(), sides_buffer);
+        }
+        op->erase();
+        EraseRoundedBuffer(store->rounding, c);
+        continue;
+      }
+      EmitOnednnGemm(b, op->getLoc(), gemm, callee, nullptr);
       op->erase();
     }
     EraseUnread(copies);
@@ -802,6 +1193,24 @@ class BlasRewritePass
       gemm.trans_b = !gemm.trans_b;
       copies.push_back(cb->generic);
     }
+  }
+
+  // The rounding generic whose work the call took over, and C: its buffer,
+  // the reshapes through which the GEMM and the rounding used it, its
+  // deallocs.
+  static void EraseRoundedBuffer(mlir::linalg::GenericOp rounding, Value c) {
+    Value read = rounding.getDpsInputOperand(0)->get();
+    rounding->erase();
+    mlir::Operation* alloc = BaseBuffer(c).getDefiningOp();
+    for (Value view : {read, c}) {
+      if (view.getDefiningOp() != alloc && view.use_empty()) {
+        view.getDefiningOp()->erase();
+      }
+    }
+    for (mlir::Operation* user : llvm::make_early_inc_range(alloc->getUsers())) {
+      user->erase();  // deallocs only: the GEMM and the rounding are gone
+    }
+    alloc->erase();
   }
 
   // Copies whose f32 buffer nothing reads any more (views of it left

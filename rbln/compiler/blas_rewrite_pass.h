@@ -24,6 +24,11 @@
 //    nothing reads any more are dropped;
 //  - a linalg.fill of +0.0 of C right before the GEMM is dropped and the
 //    call overwrites C (no accumulation pass over C);
+//  - a bf16 GEMM whose f32 C (a buffer of its own) is only read by the
+//    frontend's rounding to bf16 right after stores bf16 itself: the call
+//    becomes rbln_gemm_problem with a bf16-store epilogue (its problem words
+//    a constant global), writing the rounded buffer; C and the rounding pass
+//    go away (oneDNN rounds to nearest even like c10::BFloat16);
 //  - a GEMM large enough is cut into blocks (at most kMaxGemmBlocks of at
 //    least kMinGemmBlockWork multiply-adds), called from an scf.for marked
 //    kParallelIterationsAttr that the partition pass spreads over the

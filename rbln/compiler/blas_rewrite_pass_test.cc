@@ -210,7 +210,12 @@ TEST(BlasRewritePassTest, BlasAndLoopsAgree) {
 // (GemmOperandType) and block count.
 struct GemmCall {
   int64_t type, blocks;
+  StoreType store = StoreType::kF32;  // rbln_gemm_problem's epilogue
+  int64_t trans_b = -1;
+  bool bias = false;  // rbln_gemm_problem's epilogue adds a bias
 };
+// The rbln_gemm and rbln_gemm_problem calls of `m` (the latter's problem
+// read from its constant global).
 std::vector<GemmCall> OnednnCalls(mlir::ModuleOp m) {
   std::vector<GemmCall> calls;
   auto constant = [](mlir::Value v) -> int64_t {
@@ -218,9 +223,35 @@ std::vector<GemmCall> OnednnCalls(mlir::ModuleOp m) {
     return c ? c.value() : -1;
   };
   m.walk([&](mlir::func::CallOp call) {
-    if (call.getCallee() != kOnednnGemmSymbol) return;
-    calls.push_back({constant(call.getOperand(0)),
-                     constant(call.getOperand(call.getNumOperands() - 1))});
+    const int64_t blocks = constant(call.getOperand(call.getNumOperands() - 1));
+    if (call.getCallee() == kOnednnGemmSymbol) {
+      calls.push_back({constant(call.getOperand(0)), blocks, StoreType::kF32,
+                       constant(call.getOperand(1))});
+      return;
+    }
+    if (call.getCallee() != kOnednnGemmProblemSymbol) return;
+    GemmCall c{-1, blocks};
+    auto cast = call.getOperand(0).getDefiningOp<mlir::arith::IndexCastOp>();
+    auto pointer =
+        cast ? cast.getIn().getDefiningOp<mlir::memref::ExtractAlignedPointerAsIndexOp>()
+             : nullptr;
+    auto get = pointer ? pointer.getSource().getDefiningOp<mlir::memref::GetGlobalOp>()
+                       : nullptr;
+    auto global =
+        get ? m.lookupSymbol<mlir::memref::GlobalOp>(get.getName()) : nullptr;
+    if (global && global.getInitialValue()) {
+      std::vector<int64_t> words;
+      for (const llvm::APInt& w :
+           global.getInitialValue()->cast<mlir::DenseIntElementsAttr>()) {
+        words.push_back(w.getSExtValue());
+      }
+      const GemmProblem p = GemmProblem::Decode(words.data());
+      c.type = static_cast<int64_t>(p.type);
+      c.store = p.epilogue.store;
+      c.trans_b = p.trans_b;
+      c.bias = p.epilogue.bias_row >= 0;
+    }
+    calls.push_back(c);
   });
   return calls;
 }
@@ -240,20 +271,15 @@ ir::Graph PermuteMmGraph(ir::DType d, int64_t m, int64_t n, int64_t k) {
 
 // The trans_b argument of the only rbln_gemm call.
 int64_t TransBOfOnlyCall(mlir::ModuleOp m) {
-  int64_t trans_b = -1;
-  m.walk([&](mlir::func::CallOp call) {
-    if (call.getCallee() != kOnednnGemmSymbol) return;
-    if (auto c = call.getOperand(1).getDefiningOp<mlir::arith::ConstantIntOp>()) {
-      trans_b = c.value();
-    }
-  });
-  return trans_b;
+  std::vector<GemmCall> calls = OnednnCalls(m);
+  return calls.size() == 1 ? calls[0].trans_b : -1;
 }
 
 TEST(BlasRewritePassTest, OnednnReadsAPermutedRightOperandTransposed) {
   // bf16: the permute fused with the widening (one generic, transposing
-  // map); f32: the permute's copy. Both go away: B is read as [n, k].
-  for (auto [dtype, generics] : {std::pair{ir::BFLOAT16, 1}, {ir::FLOAT32, 0}}) {
+  // map); f32: the permute's copy. Both go away: B is read as [n, k] (and
+  // bf16's rounding of C is the call's store).
+  for (auto [dtype, generics] : {std::pair{ir::BFLOAT16, 0}, {ir::FLOAT32, 0}}) {
     const ir::Graph g = PermuteMmGraph(dtype, 6, 5, 4);
     auto context = CreateCompilerContext();
     mlir::OwningOpRef<mlir::ModuleOp> module =
@@ -274,28 +300,43 @@ TEST(BlasRewritePassTest, OnednnTakesBf16OperandsAsTheyAre) {
     int64_t type;      // GemmOperandType of the call
     int64_t blocks;    // GEMM blocks
     int generics;      // linalg.generic left (widenings, epilogue)
+    StoreType store;   // how the call stores C
+    bool bias = false;  // the call adds the bias
   };
   const ir::DType bf = ir::BFLOAT16, h = ir::FLOAT16, f = ir::FLOAT32;
+  const StoreType f32 = StoreType::kF32, bf16 = StoreType::kBF16;
   for (const Case& c : std::vector<Case>{
            // f32: the zero fill of C is dropped, the call overwrites C.
            {OneOpGraph("mm", {Type(f, {3, 4}), Type(f, {4, 5})},
                        {Type(f, {3, 5})}),
-            0, 1, 0},
-           // bf16: no widening left, only the rounding epilogue.
+            0, 1, 0, f32},
+           // bf16: no widening left, and the rounding to bf16 is the
+           // call's store (rbln_gemm_problem with a bf16 epilogue store):
+           // no f32 C, no pass over it.
            {OneOpGraph("mm", {Type(bf, {3, 4}), Type(bf, {4, 5})},
                        {Type(bf, {3, 5})}),
-            1, 1, 1},
+            1, 1, 0, bf16},
            {OneOpGraph("linear", {Type(bf, {2, 3, 4}), Type(bf, {5, 4})},
                        {Type(bf, {2, 3, 5})}),
-            1, 1, 1},
+            1, 1, 0, bf16},
+           // linear's bias is added by the call too (a bf16 bias widened
+           // to an f32 row first: the one generic left).
+           {OneOpGraph("linear",
+                       {Type(bf, {2, 3, 4}), Type(bf, {5, 4}), Type(bf, {5})},
+                       {Type(bf, {2, 3, 5})}),
+            1, 1, 1, bf16, true},
+           {OneOpGraph("linear",
+                       {Type(f, {3, 4}), Type(f, {5, 4}), Type(f, {5})},
+                       {Type(f, {3, 5})}),
+            0, 1, 0, f32, true},
            // f16 has no oneDNN kernel here: widened to f32 first.
            {OneOpGraph("mm", {Type(h, {3, 4}), Type(h, {4, 5})},
                        {Type(h, {3, 5})}),
-            0, 1, 3},
+            0, 1, 3, f32},
            // Large: 4 blocks in a loop the partition pass may split.
            {OneOpGraph("mm", {Type(bf, {256, 128}), Type(bf, {128, 512})},
                        {Type(bf, {256, 512})}),
-            1, 4, 1},
+            1, 4, 0, bf16},
        }) {
     auto context = CreateCompilerContext();
     mlir::OwningOpRef<mlir::ModuleOp> module =
@@ -311,6 +352,13 @@ TEST(BlasRewritePassTest, OnednnTakesBf16OperandsAsTheyAre) {
     ASSERT_EQ(calls.size(), 1u) << what;
     EXPECT_EQ(calls[0].type, c.type) << what;
     EXPECT_EQ(calls[0].blocks, c.blocks) << what;
+    EXPECT_EQ(calls[0].store, c.store) << what;
+    EXPECT_EQ(calls[0].bias, c.bias) << what;
+    // No f32 buffer left for C when the call stores bf16 (only the widened
+    // bias).
+    if (c.store == bf16) {
+      EXPECT_EQ(Count<mlir::memref::AllocOp>(*module), c.bias ? 1 : 0) << what;
+    }
     int parallel_loops = 0;
     module->walk([&](mlir::scf::ForOp loop) {
       parallel_loops += loop->hasAttr(kParallelIterationsAttr);
@@ -470,6 +518,103 @@ TEST(BlasRewritePassTest, OnednnReadsComputedBf16OperandsFromATwin) {
       tol.push_back(2 * UnitRoundoff(bf) * std::fabs(v) + 33 * 8 * 6e-8);
     }
     ExpectClose(results[0][i], results[1][i].values, tol, "out" + std::to_string(i));
+  }
+}
+
+// A bf16 GEMM whose f32 C is rounded to bf16 (%out), but also read by
+// another op (%also) in the first kernel, and whose rounded buffer is
+// written between the GEMM and the rounding in the second: C must stay
+// f32 and the rounding a pass of its own in both.
+constexpr char kRoundingKernels[] = R"mlir(
+func.func @kernel(%x: memref<4x4xi16>, %y: memref<4x4xi16>,
+                  %out: memref<4x4xi16>, %also: memref<4x4xf32>)
+    attributes {llvm.emit_c_interface} {
+  %a = memref.alloc() : memref<4x4xf32>
+  %b = memref.alloc() : memref<4x4xf32>
+  %c = memref.alloc() : memref<4x4xf32>
+  %c16 = arith.constant 16 : i32
+  %c1 = arith.constant 1 : i32
+  %c7fff = arith.constant 32767 : i32
+  %nan = arith.constant 32704 : i32
+  %zero = arith.constant 0.0 : f32
+  %zero16 = arith.constant 0 : i16
+  linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>,
+                                   affine_map<(i, j) -> (i, j)>],
+                  iterator_types = ["parallel", "parallel"]}
+      ins(%x : memref<4x4xi16>) outs(%a : memref<4x4xf32>) {
+  ^bb0(%in: i16, %o: f32):
+    %w = arith.extui %in : i16 to i32
+    %s = arith.shli %w, %c16 : i32
+    %v = arith.bitcast %s : i32 to f32
+    linalg.yield %v : f32
+  }
+  linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>,
+                                   affine_map<(i, j) -> (i, j)>],
+                  iterator_types = ["parallel", "parallel"]}
+      ins(%y : memref<4x4xi16>) outs(%b : memref<4x4xf32>) {
+  ^bb0(%in: i16, %o: f32):
+    %w = arith.extui %in : i16 to i32
+    %s = arith.shli %w, %c16 : i32
+    %v = arith.bitcast %s : i32 to f32
+    linalg.yield %v : f32
+  }
+  linalg.fill ins(%zero : f32) outs(%c : memref<4x4xf32>)
+  linalg.matmul ins(%a, %b : memref<4x4xf32>, memref<4x4xf32>)
+                outs(%c : memref<4x4xf32>)
+  WRITE_BETWEEN
+  linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>,
+                                   affine_map<(i, j) -> (i, j)>],
+                  iterator_types = ["parallel", "parallel"]}
+      ins(%c : memref<4x4xf32>) outs(%out : memref<4x4xi16>) {
+  ^bb0(%in: f32, %o: i16):
+    %u = arith.bitcast %in : f32 to i32
+    %h = arith.shrui %u, %c16 : i32
+    %l = arith.andi %h, %c1 : i32
+    %bias = arith.addi %l, %c7fff : i32
+    %sum = arith.addi %u, %bias : i32
+    %r = arith.shrui %sum, %c16 : i32
+    %isnan = arith.cmpf uno, %in, %in : f32
+    %sel = arith.select %isnan, %nan, %r : i32
+    %t = arith.trunci %sel : i32 to i16
+    linalg.yield %t : i16
+  }
+  OTHER_READER
+  memref.dealloc %a : memref<4x4xf32>
+  memref.dealloc %b : memref<4x4xf32>
+  memref.dealloc %c : memref<4x4xf32>
+  return
+}
+)mlir";
+
+TEST(BlasRewritePassTest, OnednnStoresBf16OnlyWhenTheRoundingIsCsOnlyReader) {
+  const std::string kernel = kRoundingKernels;
+  auto with = [&](const std::string& between, const std::string& reader) {
+    std::string k = kernel;
+    k.replace(k.find("WRITE_BETWEEN"), 13, between);
+    k.replace(k.find("OTHER_READER"), 12, reader);
+    return k;
+  };
+  const std::string copy_c =
+      "memref.copy %c, %also : memref<4x4xf32> to memref<4x4xf32>";
+  const std::string fill_out =
+      "linalg.fill ins(%zero16 : i16) outs(%out : memref<4x4xi16>)";
+  struct Case {
+    std::string kernel;
+    StoreType store;
+    int generics;  // the rounding, if it stays
+  };
+  for (const Case& c : std::vector<Case>{{with("", ""), StoreType::kBF16, 0},
+                                         {with("", copy_c), StoreType::kF32, 1},
+                                         {with(fill_out, ""), StoreType::kF32, 1}}) {
+    auto context = CreateCompilerContext();
+    auto module = mlir::parseSourceString<mlir::ModuleOp>(c.kernel, context.get());
+    ASSERT_TRUE(module) << c.kernel;
+    ASSERT_TRUE(RunStages(*module, {OnednnStage()}, "rounding").ok());
+    std::vector<GemmCall> calls = OnednnCalls(*module);
+    ASSERT_EQ(calls.size(), 1u) << c.kernel;
+    EXPECT_EQ(calls[0].type, 1) << c.kernel;  // bf16 operands either way
+    EXPECT_EQ(calls[0].store, c.store) << c.kernel;
+    EXPECT_EQ(Count<mlir::linalg::GenericOp>(*module), c.generics) << c.kernel;
   }
 }
 

@@ -123,6 +123,8 @@ llvm::orc::SymbolMap RuntimeSymbols(llvm::orc::MangleAndInterner interner) {
   symbols[interner(kChipletBarrierSymbol)] =
       compat::ExportedSymbol(&TimedChipletBarrier);
   symbols[interner(kOnednnGemmSymbol)] = compat::ExportedSymbol(&rbln_gemm);
+  symbols[interner(kOnednnGemmProblemSymbol)] =
+      compat::ExportedSymbol(&rbln_gemm_problem);
   for (const auto& [name, address] : SpecialMathSymbols()) {
     symbols[interner(name)] = compat::ExportedSymbol(address);
   }
@@ -164,6 +166,7 @@ absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::Create(
   // and needs oneDNN loaded.
   const bool uses_onednn =
       llvm_module.lookupSymbol(kOnednnGemmSymbol) != nullptr ||
+      llvm_module.lookupSymbol(kOnednnGemmProblemSymbol) != nullptr ||
       llvm_module.lookupSymbol(kOnednnConvSymbol) != nullptr;
   const bool uses_blas =
       uses_onednn || llvm_module.lookupSymbol(kSgemmName) != nullptr;

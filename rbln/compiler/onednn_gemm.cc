@@ -352,3 +352,15 @@ extern "C" void rbln_gemm(int64_t type, int64_t trans_b, int64_t accumulate,
                                reinterpret_cast<void*>(c), nullptr, block,
                                blocks);
 }
+
+extern "C" void rbln_gemm_problem(int64_t problem, int64_t a, int64_t b,
+                                  int64_t c, int64_t sides, int64_t block,
+                                  int64_t blocks) {
+  const rbln::compiler::GemmProblem p = rbln::compiler::GemmProblem::Decode(
+      reinterpret_cast<const int64_t*>(problem));
+  rbln::compiler::RunGemmBlock(p, reinterpret_cast<const void*>(a),
+                               reinterpret_cast<const void*>(b),
+                               reinterpret_cast<void*>(c),
+                               reinterpret_cast<const float*>(sides), block,
+                               blocks);
+}

@@ -13,8 +13,10 @@
 // chiplet workers (bit-identical results, SPEC A2). Each call runs on the
 // calling thread only (onednn::OneOmpThread). RunGemmBlock may apply an
 // epilogue (library_epilogue.h) as oneDNN post-ops: bias and per-column
-// operands, element-wise functions, and the store as bf16 (the rewrite does
-// not emit epilogues yet; rbln_gemm stores f32).
+// operands, element-wise functions, and the store as bf16. Kernels call
+// rbln_gemm_problem (kOnednnGemmProblemSymbol) for problems with an
+// epilogue (the rewrite emits the bf16 store: a bf16 result is rounded by
+// the call, not by a pass over an f32 C), rbln_gemm (stores f32) otherwise.
 #ifndef RBLN_COMPILER_ONEDNN_GEMM_H_
 #define RBLN_COMPILER_ONEDNN_GEMM_H_
 
@@ -28,6 +30,8 @@
 namespace rbln::compiler {
 
 inline constexpr char kOnednnGemmSymbol[] = "rbln_gemm";
+// The entry point of GEMMs with an epilogue: the problem as Encode()d words.
+inline constexpr char kOnednnGemmProblemSymbol[] = "rbln_gemm_problem";
 
 // Element type of the A and B operands.
 enum class GemmOperandType : int64_t { kF32 = 0, kBF16 = 1 };
@@ -89,5 +93,13 @@ extern "C" void rbln_gemm(int64_t type, int64_t trans_b, int64_t accumulate,
                           int64_t stride_a, int64_t stride_b, int64_t stride_c,
                           int64_t a, int64_t b, int64_t c, int64_t block,
                           int64_t blocks);
+
+// The entry point of GEMMs with an epilogue: `problem` is the address of the
+// problem's Encode()d words (a constant of the kernel), `sides` of the
+// epilogue's per-column rows (0 without them), then the block and block
+// count.
+extern "C" void rbln_gemm_problem(int64_t problem, int64_t a, int64_t b,
+                                  int64_t c, int64_t sides, int64_t block,
+                                  int64_t blocks);
 
 #endif  // RBLN_COMPILER_ONEDNN_GEMM_H_

@@ -6,7 +6,9 @@
 // the chiplet workers do; OpenBLAS threads itself.
 //
 // Per variant: the best thread-CPU time of one call on 1 thread (robust to
-// other load on the machine) and the median wall time.
+// other load on the machine) and the median wall time. Then the bf16 GEMM
+// as compiled programs run it: blocks on the chiplet team (1, 2, 4
+// workers), cut by rows or columns, C stored as f32 or bf16.
 //
 //   bazel run -c opt //rbln/compiler:gemm_library_bench -- [--n 1024]
 //       [--openblas libopenblas.so.0] [--openblas /path/libscipy_openblas.so]
@@ -26,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "rbln/compiler/chiplet_team.h"
 #include "rbln/compiler/onednn_gemm.h"
 
 namespace {
@@ -150,6 +153,68 @@ int main(int argc, char** argv) {
           false);
     }
     std::printf("  (%s)\n", name.c_str());
+    // As compiled programs run the bf16 GEMM: its blocks spread over the
+    // chiplet team (4 workers on rebel100, whatever the cores), cut by rows
+    // (GemmBlockOf's choice for m >= n) or by columns, C stored as f32 (a
+    // separate pass rounds it) or as bf16 by the call. "cpu": GFLOP/s per
+    // CPU-second, from the best sum of the workers' thread-CPU times (what
+    // the blocks cost, robust to load); "wall": from the median wall time.
+    std::printf("bf16 GEMM on the chiplet team              cpu       wall\n");
+    std::vector<uint16_t> c16(n * n);
+    for (int workers : {1, 2, 4}) {
+      rbln::compiler::ChipletTeam& team =
+          rbln::compiler::ChipletTeam::Shared(workers);
+      for (int64_t blocks : {int64_t{1}, int64_t{2}, int64_t{4}}) {
+        if (blocks < workers) continue;
+        for (bool columns : {false, true}) {
+          if (columns && blocks == 1) continue;
+          for (bool store_bf16 : {false, true}) {
+            GemmProblem p;
+            p.type = GemmOperandType::kBF16;
+            p.accumulate = false;
+            p.m = p.n = p.k = p.lda = p.ldb = p.ldc = n;
+            if (store_bf16) p.epilogue.store = rbln::compiler::StoreType::kBF16;
+            GemmProblem q = p;
+            q.n = n / blocks;
+            const int64_t out_bytes = store_bf16 ? 2 : 4;
+            void* out = store_bf16 ? static_cast<void*>(c16.data()) : c.data();
+            std::vector<double> cpu(workers);
+            auto run_block = [&](int64_t block) {
+              if (!columns) {
+                rbln::compiler::RunGemmBlock(p, a16.data(), b16.data(), out,
+                                             nullptr, block, blocks);
+                return;
+              }
+              rbln::compiler::RunGemmBlock(
+                  q, a16.data(), b16.data() + block * q.n,
+                  static_cast<char*>(out) + block * q.n * out_bytes, nullptr,
+                  0, 1);
+            };
+            double best_cpu = 1e30;
+            auto t = Time(
+                [&] {
+                  team.Run([&](int worker) {
+                    const double start = ThreadCpuSeconds();
+                    for (int64_t block = worker; block < blocks;
+                         block += workers) {
+                      run_block(block);
+                    }
+                    cpu[worker] = ThreadCpuSeconds() - start;
+                  });
+                  double total = 0;
+                  for (double x : cpu) total += x;
+                  best_cpu = std::min(best_cpu, total);
+                },
+                reps);
+            std::printf("  workers %d blocks %lld %-7s store %-4s %10.1f %10.1f\n",
+                        workers, static_cast<long long>(blocks),
+                        columns ? "columns" : "rows",
+                        store_bf16 ? "bf16" : "f32", flops / best_cpu / 1e9,
+                        flops / t.second / 1e9);
+          }
+        }
+      }
+    }
   } else {
     std::printf("oneDNN: %s\n", rbln::compiler::OnednnDescription().c_str());
   }
