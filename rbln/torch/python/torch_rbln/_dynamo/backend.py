@@ -465,7 +465,24 @@ class CompiledGraph:
         ir, program = self._programs[None] if not self._dynamic else self._specialize(args)
         originals = []  # What the graph was given, for returned inputs.
         uploaded = None  # (seconds, tensors, bytes) of constants uploaded now
-        for kind, src in ir.input_sources:
+        for (kind, src), (_, _, shape) in zip(ir.input_sources, ir.inputs):
+            if kind in ("arg_storage", "arg_storage_from_offset"):
+                # Elements of the argument's storage, flat, from offset 0 or
+                # from the argument's own offset (fx_to_ir._storage_input:
+                # an as_strided reading the storage).
+                t = args[src]
+                start = 0 if kind == "arg_storage" else t.storage_offset()
+                held = t.untyped_storage().nbytes() // t.element_size()
+                if start + shape[0] > held:
+                    raise RuntimeError(
+                        f"rbln: graph {self.name} reads elements {start}..{start + shape[0] - 1} "
+                        f"of an argument's storage (as_strided), which holds {held}")
+                t = t.as_strided(tuple(shape), (1,), start)
+                if t.device != device and t.device.type != "meta":
+                    t = t.to(device)
+                inputs.append(t)
+                originals.append(t)
+                continue
             if kind == "arg":
                 t = args[src]
                 originals.append(t)

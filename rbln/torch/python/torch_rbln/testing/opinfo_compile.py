@@ -78,7 +78,14 @@ def entries(names=None):
 
 
 def _to(device, x):
-    return x.to(device) if isinstance(x, torch.Tensor) else x
+    """`x` on `device`; a view moves with its base and stays the same view
+    (sizes, strides, storage offset), since as_strided addresses the
+    storage around it (as_strided.partial_views)."""
+    if not isinstance(x, torch.Tensor):
+        return x
+    if x._base is not None:
+        return x._base.detach().to(device).as_strided(x.size(), x.stride(), x.storage_offset())
+    return x.to(device)
 
 
 def _summary(e: BaseException) -> str:
