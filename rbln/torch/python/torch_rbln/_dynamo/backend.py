@@ -698,6 +698,55 @@ def _decompositions():
     return table
 
 
+def _python_custom_op_kernels():
+    """{custom op: its Python kernel} for the custom ops inlined before
+    aot_autograd (`_inline_python_custom_ops`).
+
+    F.linear_cross_entropy's chunked forms are torch.library custom ops
+    (torch_nn::_linear_cross_entropy_batch_chunked[_no_reduction]): opaque
+    to aot_autograd, with no decomposition. Their kernel is Python over ATen
+    ops (matmul, amax, gather, exp/log, sums) in a loop over batch chunks
+    whose sizes are known when tracing, so the compiler gets those ops."""
+    try:
+        from torch.nn.modules import linear_cross_entropy as lce
+    except ImportError:  # Not in this torch.
+        return {}
+    kernels = {}
+    for name in ("_linear_cross_entropy_batch_chunked",
+                 "_linear_cross_entropy_batch_chunked_no_reduction"):
+        op_def = getattr(lce, name, None)
+        packet = getattr(getattr(torch.ops, "torch_nn", None), name, None)
+        if op_def is not None and packet is not None and hasattr(op_def, "_init_fn"):
+            kernels[packet.default] = op_def._init_fn
+    return kernels
+
+
+def _inline_python_custom_ops(gm: torch.fx.GraphModule) -> int:
+    """Replaces calls of the custom ops `_python_custom_op_kernels` lists by
+    calls of their Python kernels, which aot_autograd then traces (and
+    functionalizes: the kernels write in place) like the rest of the graph.
+    Only calls that no gradient flows through: the kernels compute into
+    out= arguments, which autograd refuses, and the op's own backward
+    formula stays with the op (a graph that trains through it keeps the op,
+    which the compiler lacks: the compile_error fallback applies).
+    Returns how many calls it replaced."""
+    kernels = _python_custom_op_kernels()
+    replaced = 0
+
+    def needs_grad(node):
+        vals = [a.meta.get("example_value", a.meta.get("val")) for a in node.all_input_nodes]
+        return torch.is_grad_enabled() and any(
+            isinstance(v, torch.Tensor) and v.requires_grad for v in vals)
+
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in kernels and not needs_grad(node):
+            node.target = kernels[node.target]
+            replaced += 1
+    if replaced:
+        gm.recompile()
+    return replaced
+
+
 def _clamp_tensor(x, min=None, max=None):
     """clamp with one tensor bound as clamp_min/clamp_max, whose IR says
     which bound it is (an omitted optional tensor leaves no trace in the IR);
@@ -962,6 +1011,7 @@ def rbln_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=No
         bw_compiler=compile_backward,
         decompositions=_decompositions(),
     )
+    _inline_python_custom_ops(gm)
     try:
         compiled = aot(gm, example_inputs)
     except CompileFailure as e:
