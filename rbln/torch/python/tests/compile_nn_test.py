@@ -216,3 +216,23 @@ def test_grid_sample(mode, padding_mode, align, dtype):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_chunked_linear_cross_entropy_inference_is_device_code(reduction):
+    # F.linear_cross_entropy with options= calls torch_nn:: custom ops
+    # (opaque to aot_autograd); with no gradient the backend inlines their
+    # Python kernels: one program, no host op, the CPU's values.
+    from torch.nn.modules.linear_cross_entropy_options import LinearCrossEntropyOptions
+
+    torch.manual_seed(0)
+    options = LinearCrossEntropyOptions(batch_chunk_size=3, allow_retain_graph=True)
+    x, w, b = torch.randn(8, 16), torch.randn(10, 16), torch.randn(10)
+    target = torch.randint(0, 10, (8,))
+
+    def loss(x, w, b, target):
+        return F.linear_cross_entropy(x, w, target, linear_bias=b, reduction=reduction,
+                                      options=options)
+
+    with torch.no_grad():
+        check_compiled(loss, x, w, b, target, dtype=torch.float32)
