@@ -116,23 +116,32 @@ def test_out_of_range_indices_raise():
                                x.cpu()[:, [-4, 3]] + 1)
 
 
-def test_as_strided_of_a_view_is_relative_to_the_view():
-    # The program holds the input from its own first element; as_strided's
-    # storage_offset (relative to the input's storage) is rebased, and a
-    # view reaching before the input is a clear compile error.
+def test_as_strided_of_an_argument_reads_its_storage():
+    # spec: K1, J1 -- as_strided addresses the argument's storage, as on the
+    # CPU: an explicit storage_offset is absolute (also before the view and
+    # past it, and the same graph called with a view at another offset,
+    # which Dynamo does not guard on, reads the right elements), the default
+    # offset is the argument's own, and a non-contiguous argument keeps its
+    # strides.
     base = torch.randn(20, dtype=torch.float16)
-    view = base.to(DEV)[5:15]
+    on_dev = base.to(DEV)
 
-    def strided(x):
-        return torch.as_strided(x, (2, 2), (1, 2), storage_offset=7) * 2
+    for offset in (7, 2, 14):
+        def strided(x, offset=offset):
+            return torch.as_strided(x, (2, 2), (1, 2), storage_offset=offset) * 2
 
-    torch.testing.assert_close(compiled(strided)(view).cpu(), strided(base[5:15]))
+        f = compiled(strided)
+        for start in (5, 3, 6):
+            torch.testing.assert_close(f(on_dev[start:start + 10]).cpu(),
+                                       strided(base[start:start + 10]))
 
-    def before(x):
-        return torch.as_strided(x, (2, 2), (1, 2), storage_offset=2) * 2
+    def default_offset(x):
+        return torch.as_strided(x, (2, 2), (1, 3)) + 1
 
-    with pytest.raises(Exception, match="reaches before its input"):
-        compiled(before)(view)
+    f = compiled(default_offset)
+    for start in (1, 3):
+        torch.testing.assert_close(f(on_dev[start:start + 12].view(3, 4).t()).cpu(),
+                                   default_offset(base[start:start + 12].view(3, 4).t()))
 
 
 def test_data_dependent_shapes_stay_host_ops():

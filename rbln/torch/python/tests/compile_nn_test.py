@@ -231,3 +231,23 @@ def test_cdist_and_pdist_compile_as_pairwise_differences(dtype, p):
     check_compiled(lambda a, b: torch.cdist(a, b, p=p), x1, x2, dtype=dtype)
     torch._dynamo.reset()
     check_compiled(lambda a: torch.pdist(a, p=p), x, dtype=dtype)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_chunked_linear_cross_entropy_inference_is_device_code(reduction):
+    # F.linear_cross_entropy with options= calls torch_nn:: custom ops
+    # (opaque to aot_autograd); with no gradient the backend inlines their
+    # Python kernels: one program, no host op, the CPU's values.
+    from torch.nn.modules.linear_cross_entropy_options import LinearCrossEntropyOptions
+
+    torch.manual_seed(0)
+    options = LinearCrossEntropyOptions(batch_chunk_size=3, allow_retain_graph=True)
+    x, w, b = torch.randn(8, 16), torch.randn(10, 16), torch.randn(10)
+    target = torch.randint(0, 10, (8,))
+
+    def loss(x, w, b, target):
+        return F.linear_cross_entropy(x, w, target, linear_bias=b, reduction=reduction,
+                                      options=options)
+
+    with torch.no_grad():
+        check_compiled(loss, x, w, b, target, dtype=torch.float32)

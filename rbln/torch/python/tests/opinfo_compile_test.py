@@ -55,6 +55,19 @@ _DYNAMO = "Dynamo cannot capture it in one graph on the CPU either (fullgraph=Tr
 _UNINITIALIZED = "the result is uninitialised memory (empty*): no values to compare"
 _SPARSE = "sparse layout: rbln tensors are dense (strided) only"
 _COMPLEX = "complex dtype: no complex types on the device"
+# Casts into dtypes the device IR lacks (rbln/core/dtype.h: float16, bfloat16,
+# float32, int32, int64, bool). In the default host_ops mode such an op is a
+# host op (host_ops.py); options={"host_ops": "none"} turns that off.
+_FLOAT64 = ("float64 result: the NPU has no float64 units (no float64 in the device IR); "
+            "a host op by default")
+_COMPLEX_CAST = ("complex result (chalf/cfloat/cdouble): no complex types on the device; "
+                 "a host op by default")
+_SMALL_INT = ("uint8/int8/int16 result: the device IR has int32/int64/bool as its integer "
+              "types, not these; a host op by default")
+_SEEDED_WRAPPER = ("the OpInfo calls the op through torch.testing._utils.wrapper_set_seed, "
+                   "whose freeze_rng_state enters torch._C._DisableFuncTorch (a pybind class "
+                   "Dynamo skips): Dynamo cannot capture it on the CPU either "
+                   "(backend=\"eager\", fullgraph=True fails the same way)")
 
 # Entries that cannot pass as one static device program, and why. A listed
 # entry that fails is `xfail`; one that passes shows up as a changed status.
@@ -79,6 +92,19 @@ EXPECTED_FAILURES = {
                      "new_empty", "new_empty_strided"], _UNINITIALIZED),
     **dict.fromkeys(["to_sparse", "sparse.mm.reduce"], _SPARSE),
     **dict.fromkeys(["view_as_complex", "complex"], _COMPLEX),
+    # x.double(), x.to("cpu", torch.float64), float_power (computes in
+    # float64), softmax/log_softmax/softmin(dtype=torch.float64).
+    **dict.fromkeys(["double", "to", "float_power", "softmax.with_dtype",
+                     "log_softmax.with_dtype", "nn.functional.softmin.with_dtype"], _FLOAT64),
+    **dict.fromkeys(["chalf", "cfloat", "cdouble"], _COMPLEX_CAST),
+    **dict.fromkeys(["byte", "char", "short"], _SMALL_INT),
+    "hash_tensor": ("returns uint64, the xor of the elements' float64 bit patterns: neither "
+                    "uint64 nor float64 exist on the device; a host op by default"),
+    "matrix_exp": ("data-dependent algorithm: linalg_matrix_exp (a CPU kernel, no "
+                   "decomposition) picks the Taylor degree and the number of squarings from "
+                   "the matrix's norm at run time, a loop whose trip count depends on the values"),
+    **dict.fromkeys(["nn.functional.scaled_dot_product_attention",
+                     "nn.functional.multi_head_attention_forward"], _SEEDED_WRAPPER),
 }
 
 

@@ -465,7 +465,24 @@ class CompiledGraph:
         ir, program = self._programs[None] if not self._dynamic else self._specialize(args)
         originals = []  # What the graph was given, for returned inputs.
         uploaded = None  # (seconds, tensors, bytes) of constants uploaded now
-        for kind, src in ir.input_sources:
+        for (kind, src), (_, _, shape) in zip(ir.input_sources, ir.inputs):
+            if kind in ("arg_storage", "arg_storage_from_offset"):
+                # Elements of the argument's storage, flat, from offset 0 or
+                # from the argument's own offset (fx_to_ir._storage_input:
+                # an as_strided reading the storage).
+                t = args[src]
+                start = 0 if kind == "arg_storage" else t.storage_offset()
+                held = t.untyped_storage().nbytes() // t.element_size()
+                if start + shape[0] > held:
+                    raise RuntimeError(
+                        f"rbln: graph {self.name} reads elements {start}..{start + shape[0] - 1} "
+                        f"of an argument's storage (as_strided), which holds {held}")
+                t = t.as_strided(tuple(shape), (1,), start)
+                if t.device != device and t.device.type != "meta":
+                    t = t.to(device)
+                inputs.append(t)
+                originals.append(t)
+                continue
             if kind == "arg":
                 t = args[src]
                 originals.append(t)
@@ -711,6 +728,55 @@ def _pdist_forward(x, p=2.0):
     n = x.shape[0]
     rows, cols = torch.triu_indices(n, n, 1, device=x.device).unbind(0)
     return _pairwise_p_norm(x.index_select(0, rows) - x.index_select(0, cols), p)
+
+
+def _python_custom_op_kernels():
+    """{custom op: its Python kernel} for the custom ops inlined before
+    aot_autograd (`_inline_python_custom_ops`).
+
+    F.linear_cross_entropy's chunked forms are torch.library custom ops
+    (torch_nn::_linear_cross_entropy_batch_chunked[_no_reduction]): opaque
+    to aot_autograd, with no decomposition. Their kernel is Python over ATen
+    ops (matmul, amax, gather, exp/log, sums) in a loop over batch chunks
+    whose sizes are known when tracing, so the compiler gets those ops."""
+    try:
+        from torch.nn.modules import linear_cross_entropy as lce
+    except ImportError:  # Not in this torch.
+        return {}
+    kernels = {}
+    for name in ("_linear_cross_entropy_batch_chunked",
+                 "_linear_cross_entropy_batch_chunked_no_reduction"):
+        op_def = getattr(lce, name, None)
+        packet = getattr(getattr(torch.ops, "torch_nn", None), name, None)
+        if op_def is not None and packet is not None and hasattr(op_def, "_init_fn"):
+            kernels[packet.default] = op_def._init_fn
+    return kernels
+
+
+def _inline_python_custom_ops(gm: torch.fx.GraphModule) -> int:
+    """Replaces calls of the custom ops `_python_custom_op_kernels` lists by
+    calls of their Python kernels, which aot_autograd then traces (and
+    functionalizes: the kernels write in place) like the rest of the graph.
+    Only calls that no gradient flows through: the kernels compute into
+    out= arguments, which autograd refuses, and the op's own backward
+    formula stays with the op (a graph that trains through it keeps the op,
+    which the compiler lacks: the compile_error fallback applies).
+    Returns how many calls it replaced."""
+    kernels = _python_custom_op_kernels()
+    replaced = 0
+
+    def needs_grad(node):
+        vals = [a.meta.get("example_value", a.meta.get("val")) for a in node.all_input_nodes]
+        return torch.is_grad_enabled() and any(
+            isinstance(v, torch.Tensor) and v.requires_grad for v in vals)
+
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in kernels and not needs_grad(node):
+            node.target = kernels[node.target]
+            replaced += 1
+    if replaced:
+        gm.recompile()
+    return replaced
 
 
 def _clamp_tensor(x, min=None, max=None):
@@ -977,6 +1043,7 @@ def rbln_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=No
         bw_compiler=compile_backward,
         decompositions=_decompositions(),
     )
+    _inline_python_custom_ops(gm)
     try:
         compiled = aot(gm, example_inputs)
     except CompileFailure as e:

@@ -318,7 +318,7 @@ class _Converter:
                 name = _SCALAR_OPERAND_ALIASES.get(name, name)  # A scalar operand.
             attrs[name] = attr
         if op in _AS_STRIDED_OPS:
-            self._rebase_as_strided(node, attrs)
+            self._rebase_as_strided(node, inputs, attrs)
         val = self.value_of(node)
         if isinstance(val, torch.Tensor):
             name = self.fresh(node.name)
@@ -345,14 +345,44 @@ class _Converter:
             raise GraphConversionError(f"{node.name}: result of type {type(val).__name__}")
         self.ir.nodes.append((op, inputs, outputs, attrs))
 
-    def _rebase_as_strided(self, node, attrs):
+    def _rebase_as_strided(self, node, inputs, attrs):
         """as_strided's strides and storage offset address the input's
-        storage; the program holds the input contiguously from its first
-        element, so the offset becomes relative to that element, and a view
-        of a non-contiguous input or reaching before the input (into the
-        larger tensor it is a view of) cannot be expressed."""
-        x = self.value_of(node.args[0])
+        storage, while the program holds each input contiguously from its
+        first element.
+
+        On a graph argument, the view reads the argument's storage itself
+        (`_storage_input`: one more, flat input) unless it is a view of a
+        contiguous argument at the argument's own offset (no storage_offset
+        given) lying inside it. An explicit storage_offset is absolute: the
+        same graph is called with arguments at other storage offsets (Dynamo
+        does not guard on them), so it cannot be rebased to the offset the
+        argument had when traced.
+
+        On an intermediate value, the offset becomes relative to its first
+        element; a view of a non-contiguous value, or reaching before it,
+        cannot be expressed (as_strided_scatter, whose result has the
+        input's shape, is treated the same way)."""
+        src = node.args[0]
+        x = self.value_of(src)
         if not isinstance(x, torch.Tensor):
+            return
+        base = x.storage_offset()
+        explicit = "storage_offset" in attrs
+        absolute = attrs.get("storage_offset", base)
+        offset = absolute - base
+        sizes = [int(v) for v in str(attrs.get("size", "")).split(",") if v != ""]
+        strides = [int(v) for v in str(attrs.get("stride", "")).split(",") if v != ""]
+        empty = not all(sizes)
+        span = 0 if empty else sum((n - 1) * st for n, st in zip(sizes, strides))
+        inside = x.is_contiguous() and offset >= 0 and (empty or offset + span < x.numel())
+        if (getattr(src, "op", None) == "placeholder" and not empty
+                and ir_op_name(node.target) != "as_strided_scatter"
+                and (explicit or not inside)):
+            # From storage offset 0 (an absolute offset) or from the
+            # argument's own offset at run time (the default offset).
+            inputs[0] = self._storage_input(src, x, absolute + span + 1 if explicit else span + 1,
+                                            explicit)
+            attrs["storage_offset"] = absolute if explicit else 0
             return
         if not x.is_contiguous():
             raise GraphConversionError(
@@ -360,16 +390,30 @@ class _Converter:
                 f"strides {x.stride()}): the program holds it contiguously, so the strides "
                 "would address other elements; call .contiguous() before as_strided"
             )
-        base = x.storage_offset()
-        offset = attrs.get("storage_offset", base) - base
         if offset < 0:
             raise GraphConversionError(
-                f"{node.name}: as_strided with storage_offset {offset + base} reaches "
+                f"{node.name}: as_strided with storage_offset {absolute} reaches "
                 f"before its input, a view at storage offset {base} of a larger tensor; "
                 "the program has only the input's own elements: pass the base tensor "
                 "(or a storage_offset of at least the input's)"
             )
-        attrs["storage_offset"] = offset
+        attrs["storage_offset"] = offset  # Past the end: the compiler says so.
+
+    def _storage_input(self, node, x, length, absolute):
+        """An IR input holding `length` elements of graph argument `node`'s
+        storage, flat, from storage offset 0 (`absolute`) or from the
+        argument's storage offset at run time; backend.run passes
+        `arg.as_strided((length,), (1,), start)` and raises if the storage
+        is shorter. One input per argument, length and start."""
+        key = ("storage", node, length, absolute)
+        if key not in self.env:
+            name = self.fresh(f"{node.name}_storage")
+            self.ir.inputs.append((name, dtype_name(x.dtype), (length,)))
+            index = [n for n in self.gm.graph.nodes if n.op == "placeholder"].index(node)
+            self.ir.input_sources.append(("arg_storage" if absolute else "arg_storage_from_offset",
+                                          index))
+            self.env[key] = name
+        return self.env[key]
 
     def _output(self, node):
         (results,) = node.args

@@ -2,8 +2,11 @@
 
 Some ops of a captured ATen graph cannot be part of a static-shape device
 program:
-  * ops on dtypes the device cannot hold (float64, complex; e.g. the
-    float64 round trip Dynamo writes for `x * t.item()`);
+  * ops on dtypes the device cannot hold: float64 and complex (the NPU has
+    no such units; e.g. the float64 round trip Dynamo writes for
+    `x * t.item()`, `x.double()`, `softmax(x, dtype=torch.float64)`), and
+    the integer types beside int32/int64/bool (uint8/int8/int16: `x.byte()`,
+    `x.char()`, `x.short()`; uint64: `hash_tensor`);
   * data-dependent output shapes (`nonzero`, `masked_select`, `unique`,
     boolean-mask indexing) and data-dependent scalars (`Tensor.item()`): the
     program's buffers are sized at compile time, these sizes exist only once
@@ -144,7 +147,8 @@ def classify(gm: torch.fx.GraphModule, folded: dict, mode: str, implemented_ops)
 
 def _unsupported_dtype(node):
     """The first dtype of the node's tensors (result and inputs) that has no
-    device representation (float64, complex), or None. Empty results are
+    device representation (float64, complex, uint8/int8/int16, uint64:
+    whatever is not in fx_to_ir.DTYPE_NAMES), or None. Empty results are
     made afresh, whatever their dtype (fx_to_ir.EmptyResult: batch norm's
     uint8 reserve)."""
     values = [node.meta.get("val")] + [n.meta.get("val") for n in node.all_input_nodes]
