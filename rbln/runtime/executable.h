@@ -21,6 +21,13 @@ struct BufferView {
   DType dtype = DType::kFloat32;
   std::vector<int64_t> sizes;
   std::vector<int64_t> strides;
+  // For an input, when non-zero: the storage's content version as the run
+  // mapped it (StorageManager::MapForDevice) and the view's virtual address.
+  // Two runs that see the same (content_address, content_version) see the
+  // same bytes, so a program may keep what it derives from them (packed
+  // weights) between runs. Zero: unknown, derive afresh.
+  uint64_t content_version = 0;
+  uintptr_t content_address = 0;
 };
 
 // Where one worker of a program runs: an NPU of the logical device's RSD

@@ -117,8 +117,13 @@ absl::Status Executor::Run(const Executable& program,
       // the kernel never dereferences it.
       views[i].data = nullptr;
     } else {
-      RBLN_ASSIGN_OR_RETURN(views[i].data,
-                            storage_->MapForDevice(arg.address, nbytes, access));
+      RBLN_ASSIGN_OR_RETURN(
+          views[i].data,
+          storage_->MapForDevice(arg.address, nbytes, access,
+                                 access == DeviceAccess::kRead
+                                     ? &views[i].content_version
+                                     : nullptr));
+      views[i].content_address = arg.address;
     }
     if (profiler) {
       // The argument transfer stage: memory acquired, host-latest bytes uploaded.

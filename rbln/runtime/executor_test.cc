@@ -51,6 +51,44 @@ TEST(ExecutorTest, MapsVirtualBuffersAndRuns) {
   EXPECT_EQ(result[3], 11.0f);
 }
 
+// Records the content identity of the views it is given.
+class RecordContent : public AddF32 {
+ public:
+  absl::Status Execute(absl::Span<const BufferView> args) const override {
+    seen.assign(args.begin(), args.end());
+    return AddF32::Execute(args);
+  }
+  mutable std::vector<BufferView> seen;
+};
+
+TEST(ExecutorTest, InputsCarryTheirContentVersion) {
+  // Inputs name their bytes' version (what packed-weight caches key on);
+  // outputs, being written, carry none. A write in between changes it.
+  FakePhysicalMemory phys;
+  StorageManager storage(1, 64 << 20, &phys, phys.dma(), /*eager=*/false);
+  Executor executor(&storage);
+  const uintptr_t a = *storage.Create(0, 16);
+  const uintptr_t out = *storage.Create(0, 16);
+  float v[4] = {1, 2, 3, 4};
+  ASSERT_TRUE(storage.WriteFromHost(a, v, 16).ok());
+  std::vector<DeviceBuffer> args = {{a, DType::kFloat32, {2}, {1}},
+                                    {a + 8, DType::kFloat32, {2}, {1}},
+                                    {out, DType::kFloat32, {2}, {1}}};
+  RecordContent program;
+  ASSERT_TRUE(executor.Run(program, args).ok());
+  const std::vector<BufferView> first = program.seen;
+  EXPECT_NE(first[0].content_version, 0u);
+  EXPECT_EQ(first[0].content_version, first[1].content_version);  // one storage
+  EXPECT_EQ(first[0].content_address, a);
+  EXPECT_EQ(first[1].content_address, a + 8);
+  EXPECT_EQ(first[2].content_version, 0u);
+  ASSERT_TRUE(executor.Run(program, args).ok());
+  EXPECT_EQ(program.seen[0].content_version, first[0].content_version);
+  ASSERT_TRUE(storage.WriteFromHost(a + 4, v, 4).ok());
+  ASSERT_TRUE(executor.Run(program, args).ok());
+  EXPECT_NE(program.seen[0].content_version, first[0].content_version);
+}
+
 TEST(ExecutorTest, RejectsBuffersOutsideStorages) {
   FakePhysicalMemory phys;
   StorageManager storage(1, 64 << 20, &phys, phys.dma(), /*eager=*/false);

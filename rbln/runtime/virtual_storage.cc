@@ -5,8 +5,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
-
 #include <cstring>
 
 #include "absl/status/status.h"
@@ -109,6 +109,17 @@ StorageManager::~StorageManager() {
   }
 }
 
+namespace {
+
+// Process-wide, so that a version never repeats across storages (a new
+// storage at a released one's address gets a version of its own).
+uint64_t NextContentVersion() {
+  static std::atomic<uint64_t> next{0};
+  return next.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+}  // namespace
+
 absl::StatusOr<uintptr_t> StorageManager::Create(int npu, uint64_t nbytes,
                                                  AllocationContext context) {
   if (npu < 0 || npu >= static_cast<int>(ranges_.size()) ||
@@ -130,6 +141,7 @@ absl::StatusOr<uintptr_t> StorageManager::Create(int npu, uint64_t nbytes,
   s->npu = npu;
   s->offload_dir = t_offload_dir;
   s->context = std::move(context);
+  s->content_version = NextContentVersion();
   const uintptr_t base = s->base;
   absl::MutexLock lock(&mu_);
   Storage& ref = *s;
@@ -293,6 +305,7 @@ absl::Status StorageManager::WriteFromHost(uintptr_t address, const void* src,
   RBLN_ASSIGN_OR_RETURN(Storage * s, Find(address, n));
   HostAccess().writes->Increment();
   HostAccess().write_bytes->Add(static_cast<int64_t>(n));
+  s->content_version = NextContentVersion();
   const uint64_t offset = address - s->base;
   if (s->state == DataState::kDeviceLatest) {
     // The device holds the rest of the bytes: write through to it.
@@ -330,7 +343,8 @@ absl::Status StorageManager::ReadOnHost(uintptr_t address, uint64_t n,
 
 absl::StatusOr<void*> StorageManager::MapForDevice(uintptr_t address,
                                                    uint64_t n,
-                                                   DeviceAccess access) {
+                                                   DeviceAccess access,
+                                                   uint64_t* content_version) {
   RBLN_RETURN_IF_ERROR(AwaitTransfer(address));
   absl::MutexLock lock(&mu_);
   RBLN_ASSIGN_OR_RETURN(Storage * s, Find(address, n == 0 ? 1 : n));
@@ -344,7 +358,11 @@ absl::StatusOr<void*> StorageManager::MapForDevice(uintptr_t address,
     RBLN_RETURN_IF_ERROR(Upload(*s));
     s->state = DataState::kInSync;
   }
-  if (access != DeviceAccess::kRead) s->state = DataState::kDeviceLatest;
+  if (access != DeviceAccess::kRead) {
+    s->state = DataState::kDeviceLatest;
+    s->content_version = NextContentVersion();
+  }
+  if (content_version != nullptr) *content_version = s->content_version;
   return static_cast<char*>(s->backing) + (address - s->base);
 }
 
@@ -510,6 +528,7 @@ absl::StatusOr<StorageInfo> StorageManager::Info(uintptr_t address) const {
   }
   if (s->shadow) info.offload_path = s->shadow->path;
   info.program_owned = s->program_owned;
+  info.content_version = s->content_version;
   return info;
 }
 
@@ -552,6 +571,7 @@ absl::StatusOr<bool> StorageManager::WriteFromHostAsync(
     RBLN_RETURN_IF_ERROR(Upload(*s));
   }
   s->state = DataState::kDeviceLatest;
+  s->content_version = NextContentVersion();
   s->pending_stream = &stream;
   s->pending_seq = dma_->HostToDeviceAsync(stream, s->block->address + (address - s->base),
                                            src, n, std::move(keep_alive));

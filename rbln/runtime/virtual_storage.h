@@ -71,6 +71,7 @@ struct StorageInfo {
   uint64_t device_bytes = 0;  // Rounded size of the physical block.
   std::string offload_path;   // File holding the host shadow, if offloaded.
   bool program_owned = false;  // SetProgramOwned().
+  uint64_t content_version = 0;  // See StorageManager::MapForDevice.
 };
 
 class StorageManager {
@@ -104,8 +105,16 @@ class StorageManager {
   // for a device-side access (the executor, device copies): acquires memory
   // and uploads as the state table says. With kWrite/kReadWrite the storage
   // is device-latest afterwards.
+  //
+  // `content_version`, if given, receives the storage's content version
+  // after the access: a process-wide unique number that every write to the
+  // storage (host or device, whole or part) replaces with a new one. Equal
+  // versions of one address mean equal bytes, so what is derived from a
+  // storage's bytes (a GEMM library's packed copy of a weight) can be kept
+  // and reused while the version stays the same.
   absl::StatusOr<void*> MapForDevice(uintptr_t address, uint64_t n,
-                                     DeviceAccess access);
+                                     DeviceAccess access,
+                                     uint64_t* content_version = nullptr);
 
   // Device-to-device copy between (possibly the same) storages.
   absl::Status CopyOnDevice(uintptr_t dst, uintptr_t src, uint64_t n);
@@ -203,6 +212,8 @@ class StorageManager {
     void* backing = nullptr;  // Host view of `block`.
     bool program_owned = false;  // Applied to every block it gets (SPEC E2).
     AllocationContext context;   // Given to every block it gets.
+    // Replaced by NextContentVersion() at creation and at every write.
+    uint64_t content_version = 0;
   };
   // A released block waiting for streams to pass points (record_stream).
   struct DeferredFree {

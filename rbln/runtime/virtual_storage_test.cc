@@ -154,6 +154,46 @@ TEST_F(StorageManagerTest, WholeWriteOfHostLatestSkipsTheUpload) {
   EXPECT_EQ(State(m, a), DataState::kDeviceLatest);
 }
 
+TEST_F(StorageManagerTest, ContentVersionChangesOnEveryWriteOnly) {
+  // What a program derives from an input's bytes (packed weights) is kept
+  // while the version stays: every kind of write must replace it, reads and
+  // moves must not.
+  StorageManager m = Make();
+  uintptr_t a = *m.Create(0, 16), b = *m.Create(0, 16);
+  auto version = [&](uintptr_t x) {
+    uint64_t v = 0;
+    EXPECT_TRUE(m.MapForDevice(x, 16, DeviceAccess::kRead, &v).ok());
+    EXPECT_EQ(v, m.Info(x)->content_version);
+    return v;
+  };
+  EXPECT_NE(version(a), version(b));  // unique across storages
+  float v[4] = {1, 2, 3, 4}, out[4];
+  uint64_t last = version(a);
+  ASSERT_TRUE(m.WriteFromHost(a + 4, v, 4).ok());  // host write, device-latest
+  EXPECT_NE(version(a), last);
+  last = version(a);
+  ASSERT_TRUE(m.ReadToHost(out, a, 16).ok());  // host read: in-sync
+  ASSERT_TRUE(m.ReadFromDevice(out, a, 16).ok());
+  EXPECT_EQ(version(a), last);
+  ASSERT_TRUE(m.WriteFromHost(a, v, 16).ok());  // host write into the shadow
+  EXPECT_NE(version(a), last);
+  last = version(a);
+  ASSERT_TRUE(m.MapForDevice(a, 16, DeviceAccess::kReadWrite).ok());
+  EXPECT_NE(version(a), last);
+  last = version(a);
+  ASSERT_TRUE(m.CopyOnDevice(b, a, 16).ok());  // a is the source: unchanged
+  EXPECT_EQ(version(a), last);
+  const uint64_t before_copy = version(b);
+  ASSERT_TRUE(m.CopyOnDevice(a, b, 8).ok());  // a is the destination
+  EXPECT_NE(version(a), last);
+  EXPECT_EQ(version(b), before_copy);
+  // A storage created where a released one was gets a version of its own.
+  last = version(a);
+  ASSERT_TRUE(m.Release(a).ok());
+  uintptr_t c = *m.Create(0, 16);
+  if (c == a) EXPECT_NE(version(c), last);
+}
+
 TEST_F(StorageManagerTest, CopyOnDeviceMovesBytesWithoutHost) {
   StorageManager m = Make();
   uintptr_t a = *m.Create(0, 16), b = *m.Create(0, 16);
