@@ -27,6 +27,7 @@
 #include "rbln/compiler/blas_rewrite_pass.h"
 #include "rbln/compiler/chiplet_team.h"
 #include "rbln/compiler/frontend.h"
+#include "rbln/compiler/input_content.h"
 #include "rbln/compiler/ir/graph_util.h"
 #include "rbln/compiler/kernel_errors.h"
 #include "rbln/compiler/memref_copy.h"
@@ -521,6 +522,13 @@ absl::Status CompiledProgram::RunKernels(absl::Span<const runtime::BufferView> a
     const int64_t data = reinterpret_cast<int64_t>(aliased->Data(args, i));
     descriptors[i][0] = data;
     descriptors[i][1] = data;
+  }
+  // GEMMs find their weights' content versions (packed_weights.h).
+  std::optional<InputContentScope> content;
+  if (uses_onednn_) {
+    std::vector<void*> data(num_inputs());
+    for (int i = 0; i < num_inputs(); ++i) data[i] = aliased->Data(args, i);
+    content.emplace(args, data, num_inputs());
   }
   if (layout_.partitions > 1) {
     ExecutePartitioned(packed, context, error);

@@ -16,6 +16,7 @@
 #include "rbln/compiler/ir/graph_util.h"
 #include "rbln/compiler/mlir_compat.h"
 #include "rbln/compiler/mlir_setup.h"
+#include "rbln/compiler/packed_weights.h"
 #include "rbln/compiler/pipelines.h"
 #include "rbln/core/device_profile.h"
 #include "rbln/core/env.h"
@@ -29,6 +30,8 @@ absl::StatusOr<CompilerOptions> CompilerOptions::FromEnv() {
       env::GetInt("RBLN_COMPILER_CACHE_SIZE", options.cache_capacity, 1,
                   int64_t{1} << 40));
   options.cache_dir = env::GetRaw("RBLN_COMPILER_CACHE_DIR").value_or("");
+  // Read by the GEMM library at run time; a bad value fails the compile.
+  RBLN_RETURN_IF_ERROR(PackedWeightsCapacityFromEnv().status());
   RBLN_ASSIGN_OR_RETURN(DeviceProfile profile, DeviceProfile::FromEnvironment());
   RBLN_ASSIGN_OR_RETURN(
       int64_t partitions,

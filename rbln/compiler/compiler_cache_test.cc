@@ -101,6 +101,18 @@ TEST(CompilerCacheTest, CacheSizeComesFromTheEnvironment) {
   EXPECT_EQ(CompilerOptions::FromEnv()->cache_capacity, 512);
 }
 
+TEST(CompilerCacheTest, BadPackedWeightsCapacityFailsTheCompile) {
+  // The GEMM library reads it at run time; the compile reports it first.
+  setenv("RBLN_COMPILER_PACKED_WEIGHTS_MB", "-1", 1);
+  absl::StatusOr<CompilerOptions> options = CompilerOptions::FromEnv();
+  ASSERT_FALSE(options.ok());
+  EXPECT_NE(options.status().message().find("RBLN_COMPILER_PACKED_WEIGHTS_MB"),
+            std::string::npos)
+      << options.status();
+  unsetenv("RBLN_COMPILER_PACKED_WEIGHTS_MB");
+  EXPECT_TRUE(CompilerOptions::FromEnv().ok());
+}
+
 // Several threads compile overlapping graphs: each graph is compiled once,
 // every caller gets a working program, and the counts add up.
 TEST(CompilerCacheTest, ConcurrentCompilesSharePrograms) {

@@ -1,14 +1,18 @@
 #include "rbln/compiler/onednn_gemm.h"
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/hash/hash.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "oneapi/dnnl/dnnl.h"
+#include "rbln/compiler/input_content.h"
+#include "rbln/compiler/packed_weights.h"
 
 namespace rbln::compiler {
 namespace {
@@ -19,6 +23,7 @@ using onednn::Check;
 // Buffer slots of onednn::ThreadState.
 constexpr int kScratchpadSlot = 0;
 constexpr int kUnfusedResultSlot = 1;
+constexpr int kStagedResultSlot = 2;
 
 // One cached primitive: a matmul for one block problem.
 struct Primitive {
@@ -29,6 +34,13 @@ struct Primitive {
   // contiguous buffer and the epilogue runs after it (same result).
   bool epilogue_after = false;
   std::string implementation;
+  // Created for packed weights (B in the layout oneDNN picks, packed once
+  // per weight version by PackedWeightCache): that layout and the reorder
+  // from B's plain one into it; `pack` null when oneDNN picked the plain
+  // layout (then B is read in place).
+  dnnl_memory_desc_t plain_b;
+  dnnl_primitive_t pack = nullptr;
+  size_t packed_b_bytes = 0;
 };
 
 std::string Describe(const GemmProblem& p) {
@@ -76,7 +88,24 @@ dnnl_primitive_desc_t Create(const Api& d, const GemmProblem& p,
   return pd;
 }
 
-std::unique_ptr<Primitive> CreatePrimitive(const Api& d, const GemmProblem& p) {
+// The blocked layouts oneDNN's brgemm matmul keeps op(B) [k, n] in (k in
+// 16-row blocks, pairs of rows interleaved for bf16; n in 64, 32 or 16
+// columns), the first it takes being the one it would copy B into itself.
+// Asked for "any" layout instead, oneDNN 2.6 falls back to gemm:jit, far
+// slower than brgemm with AMX or AVX-512 (measured: 2x on a decoder).
+std::vector<dnnl_format_tag_t> PackedLayouts(GemmOperandType type) {
+  if (type == GemmOperandType::kBF16) {
+    return {dnnl_BA16a64b2a, dnnl_BA16a32b2a, dnnl_BA16a16b2a};
+  }
+  return {dnnl_BA16a64b, dnnl_BA16a32b, dnnl_BA16a16b};
+}
+
+// The primitive for `p` with op(B) in `b_layout` (dnnl_format_tag_undef: as
+// stored, strided), or null if oneDNN has none or `accept` rejects the
+// implementation it picked.
+std::unique_ptr<Primitive> TryCreatePrimitive(
+    const Api& d, const GemmProblem& p, dnnl_format_tag_t b_layout,
+    bool (*accept)(const std::string& implementation)) {
   if (p.accumulate && !p.epilogue.IsPlain()) {
     onednn::Fail("GEMM: an epilogue with accumulation into C for " +
                  Describe(p));
@@ -91,6 +120,12 @@ std::unique_ptr<Primitive> CreatePrimitive(const Api& d, const GemmProblem& p) {
   // columns.
   prim->b = p.trans_b ? Desc(d, p, p.k, p.n, 1, p.ldb, p.stride_b, in)
                       : Desc(d, p, p.k, p.n, p.ldb, 1, p.stride_b, in);
+  prim->plain_b = prim->b;
+  if (b_layout != dnnl_format_tag_undef) {
+    dnnl_dims_t dims = {p.k, p.n};
+    Check(d.memory_desc_init_by_tag(&prim->b, 2, dims, in, b_layout),
+          "packed weights descriptor for " + Describe(p));
+  }
   prim->c = Desc(d, p, p.m, p.n, p.ldc, 1, p.stride_c, out);
   const int ndims = p.batch > 1 ? 3 : 2;
   prim->bias = onednn::SideDesc(d, ndims, ndims - 1, p.n);
@@ -119,30 +154,66 @@ std::unique_ptr<Primitive> CreatePrimitive(const Api& d, const GemmProblem& p) {
     pd = Create(d, p, *prim, attr);
     d.primitive_attr_destroy(attr);
   }
-  if (pd == nullptr) onednn::Fail("GEMM: no matmul primitive for " + Describe(p));
+  if (pd == nullptr) return nullptr;
+  prim->implementation = onednn::ImplementationOf(d, pd);
+  if (!accept(prim->implementation)) {
+    d.primitive_desc_destroy(pd);
+    return nullptr;
+  }
   prim->scratchpad = *d.primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
   prim->scratchpad_bytes = d.memory_desc_get_size(&prim->scratchpad);
-  prim->implementation = onednn::ImplementationOf(d, pd);
+  if (b_layout != dnnl_format_tag_undef) {
+    prim->packed_b_bytes = d.memory_desc_get_size(&prim->b);
+    dnnl_primitive_desc_t reorder = nullptr;
+    Check(d.reorder_primitive_desc_create(&reorder, &prim->plain_b, d.engine,
+                                          &prim->b, d.engine, nullptr),
+          "weights reorder for " + Describe(p));
+    Check(d.primitive_create(&prim->pack, reorder),
+          "weights reorder primitive for " + Describe(p));
+    d.primitive_desc_destroy(reorder);
+  }
   Check(d.primitive_create(&prim->primitive, pd),
         "matmul primitive for " + Describe(p));
   d.primitive_desc_destroy(pd);
   return prim;
 }
 
+bool AnyImplementation(const std::string&) { return true; }
+bool Brgemm(const std::string& implementation) {
+  return absl::StartsWith(implementation, "brg");
+}
+
+// With `packed_weights` (2-D problems), B in a blocked layout if brgemm
+// takes one (`pack` set), else as stored.
+std::unique_ptr<Primitive> CreatePrimitive(const Api& d, const GemmProblem& p,
+                                           bool packed_weights) {
+  if (packed_weights && p.batch == 1) {
+    for (dnnl_format_tag_t layout : PackedLayouts(p.type)) {
+      if (auto prim = TryCreatePrimitive(d, p, layout, Brgemm)) return prim;
+    }
+  }
+  auto prim =
+      TryCreatePrimitive(d, p, dnnl_format_tag_undef, AnyImplementation);
+  if (prim == nullptr) onednn::Fail("GEMM: no matmul primitive for " + Describe(p));
+  return prim;
+}
+
 // Primitives by block problem, created on first use and kept for the
 // process (a program's shapes are few, and creating one JIT-compiles
 // oneDNN's kernels: far slower than a call).
-const Primitive& PrimitiveFor(const Api& d, const GemmProblem& p) {
+const Primitive& PrimitiveFor(const Api& d, const GemmProblem& p,
+                              bool packed_weights = false) {
   static absl::Mutex mu;
   static auto* cache =
       new absl::flat_hash_map<std::vector<int64_t>, std::unique_ptr<Primitive>>();
   std::vector<int64_t> key = p.Encode();
+  key.push_back(packed_weights);
   {
     absl::ReaderMutexLock lock(&mu);
     auto it = cache->find(key);
     if (it != cache->end()) return *it->second;
   }
-  std::unique_ptr<Primitive> created = CreatePrimitive(d, p);
+  std::unique_ptr<Primitive> created = CreatePrimitive(d, p, packed_weights);
   absl::MutexLock lock(&mu);
   auto [it, inserted] = cache->try_emplace(std::move(key), std::move(created));
   return *it->second;  // another thread's, if it was first
@@ -262,25 +333,70 @@ void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
   const Api& d = onednn::Library();
   if (!d.error.empty()) onednn::Fail(d.error);
   const GemmBlock part = GemmBlockOf(p, block, blocks);
-  const GemmProblem& q = part.problem;
-  if (q.batch <= 0 || q.m <= 0 || q.n <= 0 || q.k <= 0) return;
+  if (part.problem.batch <= 0 || part.problem.m <= 0 || part.problem.n <= 0 ||
+      part.problem.k <= 0) {
+    return;
+  }
+  // oneDNN 2.6 runs a matmul whose C rows have gaps (a column block of a
+  // wider C) with gemm:jit, not brgemm: without AMX, and without taking B
+  // in a packed layout. Such a block is computed into a dense buffer and
+  // its rows copied into C, which costs far less (decoder GEMMs are column
+  // blocks; an accumulating one copies its C rows in first).
+  GemmProblem q = part.problem;
+  const int64_t ldc = q.ldc;
+  const bool staged = q.batch == 1 && q.ldc != q.n;
+  if (staged) q.ldc = q.n;
   // Before the primitive: oneDNN sizes its blocking by the thread count.
   onednn::OneOmpThread one_thread(d);
   onednn::ThreadState& thread = onednn::ThisThread(d);
-  const Primitive& prim = PrimitiveFor(d, q);
   const int64_t in_bytes = OperandBytes(p.type);
+  const void* b_block = static_cast<const char*>(b) + part.offset_b * in_bytes;
+  // B read from a program input that keeps its bytes (a weight): packed
+  // once per version of them, not re-laid out by every call.
+  std::shared_ptr<const void> packed;
+  const Primitive* chosen = nullptr;
+  if (q.batch == 1) {
+    const int64_t b_elements =
+        q.trans_b ? (q.n - 1) * q.ldb + q.k : (q.k - 1) * q.ldb + q.n;
+    std::optional<InputContent> content =
+        FindInputContent(b_block, b_elements * in_bytes);
+    if (content.has_value()) {
+      const Primitive& with_packed = PrimitiveFor(d, q, /*packed_weights=*/true);
+      if (with_packed.pack != nullptr) {
+        packed = PackedWeightCache::Global().Get(
+            *content, q.Encode(), with_packed.packed_b_bytes, [&](void* out) {
+              onednn::Memory from(d, with_packed.plain_b,
+                                  const_cast<void*>(b_block));
+              onednn::Memory to(d, with_packed.b, out);
+              onednn::Execute(d, with_packed.pack,
+                              {{DNNL_ARG_FROM, from.get()}, {DNNL_ARG_TO, to.get()}},
+                              "weights reorder for " + Describe(q));
+            });
+        if (packed != nullptr) chosen = &with_packed;
+      }
+    }
+  }
+  const Primitive& prim = chosen != nullptr ? *chosen : PrimitiveFor(d, q);
   const int64_t out_bytes = StoreBytes(p.epilogue.store);
   void* c_block = static_cast<char*>(c) + part.offset_c * out_bytes;
   void* result = prim.epilogue_after
                      ? thread.Buffer(kUnfusedResultSlot,
                                      q.batch * q.m * q.n * sizeof(float))
-                     : c_block;
+                 : staged ? thread.Buffer(kStagedResultSlot, q.m * q.n * out_bytes)
+                          : c_block;
   onednn::Memory ma(d, prim.a,
                     const_cast<char*>(static_cast<const char*>(a)) +
                         part.offset_a * in_bytes);
   onednn::Memory mb(d, prim.b,
-                    const_cast<char*>(static_cast<const char*>(b)) +
-                        part.offset_b * in_bytes);
+                    const_cast<void*>(packed ? packed.get() : b_block));
+  if (staged && q.accumulate) {
+    const int64_t row_bytes = q.n * out_bytes;
+    for (int64_t i = 0; i < q.m; ++i) {
+      std::memcpy(static_cast<char*>(result) + i * row_bytes,
+                  static_cast<const char*>(c_block) + i * ldc * out_bytes,
+                  row_bytes);
+    }
+  }
   onednn::Memory mc(d, prim.c, result);
   std::vector<dnnl_exec_arg_t> args = {{DNNL_ARG_SRC, ma.get()},
                                        {DNNL_ARG_WEIGHTS, mb.get()},
@@ -310,7 +426,15 @@ void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
     args.push_back({DNNL_ARG_SCRATCHPAD, side_memory.back()->get()});
   }
   onednn::Execute(d, prim.primitive, args, "matmul " + Describe(q));
-  if (!prim.epilogue_after) return;
+  if (!prim.epilogue_after) {
+    if (!staged) return;
+    const int64_t row_bytes = q.n * out_bytes;
+    for (int64_t i = 0; i < q.m; ++i) {
+      std::memcpy(static_cast<char*>(c_block) + i * ldc * out_bytes,
+                  static_cast<const char*>(result) + i * row_bytes, row_bytes);
+    }
+    return;
+  }
   const float* r = static_cast<const float*>(result);
   for (int64_t bt = 0; bt < q.batch; ++bt) {
     for (int64_t i = 0; i < q.m; ++i) {
@@ -318,7 +442,7 @@ void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
         const float x = q.epilogue.Apply(r[(bt * q.m + i) * q.n + j],
                                          sides + part.column, p.n, j);
         q.epilogue.Store(x, static_cast<char*>(c_block) +
-                                (bt * q.stride_c + i * q.ldc + j) * out_bytes);
+                                (bt * q.stride_c + i * ldc + j) * out_bytes);
       }
     }
   }

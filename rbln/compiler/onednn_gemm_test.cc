@@ -18,6 +18,9 @@
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "rbln/compiler/input_content.h"
+#include "rbln/compiler/packed_weights.h"
+#include "rbln/runtime/executable.h"
 
 namespace rbln::compiler {
 namespace {
@@ -165,6 +168,57 @@ TEST_F(OnednnGemmTest, MatchesReferenceInOneBlockAndInFour) {
             << Describe(p) << " blocks " << blocks << " element " << i;
       }
     }
+  }
+}
+
+// B read from a registered program input: packed at its second use, the
+// packed copy reused while the version stays, repacked after a write (a new
+// version); results match the reference throughout.
+TEST_F(OnednnGemmTest, PackedWeightsFollowTheirContentVersion) {
+  uint32_t seed = 100;
+  const uint64_t packed_before = PackedWeightCache::Global().bytes();
+  for (const GemmProblem& p : Problems()) {
+    if (p.batch != 1) continue;
+    Operands o = Make(p, seed++);
+    runtime::BufferView b_view;
+    b_view.data = o.b_raw.data();
+    b_view.dtype = p.type == GemmOperandType::kBF16 ? DType::kBFloat16 : DType::kFloat32;
+    b_view.sizes = {static_cast<int64_t>(o.b.size())};
+    b_view.strides = {1};
+    b_view.content_address = 0x100000 * seed;
+    for (uint64_t version : {1, 2}) {
+      if (version == 2) {
+        // The weight is written: new bytes, new version.
+        Operands fresh = Make(p, seed + 1000);
+        o.b = fresh.b;
+        std::memcpy(o.b_raw.data(), fresh.b_raw.data(), o.b_raw.size());
+      }
+      b_view.content_version = version;
+      std::vector<runtime::BufferView> args = {b_view};
+      std::vector<void*> data = {o.b_raw.data()};
+      InputContentScope scope(args, data, 1);
+      for (int call = 0; call < 3; ++call) {
+        for (int64_t blocks : {1, 4}) {
+          std::vector<float> c = o.c;
+          Operands expected = o;
+          const std::vector<double> want = Reference(p, expected);
+          for (int64_t block = 0; block < blocks; ++block) {
+            RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), c.data(), nullptr,
+                         block, blocks);
+          }
+          const double tolerance = 1e-6 * (p.k + 1) + 1e-6;
+          for (size_t i = 0; i < want.size(); ++i) {
+            ASSERT_NEAR(c[i], want[i], tolerance)
+                << Describe(p) << " version " << version << " call " << call
+                << " blocks " << blocks << " element " << i;
+          }
+        }
+      }
+    }
+  }
+  // Packed on CPUs where oneDNN's brgemm takes blocked weights (AVX-512).
+  if (__builtin_cpu_supports("avx512f")) {
+    EXPECT_GT(PackedWeightCache::Global().bytes(), packed_before);
   }
 }
 
