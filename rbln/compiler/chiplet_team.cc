@@ -31,6 +31,23 @@
 #ifdef RBLN_CHIPLET_ASAN
 #include <sanitizer/common_interface_defs.h>
 #endif
+// ThreadSanitizer must be told which stack runs (and the switches order the
+// workers' accesses like the barrier they stand for).
+#if defined(__SANITIZE_THREAD__)
+#define RBLN_CHIPLET_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define RBLN_CHIPLET_TSAN 1
+#endif
+#endif
+#ifdef RBLN_CHIPLET_TSAN
+extern "C" {
+void* __tsan_get_current_fiber(void);
+void* __tsan_create_fiber(unsigned flags);
+void __tsan_destroy_fiber(void* fiber);
+void __tsan_switch_to_fiber(void* fiber, unsigned flags);
+}
+#endif
 
 namespace rbln::compiler {
 namespace {
@@ -135,6 +152,9 @@ namespace chiplet_team_internal {
 struct Fiber {
   ~Fiber() {
     if (mapping != nullptr) munmap(mapping, mapping_bytes);
+#ifdef RBLN_CHIPLET_TSAN
+    if (tsan_fiber != nullptr) __tsan_destroy_fiber(tsan_fiber);
+#endif
   }
 
   Lane* lane = nullptr;
@@ -150,6 +170,9 @@ struct Fiber {
   std::vector<char> locals;  // its worker-local state while switched away
 #ifdef RBLN_CHIPLET_ASAN
   void* fake_stack = nullptr;
+#endif
+#ifdef RBLN_CHIPLET_TSAN
+  void* tsan_fiber = nullptr;
 #endif
 };
 
@@ -168,6 +191,9 @@ struct Lane {
 #ifdef RBLN_CHIPLET_ASAN
   const void* native_stack_bottom = nullptr;
   size_t native_stack_bytes = 0;
+#endif
+#ifdef RBLN_CHIPLET_TSAN
+  void* native_tsan_fiber = nullptr;
 #endif
 };
 
@@ -235,6 +261,9 @@ void SwitchFiber(Lane& lane, Fiber& from, Fiber* to, bool from_finished) {
   }
 #else
   (void)from_finished;
+#endif
+#ifdef RBLN_CHIPLET_TSAN
+  __tsan_switch_to_fiber(to != nullptr ? to->tsan_fiber : lane.native_tsan_fiber, 0);
 #endif
   if (swapcontext(&from.context, target) != 0) Die("cannot switch workers");
 #ifdef RBLN_CHIPLET_ASAN
@@ -380,6 +409,9 @@ void ChipletTeam::RunLane(int thread) {
                                      locals.slots[lane.locals_count - 1].bytes;
     for (std::unique_ptr<Fiber>& f : lane.fibers) {
       if (f->mapping == nullptr) AllocateStack(*f);
+#ifdef RBLN_CHIPLET_TSAN
+      if (f->tsan_fiber == nullptr) f->tsan_fiber = __tsan_create_fiber(0);
+#endif
       f->arrived = f->finished = false;
       f->busy = {};
       // Every worker starts with the thread's state.
@@ -399,6 +431,10 @@ void ChipletTeam::RunLane(int thread) {
 #ifdef RBLN_CHIPLET_ASAN
     void* fake_stack = nullptr;
     __sanitizer_start_switch_fiber(&fake_stack, StackBottom(first), kFiberStackBytes);
+#endif
+#ifdef RBLN_CHIPLET_TSAN
+    lane.native_tsan_fiber = __tsan_get_current_fiber();
+    __tsan_switch_to_fiber(first.tsan_fiber, 0);
 #endif
     if (swapcontext(&lane.native, &first.context) != 0) Die("cannot switch workers");
 #ifdef RBLN_CHIPLET_ASAN
