@@ -29,6 +29,7 @@
 #endif
 #endif
 #ifdef RBLN_CHIPLET_ASAN
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 // ThreadSanitizer must be told which stack runs (and the switches order the
@@ -409,6 +410,11 @@ void ChipletTeam::RunLane(int thread) {
                                      locals.slots[lane.locals_count - 1].bytes;
     for (std::unique_ptr<Fiber>& f : lane.fibers) {
       if (f->mapping == nullptr) AllocateStack(*f);
+#ifdef RBLN_CHIPLET_ASAN
+      // The frames a worker left at its last switch (or an earlier mapping
+      // at this address) are gone: forget their redzones.
+      ASAN_UNPOISON_MEMORY_REGION(StackBottom(*f), kFiberStackBytes);
+#endif
 #ifdef RBLN_CHIPLET_TSAN
       if (f->tsan_fiber == nullptr) f->tsan_fiber = __tsan_create_fiber(0);
 #endif
