@@ -93,8 +93,11 @@ struct WorkerPhaseClock {
   int phase = 0;
   int64_t start_ns = 0;
 };
-// Set on each worker's thread for the duration of a profiled run only.
+// Set on each worker's thread for the duration of a profiled run only;
+// each worker's own when workers share a thread.
 thread_local WorkerPhaseClock* t_phase_clock = nullptr;
+const bool phase_clock_is_worker_local = RegisterWorkerLocal(
+    +[]() -> void* { return &t_phase_clock; }, sizeof(t_phase_clock));
 
 // The barrier kernels call between dependent ops (kChipletBarrierSymbol):
 // the team's barrier, timestamped in a profiled run -- the worker's phase

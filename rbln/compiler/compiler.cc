@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "mlir/IR/MLIRContext.h"
 #include "rbln/compiler/blas_loader.h"
+#include "rbln/compiler/chiplet_team.h"
 #include "rbln/compiler/disk_cache.h"
 #include "rbln/compiler/frontend.h"
 #include "rbln/compiler/ir/graph_util.h"
@@ -48,6 +49,8 @@ absl::StatusOr<CompilerOptions> CompilerOptions::FromEnv() {
       int64_t threads,
       env::GetInt("RBLN_COMPILER_THREADS", std::min<int64_t>(cores, 8), 1, 256));
   options.compile_threads = static_cast<int>(threads);
+  // Read by the chiplet teams when they start; a bad value is reported here.
+  RBLN_RETURN_IF_ERROR(ChipletThreadsFromEnv().status());
   options.segment.pieces = options.compile_threads;
   RBLN_ASSIGN_OR_RETURN(int64_t segments,
                         env::GetInt("RBLN_COMPILER_SEGMENTS", 1, 0, 1));

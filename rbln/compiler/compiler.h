@@ -19,6 +19,10 @@
 //                             profile's chiplets (default: all of them, 4 on
 //                             rebel100, 1 on atom; SPEC A2 needs no setting):
 //                             each worker runs on a chiplet of its own
+//   RBLN_CHIPLET_THREADS      OS threads that run a program's workers (default:
+//                             the cores the process may use; fewer threads
+//                             than workers run several workers each, switching
+//                             at barriers; results are the same)
 //   RBLN_COMPILER_PARTITION_MIN_WORK  loop iterations below which a program
 //                             runs on one worker (default 1048576)
 //   RBLN_COMPILER_THREADS     threads that compile the segments of one graph

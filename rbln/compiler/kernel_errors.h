@@ -7,7 +7,8 @@
 // kReportZeroDivisionSymbol(site) and divides by 1 instead.
 // CompiledProgram::Execute clears the calling thread's report slot before the
 // call and turns the first report of the call into an error Status afterwards
-// (kernels run on the calling thread). `site` is the reporting node's
+// (kernels run on the calling thread; the slot is the chiplet worker's when
+// workers share a thread, see RegisterWorkerLocal). `site` is the reporting node's
 // position in the graph, so the message can name the op.
 #ifndef RBLN_COMPILER_KERNEL_ERRORS_H_
 #define RBLN_COMPILER_KERNEL_ERRORS_H_

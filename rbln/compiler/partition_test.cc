@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -528,6 +529,25 @@ TEST(PartitionTest, PartitionsSettingIsBoundedByTheChiplets) {
   EXPECT_EQ(options->partition.partitions, 2);
   unsetenv("RBLN_COMPILER_PARTITIONS");
   unsetenv("RBLN_SIM_PROFILE");
+}
+
+// The OS threads of the chiplet teams are read when a team starts; a bad
+// setting is refused when the compiler reads its environment, naming it.
+TEST(PartitionTest, ChipletThreadsSettingIsValidated) {
+  const char* set = std::getenv(kChipletThreadsVar);
+  const std::string saved = set != nullptr ? set : "";
+  setenv(kChipletThreadsVar, "zero", 1);
+  absl::StatusOr<CompilerOptions> options = CompilerOptions::FromEnv();
+  EXPECT_FALSE(options.ok());
+  EXPECT_NE(options.status().message().find(kChipletThreadsVar), std::string::npos)
+      << options.status();
+  setenv(kChipletThreadsVar, "3", 1);
+  EXPECT_TRUE(CompilerOptions::FromEnv().ok());
+  if (saved.empty()) {
+    unsetenv(kChipletThreadsVar);
+  } else {
+    setenv(kChipletThreadsVar, saved.c_str(), 1);
+  }
 }
 
 TEST(PartitionTest, GatherOutOfRangeStillRaises) {
