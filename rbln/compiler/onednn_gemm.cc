@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "oneapi/dnnl/dnnl.h"
+#include "rbln/compiler/half_convert.h"
 
 namespace rbln::compiler {
 namespace {
@@ -19,6 +20,8 @@ using onednn::Check;
 // Buffer slots of onednn::ThreadState.
 constexpr int kScratchpadSlot = 0;
 constexpr int kUnfusedResultSlot = 1;
+constexpr int kWidenedASlot = 2;  // a kF16 block's A as f32
+constexpr int kWidenedBSlot = 3;  // and its B
 
 // One cached primitive: a matmul for one block problem.
 struct Primitive {
@@ -151,7 +154,30 @@ const Primitive& PrimitiveFor(const Api& d, const GemmProblem& p) {
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 int64_t OperandBytes(GemmOperandType type) {
-  return type == GemmOperandType::kBF16 ? 2 : 4;
+  return type == GemmOperandType::kF32 ? 4 : 2;
+}
+
+// The f32 problem a kF16 block `q` runs as: its operands widened into
+// dense buffers, B in its stored layout (still read transposed when
+// trans_b: a transposing copy would cost more than the strided reads).
+GemmProblem WidenedProblem(const GemmProblem& q) {
+  GemmProblem w = q;
+  w.type = GemmOperandType::kF32;
+  w.lda = q.k;
+  w.ldb = q.trans_b ? q.k : q.n;
+  w.stride_a = q.batch > 1 ? q.m * q.k : 0;
+  w.stride_b = q.batch > 1 ? q.k * q.n : 0;
+  return w;
+}
+
+// Widens `rows` x `cols` half matrices (row stride `ld`, batch stride
+// `stride`) into the dense f32 stack `dst`.
+void WidenHalfStack(const void* src, int64_t batch, int64_t rows,
+                    int64_t cols, int64_t ld, int64_t stride, float* dst) {
+  const uint16_t* h = static_cast<const uint16_t*>(src);
+  for (int64_t bt = 0; bt < batch; ++bt) {
+    HalfToFloat(h + bt * stride, rows, cols, ld, dst + bt * rows * cols, cols);
+  }
 }
 
 int64_t StoreBytes(StoreType type) { return type == StoreType::kBF16 ? 2 : 4; }
@@ -252,9 +278,12 @@ std::string GemmImplementation(const GemmProblem& p) {
   const Api& d = onednn::Library();
   if (!d.error.empty()) return d.error;
   onednn::OneOmpThread one_thread(d);
-  const Primitive& prim = PrimitiveFor(d, p);
-  return prim.epilogue_after ? prim.implementation + " + epilogue after"
-                             : prim.implementation;
+  const bool f16 = p.type == GemmOperandType::kF16;
+  const Primitive& prim = PrimitiveFor(d, f16 ? WidenedProblem(p) : p);
+  std::string text = prim.implementation;
+  if (f16) text = absl::StrFormat("f16->f32 (%s) + %s",
+                                  HalfIsaName(BestHalfIsa()), text);
+  return prim.epilogue_after ? text + " + epilogue after" : text;
 }
 
 void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
@@ -267,20 +296,31 @@ void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
   // Before the primitive: oneDNN sizes its blocking by the thread count.
   onednn::OneOmpThread one_thread(d);
   onednn::ThreadState& thread = onednn::ThisThread(d);
-  const Primitive& prim = PrimitiveFor(d, q);
   const int64_t in_bytes = OperandBytes(p.type);
+  const void* a_block = static_cast<const char*>(a) + part.offset_a * in_bytes;
+  const void* b_block = static_cast<const char*>(b) + part.offset_b * in_bytes;
+  const bool f16 = p.type == GemmOperandType::kF16;
+  const GemmProblem widened = f16 ? WidenedProblem(q) : GemmProblem();
+  if (f16) {
+    const int64_t b_rows = q.trans_b ? q.n : q.k, b_cols = q.trans_b ? q.k : q.n;
+    float* a32 = static_cast<float*>(thread.Buffer(
+        kWidenedASlot, q.batch * q.m * q.k * sizeof(float)));
+    float* b32 = static_cast<float*>(thread.Buffer(
+        kWidenedBSlot, q.batch * q.k * q.n * sizeof(float)));
+    WidenHalfStack(a_block, q.batch, q.m, q.k, q.lda, q.stride_a, a32);
+    WidenHalfStack(b_block, q.batch, b_rows, b_cols, q.ldb, q.stride_b, b32);
+    a_block = a32;
+    b_block = b32;
+  }
+  const Primitive& prim = PrimitiveFor(d, f16 ? widened : q);
   const int64_t out_bytes = StoreBytes(p.epilogue.store);
   void* c_block = static_cast<char*>(c) + part.offset_c * out_bytes;
   void* result = prim.epilogue_after
                      ? thread.Buffer(kUnfusedResultSlot,
                                      q.batch * q.m * q.n * sizeof(float))
                      : c_block;
-  onednn::Memory ma(d, prim.a,
-                    const_cast<char*>(static_cast<const char*>(a)) +
-                        part.offset_a * in_bytes);
-  onednn::Memory mb(d, prim.b,
-                    const_cast<char*>(static_cast<const char*>(b)) +
-                        part.offset_b * in_bytes);
+  onednn::Memory ma(d, prim.a, const_cast<void*>(a_block));
+  onednn::Memory mb(d, prim.b, const_cast<void*>(b_block));
   onednn::Memory mc(d, prim.c, result);
   std::vector<dnnl_exec_arg_t> args = {{DNNL_ARG_SRC, ma.get()},
                                        {DNNL_ARG_WEIGHTS, mb.get()},
