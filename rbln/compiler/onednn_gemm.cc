@@ -288,43 +288,23 @@ std::string GemmImplementation(const GemmProblem& p) {
   return prim.epilogue_after ? text + " + epilogue after" : text;
 }
 
-void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
-                  const float* sides, int64_t block, int64_t blocks) {
-  const Api& d = onednn::Library();
-  if (!d.error.empty()) onednn::Fail(d.error);
-  const GemmBlock part = GemmBlockOf(p, block, blocks);
-  const GemmProblem& q = part.problem;
-  if (q.batch <= 0 || q.m <= 0 || q.n <= 0 || q.k <= 0) return;
-  // Before the primitive: oneDNN sizes its blocking by the thread count.
-  onednn::OneOmpThread one_thread(d);
-  onednn::ThreadState& thread = onednn::ThisThread(d);
-  const int64_t in_bytes = OperandBytes(p.type);
-  const void* a_block = static_cast<const char*>(a) + part.offset_a * in_bytes;
-  const void* b_block = static_cast<const char*>(b) + part.offset_b * in_bytes;
-  const bool f16 = p.type == GemmOperandType::kF16;
-  const GemmProblem widened = f16 ? WidenedProblem(q) : GemmProblem();
-  if (f16) {
-    // Widened whole per block: the LM head's B block (768 x 12568 on 4
-    // workers) is 38 MB of f32 per worker thread, kept for reuse.
-    const int64_t b_rows = q.trans_b ? q.n : q.k, b_cols = q.trans_b ? q.k : q.n;
-    float* a32 = static_cast<float*>(thread.Buffer(
-        kWidenedASlot, q.batch * q.m * q.k * sizeof(float)));
-    float* b32 = static_cast<float*>(thread.Buffer(
-        kWidenedBSlot, q.batch * q.k * q.n * sizeof(float)));
-    WidenHalfStack(a_block, q.batch, q.m, q.k, q.lda, q.stride_a, a32);
-    WidenHalfStack(b_block, q.batch, b_rows, b_cols, q.ldb, q.stride_b, b32);
-    a_block = a32;
-    b_block = b32;
-  }
-  const Primitive& prim = PrimitiveFor(d, f16 ? widened : q);
-  const int64_t out_bytes = StoreBytes(p.epilogue.store);
-  void* c_block = static_cast<char*>(c) + part.offset_c * out_bytes;
+namespace {
+
+// Runs `q` (a block, or a column chunk of one) on this thread with one
+// primitive call: A, B and C at their first elements, the epilogue's
+// per-column rows at `sides` (this part's first column) with `sides_ld`
+// between rows.
+void Multiply(const Api& d, onednn::ThreadState& thread, const GemmProblem& q,
+              const void* a, const void* b, void* c, const float* sides,
+              int64_t sides_ld) {
+  const Primitive& prim = PrimitiveFor(d, q);
+  const int64_t out_bytes = StoreBytes(q.epilogue.store);
   void* result = prim.epilogue_after
                      ? thread.Buffer(kUnfusedResultSlot,
                                      q.batch * q.m * q.n * sizeof(float))
-                     : c_block;
-  onednn::Memory ma(d, prim.a, const_cast<void*>(a_block));
-  onednn::Memory mb(d, prim.b, const_cast<void*>(b_block));
+                     : c;
+  onednn::Memory ma(d, prim.a, const_cast<void*>(a));
+  onednn::Memory mb(d, prim.b, const_cast<void*>(b));
   onednn::Memory mc(d, prim.c, result);
   std::vector<dnnl_exec_arg_t> args = {{DNNL_ARG_SRC, ma.get()},
                                        {DNNL_ARG_WEIGHTS, mb.get()},
@@ -332,7 +312,7 @@ void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
   std::vector<std::unique_ptr<onednn::Memory>> side_memory;
   auto side = [&](const dnnl_memory_desc_t& desc, int64_t row) {
     side_memory.push_back(std::make_unique<onednn::Memory>(
-        d, desc, const_cast<float*>(sides) + row * p.n + part.column));
+        d, desc, const_cast<float*>(sides) + row * sides_ld));
     return side_memory.back()->get();
   };
   if (!prim.epilogue_after) {
@@ -359,12 +339,65 @@ void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
   for (int64_t bt = 0; bt < q.batch; ++bt) {
     for (int64_t i = 0; i < q.m; ++i) {
       for (int64_t j = 0; j < q.n; ++j) {
-        const float x = q.epilogue.Apply(r[(bt * q.m + i) * q.n + j],
-                                         sides + part.column, p.n, j);
-        q.epilogue.Store(x, static_cast<char*>(c_block) +
+        const float x = q.epilogue.Apply(r[(bt * q.m + i) * q.n + j], sides,
+                                         sides_ld, j);
+        q.epilogue.Store(x, static_cast<char*>(c) +
                                 (bt * q.stride_c + i * q.ldc + j) * out_bytes);
       }
     }
+  }
+}
+
+// Columns of B widened at a time for a kF16 block: about 2 MB of f32 (in
+// the caches while the primitive reads it, instead of a whole block's B
+// written to and read back from memory), whole 16-float vectors.
+int64_t WidenedColumns(const GemmProblem& q) {
+  constexpr int64_t kFloats = int64_t{1} << 19;
+  const int64_t columns = std::max<int64_t>(64, kFloats / (q.batch * q.k)) / 16 * 16;
+  return std::min(columns, q.n);
+}
+
+}  // namespace
+
+void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
+                  const float* sides, int64_t block, int64_t blocks) {
+  const Api& d = onednn::Library();
+  if (!d.error.empty()) onednn::Fail(d.error);
+  const GemmBlock part = GemmBlockOf(p, block, blocks);
+  const GemmProblem& q = part.problem;
+  if (q.batch <= 0 || q.m <= 0 || q.n <= 0 || q.k <= 0) return;
+  // Before the primitive: oneDNN sizes its blocking by the thread count.
+  onednn::OneOmpThread one_thread(d);
+  onednn::ThreadState& thread = onednn::ThisThread(d);
+  const int64_t in_bytes = OperandBytes(p.type);
+  const int64_t out_bytes = StoreBytes(p.epilogue.store);
+  const char* a_block = static_cast<const char*>(a) + part.offset_a * in_bytes;
+  const char* b_block = static_cast<const char*>(b) + part.offset_b * in_bytes;
+  char* c_block = static_cast<char*>(c) + part.offset_c * out_bytes;
+  const float* sides_block = sides ? sides + part.column : nullptr;
+  if (p.type != GemmOperandType::kF16) {
+    Multiply(d, thread, q, a_block, b_block, c_block, sides_block, p.n);
+    return;
+  }
+  // f16: A widened once, B a chunk of columns at a time (in its stored
+  // layout), each chunk one f32 primitive call.
+  float* a32 = static_cast<float*>(
+      thread.Buffer(kWidenedASlot, q.batch * q.m * q.k * sizeof(float)));
+  WidenHalfStack(a_block, q.batch, q.m, q.k, q.lda, q.stride_a, a32);
+  const int64_t chunk = WidenedColumns(q);
+  float* b32 = static_cast<float*>(
+      thread.Buffer(kWidenedBSlot, q.batch * q.k * chunk * sizeof(float)));
+  for (int64_t j = 0; j < q.n; j += chunk) {
+    GemmProblem r = q;
+    r.n = std::min(chunk, q.n - j);
+    const char* b_chunk = b_block + (q.trans_b ? j * q.ldb : j) * in_bytes;
+    if (q.trans_b) {
+      WidenHalfStack(b_chunk, q.batch, r.n, q.k, q.ldb, q.stride_b, b32);
+    } else {
+      WidenHalfStack(b_chunk, q.batch, q.k, r.n, q.ldb, q.stride_b, b32);
+    }
+    Multiply(d, thread, WidenedProblem(r), a32, b32, c_block + j * out_bytes,
+             sides_block ? sides_block + j : nullptr, p.n);
   }
 }
 

@@ -131,10 +131,13 @@ std::vector<GemmProblem> Problems() {
     for (bool trans_b : {false, true}) {
       for (bool accumulate : {false, true}) {
         // Plain, padded rows, tall (split by rows), wide (split by
-        // columns), batched with gaps between matrices.
+        // columns), batched with gaps between matrices; deep and wide ones
+        // whose f16 B is widened in chunks of columns (2 MB of f32), plain
+        // and batched.
         for (auto [batch, m, n, k, pad] :
              {std::tuple{1, 7, 5, 3, 0}, {1, 33, 17, 65, 3}, {1, 130, 9, 40, 0},
-              {1, 6, 70, 31, 1}, {3, 19, 23, 29, 2}}) {
+              {1, 6, 70, 31, 1}, {3, 19, 23, 29, 2}, {1, 5, 600, 2048, 1},
+              {3, 4, 300, 1024, 2}}) {
           GemmProblem p;
           p.type = type;
           p.trans_b = trans_b;
