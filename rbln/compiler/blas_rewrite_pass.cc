@@ -58,10 +58,10 @@ struct Gemm {
   Matrix a, b, c;
   bool trans_b = false;
   int64_t batch = 1, m = 0, n = 0, k = 0;
-  // oneDNN only: A and B read as bf16 (the i16 buffers the f32 operands
-  // were widened from), and whether C is overwritten (its zero fill
-  // dropped) instead of accumulated into.
-  bool bf16 = false;
+  // oneDNN only: what A and B are read as: f32, or bf16 / f16 (the i16 or
+  // f16 buffers the f32 operands were widened from); and whether C is
+  // overwritten (its zero fill dropped) instead of accumulated into.
+  GemmOperandType type = GemmOperandType::kF32;
   bool overwrite = false;
   // oneDNN only: C stored as bf16 by the call (the rounding generic that
   // followed the GEMM folded into it; c is then the i16 buffer).
@@ -227,15 +227,62 @@ void EmitSgemm(OpBuilder& b, Location l, const Gemm& g,
 
 // --- oneDNN (rbln_gemm, onednn_gemm.h) ---
 
+// The narrow float formats the f32 operands of a GEMM may be widened from,
+// each read by oneDNN as it is stored: bf16 as i16 bits (the frontend keeps
+// bf16 in i16), f16 as f16.
+enum class NarrowFloat { kBF16, kF16 };
+
+// A narrow value that an f32 value is the exact widening of.
+struct Widened {
+  Value narrow;  // i16 bits (kBF16) or f16 (kF16)
+  NarrowFloat format;
+};
+
+// What `v` is the widening of: the frontend's bf16 widening of i16 bits
+// (Bf16ToF32: bitcast<f32>(extui<i32>(bits) << 16)) or arith.extf of an
+// f16 value; nothing otherwise.
+std::optional<Widened> WidenedFrom(Value v) {
+  if (auto ext = v.getDefiningOp<mlir::arith::ExtFOp>()) {
+    if (ext.getType().isF32() && ext.getIn().getType().isF16()) {
+      return Widened{ext.getIn(), NarrowFloat::kF16};
+    }
+    return std::nullopt;
+  }
+  auto cast = v.getDefiningOp<mlir::arith::BitcastOp>();
+  if (!cast || !cast.getType().isF32()) return std::nullopt;
+  auto shift = cast.getIn().getDefiningOp<mlir::arith::ShLIOp>();
+  mlir::APInt amount;
+  if (!shift || !mlir::matchPattern(shift.getRhs(), mlir::m_ConstantInt(&amount)) ||
+      amount != 16) {
+    return std::nullopt;
+  }
+  auto ext = shift.getLhs().getDefiningOp<mlir::arith::ExtUIOp>();
+  if (!ext || !ext.getIn().getType().isInteger(16) || !ext.getType().isInteger(32)) {
+    return std::nullopt;
+  }
+  return Widened{ext.getIn(), NarrowFloat::kBF16};
+}
+
+// The element type a narrow format is stored as in kernels.
+Type StorageType(mlir::MLIRContext* context, NarrowFloat format) {
+  OpBuilder b(context);
+  return format == NarrowFloat::kBF16 ? static_cast<Type>(b.getI16Type())
+                                      : static_cast<Type>(b.getF16Type());
+}
+
+GemmOperandType OperandTypeOf(NarrowFloat format) {
+  return format == NarrowFloat::kBF16 ? GemmOperandType::kBF16
+                                      : GemmOperandType::kF16;
+}
+
 // What a generic that copies a GEMM operand into an f32 buffer does, if it
-// is one: the frontend's bf16 widening (Bf16ToF32: out =
-// bitcast<f32>(extui<i32>(in) << 16), i16 input) or a plain f32 copy, each
-// element for element (identity maps) or as a 2-D transpose (the input map
-// swaps the two dims: a permute/t before the GEMM, fused with the
+// is one: a widening of its narrow input (WidenedFrom) or a plain f32 copy,
+// each element for element (identity maps) or as a 2-D transpose (the
+// input map swaps the two dims: a permute/t before the GEMM, fused with the
 // widening).
 struct OperandCopy {
-  bool bf16 = false;        // widens bf16 (else copies f32)
-  bool transposed = false;  // out[i, j] = in[j, i]
+  std::optional<NarrowFloat> widens;  // the format widened; none: f32 copy
+  bool transposed = false;            // out[i, j] = in[j, i]
 };
 
 std::optional<OperandCopy> AsOperandCopy(mlir::linalg::GenericOp generic) {
@@ -262,20 +309,9 @@ std::optional<OperandCopy> AsOperandCopy(mlir::linalg::GenericOp generic) {
     if (yielded != body.getArgument(0)) return std::nullopt;
     return copy;
   }
-  if (!in.getElementType().isInteger(16)) return std::nullopt;
-  auto cast = yielded.getDefiningOp<mlir::arith::BitcastOp>();
-  if (!cast || !cast.getType().isF32()) return std::nullopt;
-  auto shift = cast.getIn().getDefiningOp<mlir::arith::ShLIOp>();
-  mlir::APInt amount;
-  if (!shift || !mlir::matchPattern(shift.getRhs(), mlir::m_ConstantInt(&amount)) ||
-      amount != 16) {
-    return std::nullopt;
-  }
-  auto ext = shift.getLhs().getDefiningOp<mlir::arith::ExtUIOp>();
-  if (!ext || ext.getIn() != body.getArgument(0) || !ext.getType().isInteger(32)) {
-    return std::nullopt;
-  }
-  copy.bf16 = true;
+  std::optional<Widened> widened = WidenedFrom(yielded);
+  if (!widened || widened->narrow != body.getArgument(0)) return std::nullopt;
+  copy.widens = widened->format;
   return copy;
 }
 
@@ -385,34 +421,18 @@ Value CopySource(CopiedOperand w, mlir::Operation* op) {
       op->getLoc(), source, w.collapse.getReassociationIndices());
 }
 
-// --- bf16 operands recovered from the f32 buffers the GEMM reads ---
+// --- bf16 / f16 operands recovered from the f32 buffers the GEMM reads ---
 //
-// In a bf16 program every value between two ops is rounded to bf16, so the
-// f32 operands of a GEMM hold bf16 values: the generic that writes one
-// ends in the widening bitcast<f32>(extui<i32>(bits) << 16) of i16 bits,
-// either of an input (a copy) or of bits it computed itself (the rounding
-// of a layer norm, bias add, ... fused with the widening). oneDNN reads
-// the bits as bf16: a copy's source directly, computed bits from an i16
-// twin of the writer (the same generic storing the bits instead of their
-// widening). Products of bf16 values are exact in f32, so only the f32
-// summation order differs from the f32 GEMM.
-
-// The i16 bits `v` is the bf16 widening of, or null.
-Value WidenedBits(Value v) {
-  auto cast = v.getDefiningOp<mlir::arith::BitcastOp>();
-  if (!cast || !cast.getType().isF32()) return nullptr;
-  auto shift = cast.getIn().getDefiningOp<mlir::arith::ShLIOp>();
-  mlir::APInt amount;
-  if (!shift || !mlir::matchPattern(shift.getRhs(), mlir::m_ConstantInt(&amount)) ||
-      amount != 16) {
-    return nullptr;
-  }
-  auto ext = shift.getLhs().getDefiningOp<mlir::arith::ExtUIOp>();
-  if (!ext || !ext.getIn().getType().isInteger(16) || !ext.getType().isInteger(32)) {
-    return nullptr;
-  }
-  return ext.getIn();
-}
+// In a bf16 (f16) program every value between two ops is rounded to bf16
+// (f16), so the f32 operands of a GEMM hold such values: the generic that
+// writes one ends in their widening (WidenedFrom), either of an input (a
+// copy) or of a value it computed itself (the rounding of a layer norm,
+// bias add, ... fused with the widening). oneDNN reads the narrow values
+// as they are: a copy's source directly, computed ones from a narrow twin
+// of the writer (the same generic storing the narrow value instead of its
+// widening). Products of bf16 or f16 values are exact in f32 (8 + 8 or
+// 11 + 11 significant bits), so only the f32 summation order differs from
+// the f32 GEMM.
 
 bool IsAllocOrArgument(Value buffer) {
   return buffer.getDefiningOp<mlir::memref::AllocOp>() || buffer.isa<mlir::BlockArgument>();
@@ -468,18 +488,19 @@ mlir::linalg::GenericOp LastWholeWriter(Value buffer, mlir::Operation* op) {
   return nullptr;
 }
 
-// Where the bf16 bits of a GEMM operand come from.
-struct Bf16Operand {
+// Where the narrow values of a GEMM operand come from.
+struct NarrowOperand {
   mlir::linalg::GenericOp writer;  // wrote the f32 buffer the GEMM reads
   mlir::memref::CollapseShapeOp collapse;  // the GEMM's view of it, or null
-  Value source;             // a copy: the i16 buffer it widened, else null
+  NarrowFloat format = NarrowFloat::kBF16;
+  Value source;             // a copy: the narrow buffer it widened, else null
   bool transposed = false;  // a copy: out[i, j] = source[j, i]
 };
 
-// The bf16 bits of `operand`, an f32 buffer of its own that `op` reads
+// The narrow values of `operand`, an f32 buffer of its own that `op` reads
 // directly or through one collapse_shape, or nothing.
-std::optional<Bf16Operand> Bf16OperandOf(Value operand, mlir::Operation* op) {
-  Bf16Operand r;
+std::optional<NarrowOperand> NarrowOperandOf(Value operand, mlir::Operation* op) {
+  NarrowOperand r;
   r.collapse = operand.getDefiningOp<mlir::memref::CollapseShapeOp>();
   const Value buffer = r.collapse ? r.collapse.getSrc() : operand;
   if (!buffer.getDefiningOp<mlir::memref::AllocOp>()) return std::nullopt;
@@ -488,10 +509,12 @@ std::optional<Bf16Operand> Bf16OperandOf(Value operand, mlir::Operation* op) {
   Value yielded =
       llvm::cast<mlir::linalg::YieldOp>(r.writer.getRegion().front().getTerminator())
           .getOperand(0);
-  if (!WidenedBits(yielded)) return std::nullopt;
-  // A copy whose source still holds the same bits: read the source.
+  std::optional<Widened> widened = WidenedFrom(yielded);
+  if (!widened) return std::nullopt;
+  r.format = widened->format;
+  // A copy whose source still holds the same values: read the source.
   std::optional<OperandCopy> copy = AsOperandCopy(r.writer);
-  if (copy && copy->bf16) {
+  if (copy && copy->widens == r.format) {
     const Value source = r.writer.getDpsInputOperand(0)->get();
     const bool identity =
         source.getType().cast<mlir::MemRefType>().getLayout().isIdentity();
@@ -504,29 +527,30 @@ std::optional<Bf16Operand> Bf16OperandOf(Value operand, mlir::Operation* op) {
   return r;
 }
 
-// The i16 twin of `writer` (created once, right after it): the same
-// generic storing the bits it widens into a buffer of its own, freed at
-// the end of the block.
-Value BitsTwin(mlir::linalg::GenericOp writer,
-               llvm::DenseMap<mlir::Operation*, Value>& twins) {
+// The narrow twin of `writer`, which yields the widening of a `format`
+// value (created once, right after it): the same generic storing the narrow
+// value instead into a buffer of its own, freed at the end of the block.
+Value NarrowTwin(mlir::linalg::GenericOp writer, NarrowFloat format,
+                 llvm::DenseMap<mlir::Operation*, Value>& twins) {
   if (auto it = twins.find(writer.getOperation()); it != twins.end()) {
     return it->second;
   }
   OpBuilder b(writer);
   const Location l = writer.getLoc();
   auto wide = writer.getDpsInitOperand(0)->get().getType().cast<mlir::MemRefType>();
-  Value bits = b.create<mlir::memref::AllocOp>(
-      l, mlir::MemRefType::get(wide.getShape(), b.getI16Type()),
+  const Type element = StorageType(b.getContext(), format);
+  Value narrow = b.create<mlir::memref::AllocOp>(
+      l, mlir::MemRefType::get(wide.getShape(), element),
       b.getI64IntegerAttr(64));
   b.setInsertionPointAfter(writer);
   auto twin = llvm::cast<mlir::linalg::GenericOp>(b.clone(*writer.getOperation()));
-  twin.getDpsInitOperand(0)->set(bits);
+  twin.getDpsInitOperand(0)->set(narrow);
   mlir::Block& body = twin.getRegion().front();
-  body.getArgument(twin.getNumDpsInputs()).setType(b.getI16Type());
+  body.getArgument(twin.getNumDpsInputs()).setType(element);
   mlir::Operation* yield = body.getTerminator();
   Value widened = yield->getOperand(0);
-  yield->setOperand(0, WidenedBits(widened));
-  // The widening is dead now: bitcast, shli, extui.
+  yield->setOperand(0, WidenedFrom(widened)->narrow);
+  // The widening is dead now: bitcast, shli, extui (bf16) or extf (f16).
   for (mlir::Operation* dead = widened.getDefiningOp(); dead != nullptr;) {
     if (!dead->use_empty()) break;
     mlir::Operation* next = dead->getOperand(0).getDefiningOp();
@@ -535,20 +559,20 @@ Value BitsTwin(mlir::linalg::GenericOp writer,
     dead = next;
   }
   OpBuilder(writer->getBlock()->getTerminator())
-      .create<mlir::memref::DeallocOp>(l, bits);
-  twins[writer.getOperation()] = bits;
-  return bits;
+      .create<mlir::memref::DeallocOp>(l, narrow);
+  twins[writer.getOperation()] = narrow;
+  return narrow;
 }
 
-// The i16 matrix `op` reads in place of the f32 operand `w` stands for.
-std::optional<Matrix> Bf16Matrix(Bf16Operand w, mlir::Operation* op,
-                                 llvm::DenseMap<mlir::Operation*, Value>& twins) {
-  Value bits = w.source ? w.source : BitsTwin(w.writer, twins);
+// The narrow matrix `op` reads in place of the f32 operand `w` stands for.
+std::optional<Matrix> NarrowMatrix(NarrowOperand w, mlir::Operation* op,
+                                   llvm::DenseMap<mlir::Operation*, Value>& twins) {
+  Value narrow = w.source ? w.source : NarrowTwin(w.writer, w.format, twins);
   if (w.collapse) {
-    bits = OpBuilder(op).create<mlir::memref::CollapseShapeOp>(
-        op->getLoc(), bits, w.collapse.getReassociationIndices());
+    narrow = OpBuilder(op).create<mlir::memref::CollapseShapeOp>(
+        op->getLoc(), narrow, w.collapse.getReassociationIndices());
   }
-  return AsMatrix(bits, OpBuilder(op->getContext()).getI16Type());
+  return AsMatrix(narrow, StorageType(op->getContext(), w.format));
 }
 
 // True if an op after `writer` may read what it wrote into its buffer
@@ -940,7 +964,7 @@ int64_t BlocksFor(const Gemm& g) {
 // The GemmProblem `g` describes (GEMM library words, onednn_gemm.h).
 GemmProblem ProblemOf(const Gemm& g) {
   GemmProblem p;
-  p.type = g.bf16 ? GemmOperandType::kBF16 : GemmOperandType::kF32;
+  p.type = g.type;
   p.trans_b = g.trans_b;
   p.accumulate = !g.overwrite;
   p.batch = g.batch;
@@ -1025,7 +1049,7 @@ class BlasRewritePass
 
   llvm::StringRef getArgument() const final { return kBlasRewritePassName; }
   llvm::StringRef getDescription() const final {
-    return "Rewrite row-major f32 (and bf16-widened) linalg matmuls on "
+    return "Rewrite row-major f32 (and bf16/f16-widened) linalg matmuls on "
            "memrefs to OpenBLAS cblas_sgemm or oneDNN rbln_gemm calls";
   }
   void getDependentDialects(mlir::DialectRegistry& registry) const override {
@@ -1056,17 +1080,19 @@ class BlasRewritePass
                          << " exists with another type";
       return signalPassFailure();
     }
-    // Where each GEMM's bf16 operands come from, found before any GEMM
-    // becomes a call (the analysis reads linalg ops only).
-    struct Bf16Operands {
-      Bf16Operand a, b;
+    // Where each GEMM's narrow operands come from (both of one format),
+    // found before any GEMM becomes a call (the analysis reads linalg ops
+    // only).
+    struct NarrowOperands {
+      NarrowOperand a, b;
     };
-    llvm::SmallVector<std::optional<Bf16Operands>> bf16(gemms.size());
+    llvm::SmallVector<std::optional<NarrowOperands>> narrow(gemms.size());
     for (size_t i = 0; onednn && i < gemms.size(); ++i) {
       mlir::Operation* op = gemms[i].first;
-      std::optional<Bf16Operand> a = Bf16OperandOf(op->getOperand(0), op);
-      std::optional<Bf16Operand> b = a ? Bf16OperandOf(op->getOperand(1), op) : std::nullopt;
-      if (a && b) bf16[i] = Bf16Operands{*a, *b};
+      std::optional<NarrowOperand> a = NarrowOperandOf(op->getOperand(0), op);
+      std::optional<NarrowOperand> b =
+          a ? NarrowOperandOf(op->getOperand(1), op) : std::nullopt;
+      if (a && b && a->format == b->format) narrow[i] = NarrowOperands{*a, *b};
     }
     llvm::SmallVector<mlir::linalg::GenericOp> copies, writers;
     llvm::DenseMap<mlir::Operation*, Value> twins;
@@ -1080,23 +1106,24 @@ class BlasRewritePass
         op->erase();
         continue;
       }
-      if (bf16[i]) {
-        Bf16Operand& a = bf16[i]->a;
+      if (narrow[i]) {
+        NarrowOperand& a = narrow[i]->a;
+        const NarrowOperand& nb = narrow[i]->b;
         if (a.transposed) {  // A cannot be read transposed: from a twin.
           a.source = nullptr;
           a.transposed = false;
         }
-        std::optional<Matrix> ma = Bf16Matrix(a, op, twins);
-        std::optional<Matrix> mb = Bf16Matrix(bf16[i]->b, op, twins);
+        std::optional<Matrix> ma = NarrowMatrix(a, op, twins);
+        std::optional<Matrix> mb = NarrowMatrix(nb, op, twins);
         if (ma && mb) {  // (always: identity layouts, unit inner stride)
           gemm.a = *ma;
           gemm.b = *mb;
-          gemm.bf16 = true;
-          gemm.trans_b ^= bf16[i]->b.transposed;
-          writers.append({a.writer, bf16[i]->b.writer});
+          gemm.type = OperandTypeOf(a.format);
+          gemm.trans_b ^= nb.transposed;
+          writers.append({a.writer, nb.writer});
         }
       }
-      if (!gemm.bf16) UseCopySources(op, gemm, copies);
+      if (gemm.type == GemmOperandType::kF32) UseCopySources(op, gemm, copies);
       if (mlir::linalg::FillOp fill = ZeroFillOf(gemm.c.memref, op)) {
         gemm.overwrite = true;
         fill->erase();
@@ -1109,8 +1136,10 @@ class BlasRewritePass
       if (gemm.overwrite &&
           (gemm.batch == 1 || gemm.c.batch_stride == gemm.m * gemm.c.ld)) {
         store = Bf16StoreOf(gemm.c, op);
-        // No f32 GEMM with a bf16 store (oneDNN has no fast kernel).
-        if (store && store->epilogue.store == StoreType::kBF16 && !gemm.bf16) {
+        // A bf16 store for bf16 GEMMs only (oneDNN has no fast kernel for
+        // the others).
+        if (store && store->epilogue.store == StoreType::kBF16 &&
+            gemm.type != GemmOperandType::kBF16) {
           store.reset();
         }
       }
@@ -1180,13 +1209,13 @@ class BlasRewritePass
   static constexpr char kOpenBlasOption[] = "openblas";
   static constexpr char kOnednnOption[] = "onednn";
 
-  // An f32 GEMM (bf16 ones are Bf16OperandOf's): a transposed f32 copy of
+  // An f32 GEMM (narrow ones are NarrowOperandOf's): a transposed f32 copy of
   // B (a permute before the GEMM) goes to oneDNN as B read transposed.
   static void UseCopySources(
       mlir::Operation* op, Gemm& gemm,
       llvm::SmallVectorImpl<mlir::linalg::GenericOp>& copies) {
     std::optional<CopiedOperand> cb = CopiedOperandOf(gemm.b.memref, op);
-    if (cb && !cb->copy.bf16 && cb->copy.transposed) {
+    if (cb && !cb->copy.widens && cb->copy.transposed) {
       std::optional<Matrix> b = AsMatrix(CopySource(*cb, op));
       if (!b) return;
       gemm.b = *b;

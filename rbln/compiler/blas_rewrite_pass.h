@@ -13,13 +13,16 @@
 // resolvable (LoadOpenBlas() in blas_loader.h).
 //
 // With library=onednn the GEMMs become calls of rbln_gemm (onednn_gemm.h):
-//  - bf16 operands go to oneDNN as bf16: when the generics that last
-//    wrote both f32 operand buffers (whole) yield the bf16 widening of
-//    i16 bits, the GEMM reads the i16 source of a copy (its source not
-//    written in between; a transposing copy of B as B read transposed) or
-//    the i16 twin of a generic that computed the bits (a layer norm's or
-//    bias add's rounding fused with the widening: the same generic
-//    storing the bits); an f32 B copied transposed (a permute before the
+//  - bf16 and f16 operands go to oneDNN as they are: when the generics
+//    that last wrote both f32 operand buffers (whole) yield the widening of
+//    bf16 (i16 bits) or of f16 values (arith.extf), both of one format, the
+//    GEMM reads the narrow source of a copy (its source not written in
+//    between; a transposing copy of B as B read transposed) or the narrow
+//    twin of a generic that computed the values (a layer norm's or bias
+//    add's rounding fused with the widening: the same generic storing the
+//    narrow value); the call's operand type is kBF16 or kF16 (which the
+//    library widens per block: oneDNN has no f16 matmul); an f32 B copied
+//    transposed (a permute before the
 //    GEMM) is read transposed from its source; writers whose f32 values
 //    nothing reads any more are dropped;
 //  - a linalg.fill of +0.0 of C right before the GEMM is dropped and the

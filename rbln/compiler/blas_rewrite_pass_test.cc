@@ -276,10 +276,11 @@ int64_t TransBOfOnlyCall(mlir::ModuleOp m) {
 }
 
 TEST(BlasRewritePassTest, OnednnReadsAPermutedRightOperandTransposed) {
-  // bf16: the permute fused with the widening (one generic, transposing
-  // map); f32: the permute's copy. Both go away: B is read as [n, k] (and
-  // bf16's rounding of C is the call's store).
-  for (auto [dtype, generics] : {std::pair{ir::BFLOAT16, 0}, {ir::FLOAT32, 0}}) {
+  // bf16 and f16: the permute fused with the widening (one generic,
+  // transposing map); f32: the permute's copy. All go away: B is read as
+  // [n, k] (bf16's rounding of C is the call's store, f16's stays).
+  for (auto [dtype, generics] :
+       {std::pair{ir::BFLOAT16, 0}, {ir::FLOAT32, 0}, {ir::FLOAT16, 1}}) {
     const ir::Graph g = PermuteMmGraph(dtype, 6, 5, 4);
     auto context = CreateCompilerContext();
     mlir::OwningOpRef<mlir::ModuleOp> module =
@@ -288,13 +289,16 @@ TEST(BlasRewritePassTest, OnednnReadsAPermutedRightOperandTransposed) {
     const std::string what = ir::ToText(g);
     std::vector<GemmCall> calls = OnednnCalls(*module);
     ASSERT_EQ(calls.size(), 1u) << what;
-    EXPECT_EQ(calls[0].type, dtype == ir::BFLOAT16 ? 1 : 0) << what;
+    EXPECT_EQ(calls[0].type, dtype == ir::BFLOAT16 ? 1
+                             : dtype == ir::FLOAT16 ? 2
+                                                    : 0)
+        << what;
     EXPECT_EQ(TransBOfOnlyCall(*module), 1) << what;
     EXPECT_EQ(Count<mlir::linalg::GenericOp>(*module), generics) << what;
   }
 }
 
-TEST(BlasRewritePassTest, OnednnTakesBf16OperandsAsTheyAre) {
+TEST(BlasRewritePassTest, OnednnTakesBf16AndF16OperandsAsTheyAre) {
   struct Case {
     ir::Graph graph;
     int64_t type;      // GemmOperandType of the call
@@ -329,10 +333,16 @@ TEST(BlasRewritePassTest, OnednnTakesBf16OperandsAsTheyAre) {
                        {Type(f, {3, 4}), Type(f, {5, 4}), Type(f, {5})},
                        {Type(f, {3, 5})}),
             0, 1, 0, f32, true},
-           // f16 has no oneDNN kernel here: widened to f32 first.
+           // f16: no widening left either (the library widens each block:
+           // oneDNN has no f16 matmul); C is rounded to f16 by a pass of
+           // its own, with linear's bias added in it.
            {OneOpGraph("mm", {Type(h, {3, 4}), Type(h, {4, 5})},
                        {Type(h, {3, 5})}),
-            0, 1, 3, f32},
+            2, 1, 1, f32},
+           {OneOpGraph("linear",
+                       {Type(h, {2, 3, 4}), Type(h, {5, 4}), Type(h, {5})},
+                       {Type(h, {2, 3, 5})}),
+            2, 1, 1, f32},
            // Large: 4 blocks in a loop the partition pass may split.
            {OneOpGraph("mm", {Type(bf, {256, 128}), Type(bf, {128, 512})},
                        {Type(bf, {256, 512})}),
@@ -445,6 +455,97 @@ TEST(BlasRewritePassTest, OnednnReadsWidenedCopyOfAnOverwrittenSource) {
   ExpectExact((*out)[0], {2, 3, 4, 5}, "c");
 }
 
+int CountAllocs(mlir::ModuleOp m, mlir::Type element) {
+  int n = 0;
+  m.walk([&](mlir::memref::AllocOp alloc) {
+    n += alloc.getType().getElementType() == element;
+  });
+  return n;
+}
+
+// The f16 widenings the bufferized IR writes for t(x) @ t(w), as for the
+// LM head (issue 17): each operand widened into an f32 buffer of its own
+// by a transposing generic (arith.extf). B goes to oneDNN as w read
+// transposed; A (never read transposed) from an f16 twin of its copy.
+constexpr char kTransposedF16CopiesKernel[] = R"mlir(
+func.func @kernel(%x: memref<3x4xf16>, %w: memref<5x3xf16>,
+                  %c: memref<4x5xf32>) attributes {llvm.emit_c_interface} {
+  %a = memref.alloc() : memref<4x3xf32>
+  %b = memref.alloc() : memref<3x5xf32>
+  %zero = arith.constant 0.0 : f32
+  linalg.generic {indexing_maps = [affine_map<(i, j) -> (j, i)>,
+                                   affine_map<(i, j) -> (i, j)>],
+                  iterator_types = ["parallel", "parallel"]}
+      ins(%x : memref<3x4xf16>) outs(%a : memref<4x3xf32>) {
+  ^bb0(%in: f16, %out: f32):
+    %v = arith.extf %in : f16 to f32
+    linalg.yield %v : f32
+  }
+  linalg.generic {indexing_maps = [affine_map<(i, j) -> (j, i)>,
+                                   affine_map<(i, j) -> (i, j)>],
+                  iterator_types = ["parallel", "parallel"]}
+      ins(%w : memref<5x3xf16>) outs(%b : memref<3x5xf32>) {
+  ^bb0(%in: f16, %out: f32):
+    %v = arith.extf %in : f16 to f32
+    linalg.yield %v : f32
+  }
+  linalg.fill ins(%zero : f32) outs(%c : memref<4x5xf32>)
+  linalg.matmul ins(%a, %b : memref<4x3xf32>, memref<3x5xf32>)
+                outs(%c : memref<4x5xf32>)
+  memref.dealloc %a : memref<4x3xf32>
+  memref.dealloc %b : memref<3x5xf32>
+  return
+}
+)mlir";
+
+TEST(BlasRewritePassTest, OnednnReadsTransposedF16CopiesAsF16) {
+  if (!LoadOnednn()) GTEST_SKIP() << OnednnDescription();
+  auto context = CreateCompilerContext();
+  auto module = mlir::parseSourceString<mlir::ModuleOp>(
+      kTransposedF16CopiesKernel, context.get());
+  ASSERT_TRUE(module);
+  ASSERT_TRUE(RunStages(*module, {OnednnStage()}, "transposed_f16").ok());
+  std::vector<GemmCall> calls = OnednnCalls(*module);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].type, static_cast<int64_t>(GemmOperandType::kF16));
+  EXPECT_EQ(calls[0].trans_b, 1);
+  // A's f16 twin (a transposing f16 copy) is the one generic left; no f32
+  // operand buffer.
+  EXPECT_EQ(Count<mlir::linalg::GenericOp>(*module), 1);
+  EXPECT_EQ(CountAllocs(*module, mlir::Float32Type::get(context.get())), 0);
+  EXPECT_EQ(CountAllocs(*module, mlir::Float16Type::get(context.get())), 1);
+  absl::Status s = RunStages(*module, LoweringStages(), "transposed_f16");
+  ASSERT_TRUE(s.ok()) << s;
+  ir::Graph g;
+  g.set_name("transposed_f16");
+  AddInput(g, "x", Type(ir::FLOAT16, {3, 4}));
+  AddInput(g, "w", Type(ir::FLOAT16, {5, 3}));
+  ir::Node* n = g.add_nodes();
+  n->set_op("opaque");
+  ir::Value* v = n->add_outputs();
+  v->set_name("c");
+  *v->mutable_type() = Type(ir::FLOAT32, {4, 5});
+  g.add_outputs("c");
+  auto program = CompiledProgram::Create(*module, g);
+  ASSERT_TRUE(program.ok()) << program.status();
+  // Small integers and halves: every product and sum exact.
+  std::vector<double> xs, ws;
+  for (int i = 0; i < 12; ++i) xs.push_back(i * 0.5 - 2);
+  for (int i = 0; i < 15; ++i) ws.push_back(7 - i);
+  auto out = RunProgram(**program, {Tensor(ir::FLOAT16, {3, 4}, xs),
+                                    Tensor(ir::FLOAT16, {5, 3}, ws)});
+  ASSERT_TRUE(out.ok()) << out.status();
+  std::vector<double> want;
+  for (int i = 0; i < 4; ++i) {
+    for (int j = 0; j < 5; ++j) {
+      double sum = 0;
+      for (int l = 0; l < 3; ++l) sum += xs[l * 4 + i] * ws[j * 3 + l];
+      want.push_back(sum);
+    }
+  }
+  ExpectExact((*out)[0], want, "c");
+}
+
 // h = x * g (rounded to bf16, the rounding fused with the widening for
 // the GEMMs), then three linears reading h, as a layer norm feeds the
 // query, key and value projections (x [m, k], g [k], w_i [n, k]).
@@ -463,61 +564,60 @@ ir::Graph SharedComputedOperandGraph(ir::DType d, int64_t m, int64_t n, int64_t 
   return g;
 }
 
-int CountAllocs(mlir::ModuleOp m, mlir::Type element) {
-  int n = 0;
-  m.walk([&](mlir::memref::AllocOp alloc) {
-    n += alloc.getType().getElementType() == element;
-  });
-  return n;
-}
 
-TEST(BlasRewritePassTest, OnednnReadsComputedBf16OperandsFromATwin) {
-  // Every GEMM of a bf16 graph runs in bf16: the operand computed by the
-  // mul (fused with its widening) is read from one i16 twin shared by the
-  // three GEMMs, the weights as they are; no f32 operand buffer is left.
+TEST(BlasRewritePassTest, OnednnReadsComputedBf16AndF16OperandsFromATwin) {
+  // Every GEMM of a bf16 (f16) graph runs in bf16 (f16): the operand
+  // computed by the mul (fused with its widening) is read from one i16
+  // (f16) twin shared by the three GEMMs, the weights as they are; no f32
+  // operand buffer is left.
   if (!LoadOnednn()) GTEST_SKIP() << OnednnDescription();
-  const ir::DType bf = ir::BFLOAT16;
-  const ir::Graph g = SharedComputedOperandGraph(bf, 9, 70, 33);
-  auto context = CreateCompilerContext();
-  mlir::OwningOpRef<mlir::ModuleOp> module =
-      RewriteGraph(g, context.get(), OnednnStage());
-  ASSERT_TRUE(module);
-  std::vector<GemmCall> calls = OnednnCalls(*module);
-  ASSERT_EQ(calls.size(), 3u);
-  for (const GemmCall& call : calls) EXPECT_EQ(call.type, 1);
-  EXPECT_EQ(CountAllocs(*module, mlir::Float32Type::get(context.get())), 3)
-      << "only the three f32 GEMM results";
-  EXPECT_EQ(CountAllocs(*module, mlir::IntegerType::get(context.get(), 16)), 1)
-      << "one twin";
-  // Against the loops (f32 GEMMs on the widened values).
-  const std::vector<HostTensor> inputs = {Random(bf, {9, 33}, 1), Random(bf, {33}, 2),
-                                          Random(bf, {70, 33}, 3), Random(bf, {70, 33}, 4),
-                                          Random(bf, {70, 33}, 5)};
-  std::vector<std::vector<HostTensor>> results;
-  for (bool onednn : {true, false}) {
+  for (const ir::DType d : {ir::BFLOAT16, ir::FLOAT16}) {
+    SCOPED_TRACE(ir::DType_Name(d));
+    const ir::Graph g = SharedComputedOperandGraph(d, 9, 70, 33);
     auto context = CreateCompilerContext();
-    auto imported = ImportGraph(g, context.get());
-    ASSERT_TRUE(imported.ok()) << imported.status();
-    std::vector<Stage> blas;
-    if (onednn) blas.push_back(OnednnStage());
-    absl::Status s = RunStages(
-        **imported,
-        Concat({FusionStages(), BufferizationStages(), blas, LoweringStages()}), "t");
-    ASSERT_TRUE(s.ok()) << s;
-    auto program = CompiledProgram::Create(**imported, g);
-    ASSERT_TRUE(program.ok()) << program.status();
-    auto out = RunProgram(**program, inputs);
-    ASSERT_TRUE(out.ok()) << out.status();
-    results.push_back(*out);
-  }
-  for (int i = 0; i < 3; ++i) {
-    std::vector<double> tol;
-    for (double v : results[1][i].values) {
-      // h in [-4, 4), w in [-2, 2), k = 33: f32 summation order differs,
-      // both round once to bf16.
-      tol.push_back(2 * UnitRoundoff(bf) * std::fabs(v) + 33 * 8 * 6e-8);
+    mlir::OwningOpRef<mlir::ModuleOp> module =
+        RewriteGraph(g, context.get(), OnednnStage());
+    ASSERT_TRUE(module);
+    std::vector<GemmCall> calls = OnednnCalls(*module);
+    ASSERT_EQ(calls.size(), 3u);
+    for (const GemmCall& call : calls) EXPECT_EQ(call.type, d == ir::BFLOAT16 ? 1 : 2);
+    EXPECT_EQ(CountAllocs(*module, mlir::Float32Type::get(context.get())), 3)
+        << "only the three f32 GEMM results";
+    const mlir::Type narrow =
+        d == ir::BFLOAT16
+            ? static_cast<mlir::Type>(mlir::IntegerType::get(context.get(), 16))
+            : mlir::Float16Type::get(context.get());
+    EXPECT_EQ(CountAllocs(*module, narrow), 1) << "one twin";
+    // Against the loops (f32 GEMMs on the widened values).
+    const std::vector<HostTensor> inputs = {
+        Random(d, {9, 33}, 1), Random(d, {33}, 2), Random(d, {70, 33}, 3),
+        Random(d, {70, 33}, 4), Random(d, {70, 33}, 5)};
+    std::vector<std::vector<HostTensor>> results;
+    for (bool onednn : {true, false}) {
+      auto context = CreateCompilerContext();
+      auto imported = ImportGraph(g, context.get());
+      ASSERT_TRUE(imported.ok()) << imported.status();
+      std::vector<Stage> blas;
+      if (onednn) blas.push_back(OnednnStage());
+      absl::Status s = RunStages(
+          **imported,
+          Concat({FusionStages(), BufferizationStages(), blas, LoweringStages()}), "t");
+      ASSERT_TRUE(s.ok()) << s;
+      auto program = CompiledProgram::Create(**imported, g);
+      ASSERT_TRUE(program.ok()) << program.status();
+      auto out = RunProgram(**program, inputs);
+      ASSERT_TRUE(out.ok()) << out.status();
+      results.push_back(*out);
     }
-    ExpectClose(results[0][i], results[1][i].values, tol, "out" + std::to_string(i));
+    for (int i = 0; i < 3; ++i) {
+      std::vector<double> tol;
+      for (double v : results[1][i].values) {
+        // h in [-4, 4), w in [-2, 2), k = 33: f32 summation order differs,
+        // both round once to the output type.
+        tol.push_back(2 * UnitRoundoff(d) * std::fabs(v) + 33 * 8 * 6e-8);
+      }
+      ExpectClose(results[0][i], results[1][i].values, tol, "out" + std::to_string(i));
+    }
   }
 }
 

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "oneapi/dnnl/dnnl.h"
+#include "rbln/compiler/half_convert.h"
 #include "rbln/compiler/input_content.h"
 #include "rbln/compiler/packed_weights.h"
 
@@ -23,7 +24,9 @@ using onednn::Check;
 // Buffer slots of onednn::ThreadState.
 constexpr int kScratchpadSlot = 0;
 constexpr int kUnfusedResultSlot = 1;
-constexpr int kStagedResultSlot = 2;
+constexpr int kWidenedASlot = 2;  // a kF16 block's A as f32
+constexpr int kWidenedBSlot = 3;  // and its B
+constexpr int kStagedResultSlot = 4;  // a column block's C, dense
 
 // One cached primitive: a matmul for one block problem.
 struct Primitive {
@@ -222,7 +225,30 @@ const Primitive& PrimitiveFor(const Api& d, const GemmProblem& p,
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 int64_t OperandBytes(GemmOperandType type) {
-  return type == GemmOperandType::kBF16 ? 2 : 4;
+  return type == GemmOperandType::kF32 ? 4 : 2;
+}
+
+// The f32 problem a kF16 block `q` runs as: its operands widened into
+// dense buffers, B in its stored layout (still read transposed when
+// trans_b: a transposing copy would cost more than the strided reads).
+GemmProblem WidenedProblem(const GemmProblem& q) {
+  GemmProblem w = q;
+  w.type = GemmOperandType::kF32;
+  w.lda = q.k;
+  w.ldb = q.trans_b ? q.k : q.n;
+  w.stride_a = q.batch > 1 ? q.m * q.k : 0;
+  w.stride_b = q.batch > 1 ? q.k * q.n : 0;
+  return w;
+}
+
+// Widens `rows` x `cols` half matrices (row stride `ld`, batch stride
+// `stride`) into the dense f32 stack `dst`.
+void WidenHalfStack(const void* src, int64_t batch, int64_t rows,
+                    int64_t cols, int64_t ld, int64_t stride, float* dst) {
+  const uint16_t* h = static_cast<const uint16_t*>(src);
+  for (int64_t bt = 0; bt < batch; ++bt) {
+    HalfToFloat(h + bt * stride, rows, cols, ld, dst + bt * rows * cols, cols);
+  }
 }
 
 int64_t StoreBytes(StoreType type) { return type == StoreType::kBF16 ? 2 : 4; }
@@ -323,80 +349,53 @@ std::string GemmImplementation(const GemmProblem& p) {
   const Api& d = onednn::Library();
   if (!d.error.empty()) return d.error;
   onednn::OneOmpThread one_thread(d);
-  const Primitive& prim = PrimitiveFor(d, p);
-  return prim.epilogue_after ? prim.implementation + " + epilogue after"
-                             : prim.implementation;
+  const bool f16 = p.type == GemmOperandType::kF16;
+  const Primitive& prim = PrimitiveFor(d, f16 ? WidenedProblem(p) : p);
+  std::string text = prim.implementation;
+  if (f16) {
+    text = absl::StrFormat("f16->f32 (%s) + %s", HalfIsaName(BestHalfIsa()),
+                           text);
+  }
+  return prim.epilogue_after ? text + " + epilogue after" : text;
 }
 
-void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
-                  const float* sides, int64_t block, int64_t blocks) {
-  const Api& d = onednn::Library();
-  if (!d.error.empty()) onednn::Fail(d.error);
-  const GemmBlock part = GemmBlockOf(p, block, blocks);
-  if (part.problem.batch <= 0 || part.problem.m <= 0 || part.problem.n <= 0 ||
-      part.problem.k <= 0) {
-    return;
-  }
-  // oneDNN 2.6 runs a matmul whose C rows have gaps (a column block of a
-  // wider C) with gemm:jit, not brgemm: without AMX, and without taking B
-  // in a packed layout. Such a block is computed into a dense buffer and
-  // its rows copied into C, which costs far less (decoder GEMMs are column
-  // blocks; an accumulating one copies its C rows in first).
-  GemmProblem q = part.problem;
-  const int64_t ldc = q.ldc;
-  const bool staged = q.batch == 1 && q.ldc != q.n;
-  if (staged) q.ldc = q.n;
-  // Before the primitive: oneDNN sizes its blocking by the thread count.
-  onednn::OneOmpThread one_thread(d);
-  onednn::ThreadState& thread = onednn::ThisThread(d);
-  const int64_t in_bytes = OperandBytes(p.type);
-  const void* b_block = static_cast<const char*>(b) + part.offset_b * in_bytes;
-  // B read from a program input that keeps its bytes (a weight): packed
-  // once per version of them, not re-laid out by every call.
-  std::shared_ptr<const void> packed;
-  const Primitive* chosen = nullptr;
-  if (q.batch == 1) {
-    const int64_t b_elements =
-        q.trans_b ? (q.n - 1) * q.ldb + q.k : (q.k - 1) * q.ldb + q.n;
-    std::optional<InputContent> content =
-        FindInputContent(b_block, b_elements * in_bytes);
-    if (content.has_value()) {
-      const Primitive& with_packed = PrimitiveFor(d, q, /*packed_weights=*/true);
-      if (with_packed.pack != nullptr) {
-        packed = PackedWeightCache::Global().Get(
-            *content, q.Encode(), with_packed.packed_b_bytes, [&](void* out) {
-              onednn::Memory from(d, with_packed.plain_b,
-                                  const_cast<void*>(b_block));
-              onednn::Memory to(d, with_packed.b, out);
-              onednn::Execute(d, with_packed.pack,
-                              {{DNNL_ARG_FROM, from.get()}, {DNNL_ARG_TO, to.get()}},
-                              "weights reorder for " + Describe(q));
-            });
-        if (packed != nullptr) chosen = &with_packed;
-      }
-    }
-  }
-  const Primitive& prim = chosen != nullptr ? *chosen : PrimitiveFor(d, q);
-  const int64_t out_bytes = StoreBytes(p.epilogue.store);
-  void* c_block = static_cast<char*>(c) + part.offset_c * out_bytes;
+namespace {
+
+// The problem `q` as Multiply runs it: a column block of a wider C (rows
+// with gaps) gets a dense C of its own. oneDNN 2.6 runs a matmul with gaps
+// between C's rows with gemm:jit rather than brgemm, so without AMX and
+// without B in a packed layout; staging C costs far less (decoder GEMMs are
+// column blocks).
+GemmProblem WithDenseC(GemmProblem q) {
+  if (q.batch == 1) q.ldc = q.n;
+  return q;
+}
+
+// Runs `q` (a block, or a column chunk of one) on this thread with one call
+// of `prim` (PrimitiveFor(q), or with B packed): A and B (as `prim` reads
+// it) at their first elements; C at `c`, its rows `ldc` apart -- when that
+// is not q.ldc, the product goes to a dense buffer first and its rows are
+// copied (in before an accumulating product, out after); the epilogue's
+// per-column rows at `sides` (this part's first column), `sides_ld` apart.
+void Multiply(const Api& d, onednn::ThreadState& thread, const GemmProblem& q,
+              const Primitive& prim, const void* a, const void* b, void* c,
+              int64_t ldc, const float* sides, int64_t sides_ld) {
+  const int64_t out_bytes = StoreBytes(q.epilogue.store);
+  const bool staged = ldc != q.ldc;
+  const int64_t row_bytes = q.n * out_bytes;
   void* result = prim.epilogue_after
                      ? thread.Buffer(kUnfusedResultSlot,
                                      q.batch * q.m * q.n * sizeof(float))
-                 : staged ? thread.Buffer(kStagedResultSlot, q.m * q.n * out_bytes)
-                          : c_block;
-  onednn::Memory ma(d, prim.a,
-                    const_cast<char*>(static_cast<const char*>(a)) +
-                        part.offset_a * in_bytes);
-  onednn::Memory mb(d, prim.b,
-                    const_cast<void*>(packed ? packed.get() : b_block));
+                 : staged ? thread.Buffer(kStagedResultSlot, q.m * row_bytes)
+                          : c;
   if (staged && q.accumulate) {
-    const int64_t row_bytes = q.n * out_bytes;
     for (int64_t i = 0; i < q.m; ++i) {
       std::memcpy(static_cast<char*>(result) + i * row_bytes,
-                  static_cast<const char*>(c_block) + i * ldc * out_bytes,
-                  row_bytes);
+                  static_cast<const char*>(c) + i * ldc * out_bytes, row_bytes);
     }
   }
+  onednn::Memory ma(d, prim.a, const_cast<void*>(a));
+  onednn::Memory mb(d, prim.b, const_cast<void*>(b));
   onednn::Memory mc(d, prim.c, result);
   std::vector<dnnl_exec_arg_t> args = {{DNNL_ARG_SRC, ma.get()},
                                        {DNNL_ARG_WEIGHTS, mb.get()},
@@ -404,7 +403,7 @@ void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
   std::vector<std::unique_ptr<onednn::Memory>> side_memory;
   auto side = [&](const dnnl_memory_desc_t& desc, int64_t row) {
     side_memory.push_back(std::make_unique<onednn::Memory>(
-        d, desc, const_cast<float*>(sides) + row * p.n + part.column));
+        d, desc, const_cast<float*>(sides) + row * sides_ld));
     return side_memory.back()->get();
   };
   if (!prim.epilogue_after) {
@@ -428,9 +427,8 @@ void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
   onednn::Execute(d, prim.primitive, args, "matmul " + Describe(q));
   if (!prim.epilogue_after) {
     if (!staged) return;
-    const int64_t row_bytes = q.n * out_bytes;
     for (int64_t i = 0; i < q.m; ++i) {
-      std::memcpy(static_cast<char*>(c_block) + i * ldc * out_bytes,
+      std::memcpy(static_cast<char*>(c) + i * ldc * out_bytes,
                   static_cast<const char*>(result) + i * row_bytes, row_bytes);
     }
     return;
@@ -439,12 +437,131 @@ void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
   for (int64_t bt = 0; bt < q.batch; ++bt) {
     for (int64_t i = 0; i < q.m; ++i) {
       for (int64_t j = 0; j < q.n; ++j) {
-        const float x = q.epilogue.Apply(r[(bt * q.m + i) * q.n + j],
-                                         sides + part.column, p.n, j);
-        q.epilogue.Store(x, static_cast<char*>(c_block) +
+        const float x = q.epilogue.Apply(r[(bt * q.m + i) * q.n + j], sides,
+                                         sides_ld, j);
+        q.epilogue.Store(x, static_cast<char*>(c) +
                                 (bt * q.stride_c + i * ldc + j) * out_bytes);
       }
     }
+  }
+}
+
+// Columns of B widened at a time for a kF16 block: about 2 MB of f32 (in
+// the caches while the primitive reads it, instead of a whole block's B
+// written to and read back from memory), whole 16-float vectors.
+int64_t WidenedColumns(const GemmProblem& q) {
+  constexpr int64_t kFloats = int64_t{1} << 19;
+  const int64_t columns = std::max<int64_t>(64, kFloats / (q.batch * q.k)) / 16 * 16;
+  return std::min(columns, q.n);
+}
+
+// The content of block `q`'s B at `b` if it is a weight: read from a
+// program input that keeps its bytes during the run (input_content.h).
+std::optional<InputContent> WeightContent(const GemmProblem& q, const void* b) {
+  if (q.batch != 1) return std::nullopt;
+  const int64_t elements =
+      q.trans_b ? (q.n - 1) * q.ldb + q.k : (q.k - 1) * q.ldb + q.n;
+  return FindInputContent(b, elements * OperandBytes(q.type));
+}
+
+// B of `prim`'s problem, plain (`prim.plain_b`) at `from`, into its packed
+// layout at `to`.
+void PackWeights(const Api& d, const Primitive& prim, const void* from,
+                 void* to, const GemmProblem& q) {
+  onednn::Memory plain(d, prim.plain_b, const_cast<void*>(from));
+  onednn::Memory packed(d, prim.b, to);
+  onednn::Execute(d, prim.pack,
+                  {{DNNL_ARG_FROM, plain.get()}, {DNNL_ARG_TO, packed.get()}},
+                  "weights reorder for " + Describe(q));
+}
+
+}  // namespace
+
+void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
+                  const float* sides, int64_t block, int64_t blocks) {
+  const Api& d = onednn::Library();
+  if (!d.error.empty()) onednn::Fail(d.error);
+  const GemmBlock part = GemmBlockOf(p, block, blocks);
+  const GemmProblem& q = part.problem;
+  if (q.batch <= 0 || q.m <= 0 || q.n <= 0 || q.k <= 0) return;
+  // Before the primitive: oneDNN sizes its blocking by the thread count.
+  onednn::OneOmpThread one_thread(d);
+  onednn::ThreadState& thread = onednn::ThisThread(d);
+  const int64_t in_bytes = OperandBytes(p.type);
+  const int64_t out_bytes = StoreBytes(p.epilogue.store);
+  const char* a_block = static_cast<const char*>(a) + part.offset_a * in_bytes;
+  const char* b_block = static_cast<const char*>(b) + part.offset_b * in_bytes;
+  char* c_block = static_cast<char*>(c) + part.offset_c * out_bytes;
+  const float* sides_block = sides ? sides + part.column : nullptr;
+  // A weight (B read from an input that keeps its bytes) is packed into
+  // the layout oneDNN's brgemm reads once per version of its bytes, not
+  // re-laid out (and for f16 widened) by every call.
+  const std::optional<InputContent> weight = WeightContent(q, b_block);
+  if (p.type != GemmOperandType::kF16) {
+    const GemmProblem dense = WithDenseC(q);
+    if (weight.has_value()) {
+      const Primitive& prim = PrimitiveFor(d, dense, /*packed_weights=*/true);
+      std::shared_ptr<const void> packed =
+          prim.pack == nullptr
+              ? nullptr
+              : PackedWeightCache::Global().Get(
+                    *weight, dense.Encode(), prim.packed_b_bytes,
+                    [&](void* out) { PackWeights(d, prim, b_block, out, dense); });
+      if (packed != nullptr) {
+        Multiply(d, thread, dense, prim, a_block, packed.get(), c_block, q.ldc,
+                 sides_block, p.n);
+        return;
+      }
+    }
+    Multiply(d, thread, dense, PrimitiveFor(d, dense), a_block, b_block,
+             c_block, q.ldc, sides_block, p.n);
+    return;
+  }
+  // f16: A widened once.
+  float* a32 = static_cast<float*>(
+      thread.Buffer(kWidenedASlot, q.batch * q.m * q.k * sizeof(float)));
+  WidenHalfStack(a_block, q.batch, q.m, q.k, q.lda, q.stride_a, a32);
+  if (weight.has_value()) {
+    // A weight: widened and packed once, keyed by its f16 problem.
+    const GemmProblem wide = WithDenseC(WidenedProblem(q));
+    const Primitive& prim = PrimitiveFor(d, wide, /*packed_weights=*/true);
+    std::shared_ptr<const void> packed =
+        prim.pack == nullptr
+            ? nullptr
+            : PackedWeightCache::Global().Get(
+                  *weight, q.Encode(), prim.packed_b_bytes, [&](void* out) {
+                    std::vector<float> b32(q.k * q.n);
+                    if (q.trans_b) {
+                      WidenHalfStack(b_block, 1, q.n, q.k, q.ldb, 0, b32.data());
+                    } else {
+                      WidenHalfStack(b_block, 1, q.k, q.n, q.ldb, 0, b32.data());
+                    }
+                    PackWeights(d, prim, b32.data(), out, wide);
+                  });
+    if (packed != nullptr) {
+      Multiply(d, thread, wide, prim, a32, packed.get(), c_block, q.ldc,
+               sides_block, p.n);
+      return;
+    }
+  }
+  // Otherwise B a chunk of columns at a time (in its stored layout), each
+  // chunk one f32 primitive call.
+  const int64_t chunk = WidenedColumns(q);
+  float* b32 = static_cast<float*>(
+      thread.Buffer(kWidenedBSlot, q.batch * q.k * chunk * sizeof(float)));
+  for (int64_t j = 0; j < q.n; j += chunk) {
+    GemmProblem r = q;
+    r.n = std::min(chunk, q.n - j);
+    const char* b_chunk = b_block + (q.trans_b ? j * q.ldb : j) * in_bytes;
+    if (q.trans_b) {
+      WidenHalfStack(b_chunk, q.batch, r.n, q.k, q.ldb, q.stride_b, b32);
+    } else {
+      WidenHalfStack(b_chunk, q.batch, q.k, r.n, q.ldb, q.stride_b, b32);
+    }
+    const GemmProblem wide = WithDenseC(WidenedProblem(r));
+    Multiply(d, thread, wide, PrimitiveFor(d, wide), a32, b32,
+             c_block + j * out_bytes, q.ldc, sides_block ? sides_block + j : nullptr,
+             p.n);
   }
 }
 

@@ -33,8 +33,11 @@ inline constexpr char kOnednnGemmSymbol[] = "rbln_gemm";
 // The entry point of GEMMs with an epilogue: the problem as Encode()d words.
 inline constexpr char kOnednnGemmProblemSymbol[] = "rbln_gemm_problem";
 
-// Element type of the A and B operands.
-enum class GemmOperandType : int64_t { kF32 = 0, kBF16 = 1 };
+// Element type of the A and B operands. oneDNN 2.6 has no f16 matmul on
+// any CPU: kF16 (IEEE half) operands are widened, exactly, to f32 per block
+// (half_convert.h; A whole, B in its stored layout a chunk of columns at a
+// time) and multiplied as f32.
+enum class GemmOperandType : int64_t { kF32 = 0, kBF16 = 1, kF16 = 2 };
 
 // One GEMM problem as rbln_gemm receives it, row-major:
 // C[b] (+)= A[b] * op(B[b]) for b < batch, A [m, k], op(B) [k, n] (B stored

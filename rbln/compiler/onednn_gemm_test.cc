@@ -1,5 +1,5 @@
 // spec: P5, A2
-// rbln_gemm against a double-precision reference: f32 and bf16 operands,
+// rbln_gemm against a double-precision reference: f32, bf16 and f16 operands,
 // transposed B, batches, row and batch strides, accumulate or overwrite;
 // blocks cover the problem exactly once and give the same bits on one
 // thread or spread over threads; epilogues (bias, per-column operands,
@@ -39,6 +39,16 @@ float Bf16Value(uint16_t bits) {
   return f;
 }
 
+// The value of the IEEE half `bits` (finite ones only), from its
+// definition: independent of the library's conversion.
+float HalfValue(uint16_t bits) {
+  const int exponent = (bits >> 10) & 0x1f, mantissa = bits & 0x3ff;
+  const double magnitude = exponent == 0
+                               ? std::ldexp(mantissa, -24)
+                               : std::ldexp(1024 + mantissa, exponent - 25);
+  return static_cast<float>((bits & 0x8000) ? -magnitude : magnitude);
+}
+
 // Operands of `p` filled with random values representable in its type;
 // `a`/`b` hold them as f32 for the reference, `a_raw`/`b_raw` as passed.
 struct Operands {
@@ -60,10 +70,20 @@ Operands Make(const GemmProblem& p, uint32_t seed) {
   o.b.resize(Span(p.batch, p.stride_b, b_rows, p.ldb, b_cols));
   o.c.resize(Span(p.batch, p.stride_c, p.m, p.ldc, p.n));
   const bool bf16 = p.type == GemmOperandType::kBF16;
+  const bool f16 = p.type == GemmOperandType::kF16;
+  // Halves below 1 in magnitude: any sign and mantissa, exponents 0
+  // (subnormals) to 14.
+  std::uniform_int_distribution<int> sign(0, 1), exponent(0, 14),
+      mantissa(0, 1023);
   auto fill = [&](std::vector<float>& v, std::vector<char>& raw) {
-    raw.resize(v.size() * (bf16 ? 2 : 4));
+    raw.resize(v.size() * (bf16 || f16 ? 2 : 4));
     for (size_t i = 0; i < v.size(); ++i) {
-      if (bf16) {
+      if (f16) {
+        const uint16_t bits = static_cast<uint16_t>(
+            sign(rng) << 15 | exponent(rng) << 10 | mantissa(rng));
+        v[i] = HalfValue(bits);
+        std::memcpy(raw.data() + 2 * i, &bits, 2);
+      } else if (bf16) {
         const uint16_t bits = Bf16Bits(dist(rng));
         v[i] = Bf16Value(bits);
         std::memcpy(raw.data() + 2 * i, &bits, 2);
@@ -109,14 +129,18 @@ std::string Describe(const GemmProblem& p) {
 
 std::vector<GemmProblem> Problems() {
   std::vector<GemmProblem> all;
-  for (GemmOperandType type : {GemmOperandType::kF32, GemmOperandType::kBF16}) {
+  for (GemmOperandType type : {GemmOperandType::kF32, GemmOperandType::kBF16,
+                               GemmOperandType::kF16}) {
     for (bool trans_b : {false, true}) {
       for (bool accumulate : {false, true}) {
         // Plain, padded rows, tall (split by rows), wide (split by
-        // columns), batched with gaps between matrices.
+        // columns), batched with gaps between matrices; deep and wide ones
+        // whose f16 B is widened in chunks of columns (2 MB of f32), plain
+        // and batched.
         for (auto [batch, m, n, k, pad] :
              {std::tuple{1, 7, 5, 3, 0}, {1, 33, 17, 65, 3}, {1, 130, 9, 40, 0},
-              {1, 6, 70, 31, 1}, {3, 19, 23, 29, 2}}) {
+              {1, 6, 70, 31, 1}, {3, 19, 23, 29, 2}, {1, 5, 600, 2048, 1},
+              {3, 4, 300, 1024, 2}}) {
           GemmProblem p;
           p.type = type;
           p.trans_b = trans_b;
@@ -182,7 +206,9 @@ TEST_F(OnednnGemmTest, PackedWeightsFollowTheirContentVersion) {
     Operands o = Make(p, seed++);
     runtime::BufferView b_view;
     b_view.data = o.b_raw.data();
-    b_view.dtype = p.type == GemmOperandType::kBF16 ? DType::kBFloat16 : DType::kFloat32;
+    b_view.dtype = p.type == GemmOperandType::kBF16  ? DType::kBFloat16
+                   : p.type == GemmOperandType::kF16 ? DType::kFloat16
+                                                     : DType::kFloat32;
     b_view.sizes = {static_cast<int64_t>(o.b.size())};
     b_view.strides = {1};
     b_view.content_address = 0x100000 * seed;
@@ -366,6 +392,16 @@ TEST(GemmBlockOfTest, BlocksPartitionTheSplitDimension) {
   EXPECT_EQ(GemmBlockOf(p, 1, 4).offset_a, 200);
   EXPECT_EQ(GemmBlockOf(p, 2, 4).problem.batch, 1);
   EXPECT_EQ(GemmBlockOf(p, 2, 4).problem.stride_a, 0);
+}
+
+// f16 operands are widened per block into f32 and multiplied by the f32
+// primitive (no f16 matmul in oneDNN 2.6).
+TEST_F(OnednnGemmTest, F16OperandsRunAsWidenedF32) {
+  GemmProblem p;
+  p.type = GemmOperandType::kF16;
+  p.m = p.n = p.k = p.lda = p.ldb = p.ldc = 64;
+  EXPECT_EQ(GemmImplementation(p).rfind("f16->f32", 0), 0u)
+      << GemmImplementation(p);
 }
 
 TEST_F(OnednnGemmTest, DescribesTheLibrary) {
