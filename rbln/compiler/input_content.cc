@@ -5,6 +5,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "rbln/core/dtype.h"
+#include "rbln/runtime/strided_span.h"
 
 namespace rbln::compiler {
 namespace {
@@ -24,15 +25,6 @@ struct Registry {
 Registry& Global() {
   static auto* registry = new Registry();
   return *registry;
-}
-
-uint64_t ViewBytes(const runtime::BufferView& v) {
-  uint64_t span = 1;
-  for (size_t d = 0; d < v.sizes.size(); ++d) {
-    if (v.sizes[d] == 0) return 0;
-    span += static_cast<uint64_t>(v.sizes[d] - 1) * v.strides[d];
-  }
-  return span * DTypeSize(v.dtype);
 }
 
 }  // namespace
@@ -56,7 +48,8 @@ InputContentScope::InputContentScope(absl::Span<const runtime::BufferView> args,
   Registry& r = Global();
   for (int i = 0; i < num_inputs; ++i) {
     const runtime::BufferView& v = args[i];
-    const uint64_t bytes = ViewBytes(v);
+    const uint64_t bytes =
+        runtime::StridedSpanBytes(v.sizes, v.strides, DTypeSize(v.dtype));
     if (v.content_version == 0 || data[i] == nullptr || bytes == 0) continue;
     const auto start = reinterpret_cast<uintptr_t>(data[i]);
     const InputContent content{v.content_address, v.content_version};
