@@ -19,6 +19,7 @@
 #include "rbln/compiler/elementwise_fusion_pass.h"
 #include "rbln/compiler/mlir_compat.h"
 #include "rbln/compiler/mlir_setup.h"
+#include "rbln/compiler/polynomial_exp_pass.h"
 #include "rbln/core/env.h"
 
 namespace rbln::compiler {
@@ -148,6 +149,8 @@ const std::vector<Stage>& BufferizationStages() {
 const std::vector<Stage>& LoweringStages() {
   static const auto* stages = new std::vector<Stage>{
       Text("loops", Pipelines().loops),
+      // Before math.exp becomes a call of expf (polynomial_exp_pass.h).
+      Stage{"polynomial-exp", "", &CreatePolynomialExpPass},
       Text("llvm", Pipelines().llvm),
   };
   return *stages;
