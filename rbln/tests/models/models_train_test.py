@@ -6,7 +6,9 @@ Checked in two parts, so that float16 rounding cannot hide or fake a
 difference:
   * the loss equals the CPU's (float16 forward on the CPU from the same
     weights and inputs), and every parameter's gradient is as close to the
-    float32 CPU step's as the float16 CPU step's is (within 2x, or 2%);
+    float32 CPU step's as the float16 CPU step's is (within 2x, or 2%) --
+    the float16 CPU step with the attention algorithm rbln runs when a
+    gradient is needed (scaled_dot_product_attention's math backend);
   * the AdamW step on rbln equals AdamW on the CPU applied to the same
     parameters and the rbln gradients. (Adam's first step is about
     lr * sign(grad): against independently computed CPU gradients, a
@@ -22,6 +24,7 @@ import sys
 import pytest
 import torch
 import transformers
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import model_zoo
 from suite_util import (DEV, Results, ResultsPlugin, assert_still_tied,
@@ -30,15 +33,8 @@ from suite_util import (DEV, Results, ResultsPlugin, assert_still_tied,
 transformers.logging.set_verbosity_error()
 RESULTS = Results(model_zoo.TRAIN, ["rbln_s", "cpu_s", "loss", "worst_grad_rel", "cpu16_grad_rel",
                                     "cpu_fallback_ops"])
-# Relative gradient error allowed whatever the CPU's own float16 error
-# (below). T5 (no attention scaling): on a Xeon with avx512_fp16 rbln's
-# float16 gradients are off by up to 6.7% (2.2% on encoder.block.1's
-# q.weight, 4.0% on decoder.block.1's k.weight, 6.7% on its wi.weight) where
-# PyTorch's own float16 backward is off by under 0.2% -- the first of these
-# the same at 6805ccf, before the GEMM library changes; on the Zen 4 CI
-# machines before, all within 2%. Not understood yet (an open item of issue
-# 17's notes); 10% still catches a wrong gradient.
-GRADIENT_FLOOR = {"t5": 1e-1}
+# Relative gradient error allowed whatever the CPU's own float16 error.
+GRADIENT_TOLERANCE = 2e-2
 LR = 1e-3
 # float16 AdamW state: eps must stay representable (1e-8 rounds to 0, and a
 # parameter without gradient would then divide 0 by 0).
@@ -79,7 +75,15 @@ def test_one_adamw_step_matches_cpu(spec):
     spec.check_blockers(model_zoo.TRAIN)
     inputs = spec.example()
     cpu = trainable(spec, "cpu")
-    (cpu_loss, cpu_grads), cpu_s = timed(lambda: step(cpu, inputs, "cpu"), sync=False)
+    # The CPU's float16 step runs the attention rbln runs when a gradient is
+    # needed (SPEC H4: the math decomposition), not the flash kernel the CPU
+    # picks where the mask needs no gradient (T5's cross-attention). T5's
+    # float16 gradients hinge on ReLU inputs within rounding of zero (one
+    # flipped mask in decoder.block.1 puts 2-7% into every gradient upstream),
+    # so the two attentions' roundings decide by chance: 0.35% (flash) vs 6.7%
+    # (math, and rbln) for this input; 8.9% for both for another.
+    with sdpa_kernel(SDPBackend.MATH):
+        (cpu_loss, cpu_grads), cpu_s = timed(lambda: step(cpu, inputs, "cpu"), sync=False)
 
     dev = trainable(spec, "cpu")
     groups = tied_groups(dev)
@@ -117,7 +121,7 @@ def test_one_adamw_step_matches_cpu(spec):
         assert got.device == torch.device(DEV), name
         err, cpu_err = rel(got, name), rel(cpu_grads[name], name)
         worst, worst_cpu = max(worst, err), max(worst_cpu, cpu_err)
-        assert err <= max(GRADIENT_FLOOR.get(spec.name, 2e-2), 2 * cpu_err), (
+        assert err <= max(GRADIENT_TOLERANCE, 2 * cpu_err), (
             f"{spec.name}: gradient of {name} differs from the float32 CPU's by {err:.3g} "
             f"(the float16 CPU's by {cpu_err:.3g})")
 
