@@ -1,5 +1,6 @@
 #include "rbln/compiler/packed_weights.h"
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
@@ -104,6 +105,17 @@ struct PackedWeightCache::Impl {
 PackedWeightCache::PackedWeightCache(uint64_t capacity_bytes)
     : impl_(std::make_shared<Impl>(capacity_bytes)) {}
 
+namespace {
+// Global()'s cache once created, for ClearGlobal().
+std::atomic<PackedWeightCache*> g_global{nullptr};
+}  // namespace
+
+void PackedWeightCache::ClearGlobal() {
+  if (PackedWeightCache* cache = g_global.load(std::memory_order_acquire)) {
+    cache->Clear();
+  }
+}
+
 PackedWeightCache& PackedWeightCache::Global() {
   static PackedWeightCache* cache = [] {
     absl::StatusOr<uint64_t> capacity = PackedWeightsCapacityFromEnv();
@@ -112,7 +124,9 @@ PackedWeightCache& PackedWeightCache::Global() {
                    std::string(capacity.status().message()).c_str());
       std::abort();
     }
-    return new PackedWeightCache(*capacity);
+    auto* created = new PackedWeightCache(*capacity);
+    g_global.store(created, std::memory_order_release);
+    return created;
   }();
   return *cache;
 }

@@ -50,6 +50,9 @@ class PackedWeightCache {
                                   absl::FunctionRef<void(void* out)> pack);
 
   void Clear();
+  // Clears Global() if it exists: never reads the environment (whose bad
+  // value Global() would abort on), e.g. for torch.rbln.empty_cache().
+  static void ClearGlobal();
   uint64_t bytes() const;
   int64_t entries() const;
 

@@ -42,6 +42,7 @@
 #include "absl/strings/str_join.h"
 #include "rbln/compiler/compiler.h"
 #include "rbln/compiler/ir/graph.pb.h"
+#include "rbln/compiler/packed_weights.h"
 #include "rbln/core/counters.h"
 #include "rbln/torch/csrc/cpu_fallback.h"
 #include "rbln/torch/csrc/device_allocator.h"
@@ -64,12 +65,13 @@ using compiler::CompiledProgram;
 
 constexpr c10::DispatchKeySet kRblnKeys(c10::DispatchKey::PrivateUse1);
 
-// empty_cache() drops compiled programs too: the next call pays its
-// preparation again (SPEC E1).
+// empty_cache() drops compiled programs and the GEMM weights packed for
+// them too: the next call pays its preparation again (SPEC E1).
 const bool g_dropper_registered [[maybe_unused]] = [] {
   RegisterCacheDropper([] {
     WarmCache::Global().Clear();
     compiler::Compiler::Global().ClearCache();
+    compiler::PackedWeightCache::ClearGlobal();
   });
   return true;
 }();

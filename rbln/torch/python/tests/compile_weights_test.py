@@ -74,6 +74,27 @@ def test_weights_are_packed_once_and_reused(dtype):
         assert new_hits >= new_packs, (new_packs, new_hits)
 
 
+def packed_bytes():
+    return torch.rbln.counters().get("compiler/packed_weights/bytes", 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_empty_cache_drops_packed_weights(dtype):
+    # spec: E1 -- the packed copies are a cache of the compiled programs:
+    # empty_cache() frees them, and the next calls pack again.
+    cpu, _, compiled = make(dtype)
+    before_packs = packs()
+    check(cpu, compiled, dtype)
+    if packs() == before_packs:
+        pytest.skip("oneDNN takes no packed weights on this CPU")
+    assert packed_bytes() > 0
+    torch.rbln.empty_cache()
+    assert packed_bytes() == 0
+    repacked = packs()
+    check(cpu, compiled, dtype)
+    assert packs() > repacked
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("how", ["in_place", "data", "load_state_dict", "set_"])
 def test_weight_writes_reach_the_next_call(dtype, how):
