@@ -99,6 +99,10 @@ SplitIsa BestSplitIsa() {
   return best;
 }
 
+const char* SplitIsaName(SplitIsa isa) {
+  return isa == SplitIsa::kAvx512 ? "avx512" : "scalar";
+}
+
 bool SplitHalf(uint16_t bits, uint16_t* hi, uint16_t* lo) {
   const float x = HalfToFloat(bits);
   const uint32_t u = Bits(x);

@@ -25,6 +25,7 @@ enum class SplitIsa { kScalar = 0, kAvx512 = 1 };
 
 // The fastest one this CPU has (checked once, at run time).
 SplitIsa BestSplitIsa();
+const char* SplitIsaName(SplitIsa isa);
 
 // Splits the half `bits` into bf16 bits `*hi` and `*lo`; false if it is
 // infinite or NaN.
