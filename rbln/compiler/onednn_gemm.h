@@ -46,8 +46,9 @@ enum class GemmOperandType : int64_t { kF32 = 0, kBF16 = 1, kF16 = 2 };
 // Ah*Bh + Al*Bh + Ah*Bl in bf16 with f32 accumulation: within f32-GEMM
 // error (the dropped Al*Bl is at most 2^-18 of each |a*b|), and three times
 // the products, so it pays only where oneDNN's bf16 matmul runs about 4x
-// its f32 rate: on AMX. kAuto takes it for a block problem when oneDNN's
-// bf16 primitive for it runs on AMX, the f32 route otherwise (e.g. Zen 4's
+// its f32 rate: on AMX. kAuto takes it for a block problem of 32 rows or
+// more (fewer stream B, whose tripled copy is larger) when oneDNN's bf16
+// primitive for it runs on AMX, the f32 route otherwise (e.g. Zen 4's
 // avx512_bf16, about 2x). A block whose A, or a chunk whose B, holds an
 // infinity or NaN runs as f32 (inf * 0 in the cross terms would give NaN).
 // The choice depends on the block's shape and operands only (SPEC A2).

@@ -347,41 +347,45 @@ TEST_F(OnednnGemmTest, AppliesEpilogues) {
         }
         e.store = store;
         p.epilogue = e;
-        Operands o = Make(p, seed++);
-        std::mt19937 rng(seed);
-        std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-        std::vector<float> sides(3 * p.n);
-        for (float& v : sides) v = dist(rng);
-        const std::vector<double> product = Reference(p, o);
-        const int64_t bytes = store == StoreType::kBF16 ? 2 : 4;
-        for (int64_t blocks : {1, 4}) {
-          std::vector<char> c(o.c.size() * bytes, 0);
-          for (int64_t block = 0; block < blocks; ++block) {
-            RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), c.data(),
-                         sides.data(), block, blocks);
-          }
-          for (int64_t bt = 0; bt < p.batch; ++bt) {
-            for (int64_t i = 0; i < p.m; ++i) {
-              for (int64_t j = 0; j < p.n; ++j) {
-                const int64_t at = bt * p.stride_c + i * p.ldc + j;
-                const double want = e.Apply(static_cast<float>(product[at]),
-                                            sides.data(), p.n, j);
-                double got;
-                if (bytes == 2) {
-                  uint16_t bits;
-                  std::memcpy(&bits, c.data() + 2 * at, 2);
-                  got = Bf16Value(bits);
-                } else {
-                  float f;
-                  std::memcpy(&f, c.data() + 4 * at, 4);
-                  got = f;
+        for (std::optional<F16GemmRoute> route : RoutesFor(p)) {
+          ForcedRoute forced(route);
+          Operands o = Make(p, seed++);
+          std::mt19937 rng(seed);
+          std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+          std::vector<float> sides(3 * p.n);
+          for (float& v : sides) v = dist(rng);
+          const std::vector<double> product = Reference(p, o);
+          const int64_t bytes = store == StoreType::kBF16 ? 2 : 4;
+          for (int64_t blocks : {1, 4}) {
+            std::vector<char> c(o.c.size() * bytes, 0);
+            for (int64_t block = 0; block < blocks; ++block) {
+              RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), c.data(),
+                           sides.data(), block, blocks);
+            }
+            for (int64_t bt = 0; bt < p.batch; ++bt) {
+              for (int64_t i = 0; i < p.m; ++i) {
+                for (int64_t j = 0; j < p.n; ++j) {
+                  const int64_t at = bt * p.stride_c + i * p.ldc + j;
+                  const double want = e.Apply(static_cast<float>(product[at]),
+                                              sides.data(), p.n, j);
+                  double got;
+                  if (bytes == 2) {
+                    uint16_t bits;
+                    std::memcpy(&bits, c.data() + 2 * at, 2);
+                    got = Bf16Value(bits);
+                  } else {
+                    float f;
+                    std::memcpy(&f, c.data() + 4 * at, 4);
+                    got = f;
+                  }
+                  const double tolerance =
+                      4e-6 * (p.k + 1) +
+                      (bytes == 2 ? std::fabs(want) / 128 : 0);
+                  ASSERT_NEAR(got, want, tolerance)
+                      << Describe(p) << " epilogue " << e.ToString()
+                      << " blocks " << blocks << " at " << bt << "," << i
+                      << "," << j;
                 }
-                const double tolerance =
-                    4e-6 * (p.k + 1) + (bytes == 2 ? std::fabs(want) / 128 : 0);
-                ASSERT_NEAR(got, want, tolerance)
-                    << Describe(p) << " epilogue " << e.ToString() << " blocks "
-                    << blocks << " at " << bt << "," << i << "," << j << " ("
-                    << GemmImplementation(p) << ")";
               }
             }
           }
@@ -448,6 +452,10 @@ TEST_F(OnednnGemmTest, F16OperandsRunOnTheChosenRoute) {
   const bool amx = GemmImplementation(bf16).find("amx") != std::string::npos;
   EXPECT_EQ(GemmImplementation(p).rfind(amx ? "f16->bf16x3" : "f16->f32", 0),
             0u)
+      << GemmImplementation(p);
+  // Few rows stream B: f32 (B's tripled bf16 copy is larger).
+  p.m = 16;
+  EXPECT_EQ(GemmImplementation(p).rfind("f16->f32", 0), 0u)
       << GemmImplementation(p);
 }
 
