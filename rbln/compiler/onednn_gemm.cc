@@ -350,7 +350,7 @@ bool UseBf16x3(const Api& d, const GemmProblem& q) {
     case F16GemmRoute::kAuto:
       break;
   }
-  if (q.m < kMinBf16x3Rows) return false;
+  if (q.m < kMinBf16x3Rows || !onednn::HasAmx(d)) return false;
   return absl::StrContains(
       PrimitiveFor(d, WithDenseC(TripledProblem(q))).implementation, "amx");
 }
