@@ -585,20 +585,35 @@ TEST_F(OnednnGemmTest, Bf16x3KeepsInfinities) {
       } else {
         b[trans_b ? 5 * p.ldb + 2 : 2 * p.ldb + 5] = 0x7c00;  // column 5
       }
-      for (int64_t blocks : {1, 2}) {
-        std::vector<float> c(p.m * p.n, 0.0f);
-        for (int64_t block = 0; block < blocks; ++block) {
-          RunGemmBlock(p, a.data(), b.data(), c.data(), nullptr, block,
-                       blocks);
-        }
-        for (int64_t i = 0; i < p.m; ++i) {
-          for (int64_t j = 0; j < p.n; ++j) {
-            const bool infinite = in_a ? i == 1 : j == 5;
-            const float want = infinite ? std::numeric_limits<float>::infinity()
-                                        : static_cast<float>(p.k);
-            ASSERT_EQ(c[i * p.n + j], want)
-                << "trans_b " << trans_b << " in_a " << in_a << " blocks "
-                << blocks << " at " << i << "," << j;
+      // B also as a weight, packed from its second use on.
+      runtime::BufferView b_view;
+      b_view.data = b.data();
+      b_view.dtype = DType::kFloat16;
+      b_view.sizes = {static_cast<int64_t>(b.size())};
+      b_view.strides = {1};
+      b_view.content_address = 0x9000000 + 0x100000 * (2 * trans_b + in_a);
+      b_view.content_version = 1;
+      std::vector<runtime::BufferView> args = {b_view};
+      std::vector<void*> data = {b.data()};
+      for (int call = 0; call < 4; ++call) {
+        std::optional<InputContentScope> scope;
+        if (call > 0) scope.emplace(args, data, 1);
+        for (int64_t blocks : {1, 2}) {
+          std::vector<float> c(p.m * p.n, 0.0f);
+          for (int64_t block = 0; block < blocks; ++block) {
+            RunGemmBlock(p, a.data(), b.data(), c.data(), nullptr, block,
+                         blocks);
+          }
+          for (int64_t i = 0; i < p.m; ++i) {
+            for (int64_t j = 0; j < p.n; ++j) {
+              const bool infinite = in_a ? i == 1 : j == 5;
+              const float want = infinite
+                                     ? std::numeric_limits<float>::infinity()
+                                     : static_cast<float>(p.k);
+              ASSERT_EQ(c[i * p.n + j], want)
+                  << "trans_b " << trans_b << " in_a " << in_a << " call "
+                  << call << " blocks " << blocks << " at " << i << "," << j;
+            }
           }
         }
       }
