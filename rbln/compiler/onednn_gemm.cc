@@ -355,7 +355,6 @@ bool UseBf16x3(const Api& d, const GemmProblem& q) {
       PrimitiveFor(d, WithDenseC(TripledProblem(q))).implementation, "amx");
 }
 
-
 constexpr int64_t kEncodingVersion = 1;
 
 }  // namespace
@@ -616,7 +615,8 @@ void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
     return;
   }
   // f16 (F16GemmRoute): split into K-tripled bf16 operands, or widened to
-  // f32 (by chunks of B's columns: whichever has an infinity or NaN).
+  // f32 -- also on the bf16x3 route where an infinity or NaN is: the whole
+  // block for one in A, a chunk of columns (or a weight) for one in B.
   uint16_t* a3 = nullptr;
   if (UseBf16x3(d, q)) {
     a3 = static_cast<uint16_t*>(thread.Buffer(
