@@ -17,6 +17,7 @@
 #include "rbln/compiler/ir/graph_util.h"
 #include "rbln/compiler/mlir_compat.h"
 #include "rbln/compiler/mlir_setup.h"
+#include "rbln/compiler/onednn_gemm.h"
 #include "rbln/compiler/packed_weights.h"
 #include "rbln/compiler/pipelines.h"
 #include "rbln/core/device_profile.h"
@@ -33,6 +34,7 @@ absl::StatusOr<CompilerOptions> CompilerOptions::FromEnv() {
   options.cache_dir = env::GetRaw("RBLN_COMPILER_CACHE_DIR").value_or("");
   // Read by the GEMM library at run time; a bad value fails the compile.
   RBLN_RETURN_IF_ERROR(PackedWeightsCapacityFromEnv().status());
+  RBLN_RETURN_IF_ERROR(F16GemmRouteFromEnv().status());
   RBLN_ASSIGN_OR_RETURN(DeviceProfile profile, DeviceProfile::FromEnvironment());
   RBLN_ASSIGN_OR_RETURN(
       int64_t partitions,

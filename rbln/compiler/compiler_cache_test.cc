@@ -113,6 +113,18 @@ TEST(CompilerCacheTest, BadPackedWeightsCapacityFailsTheCompile) {
   EXPECT_TRUE(CompilerOptions::FromEnv().ok());
 }
 
+TEST(CompilerCacheTest, BadF16GemmRouteFailsTheCompile) {
+  // The GEMM library reads it at run time; the compile reports it first.
+  setenv("RBLN_COMPILER_F16_GEMM", "bf16", 1);
+  absl::StatusOr<CompilerOptions> options = CompilerOptions::FromEnv();
+  ASSERT_FALSE(options.ok());
+  EXPECT_NE(options.status().message().find("RBLN_COMPILER_F16_GEMM"),
+            std::string::npos)
+      << options.status();
+  unsetenv("RBLN_COMPILER_F16_GEMM");
+  EXPECT_TRUE(CompilerOptions::FromEnv().ok());
+}
+
 // Several threads compile overlapping graphs: each graph is compiled once,
 // every caller gets a working program, and the counts add up.
 TEST(CompilerCacheTest, ConcurrentCompilesSharePrograms) {

@@ -1,19 +1,25 @@
 #include "rbln/compiler/onednn_gemm.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/hash/hash.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "oneapi/dnnl/dnnl.h"
+#include "rbln/compiler/bf16_split.h"
 #include "rbln/compiler/half_convert.h"
 #include "rbln/compiler/input_content.h"
 #include "rbln/compiler/packed_weights.h"
+#include "rbln/core/env.h"
 
 namespace rbln::compiler {
 namespace {
@@ -27,6 +33,13 @@ constexpr int kUnfusedResultSlot = 1;
 constexpr int kWidenedASlot = 2;  // a kF16 block's A as f32
 constexpr int kWidenedBSlot = 3;  // and its B
 constexpr int kStagedResultSlot = 4;  // a column block's C, dense
+constexpr int kSplitASlot = 5;  // a kF16 block's A as [Ah | Al | Ah] bf16
+constexpr int kSplitBSlot = 6;  // and its B as [Bh ; Bh ; Bl]
+
+constexpr char kF16RouteVariable[] = "RBLN_COMPILER_F16_GEMM";
+
+// SetF16GemmRoute's override, or -1.
+std::atomic<int> route_override{-1};
 
 // One cached primitive: a matmul for one block problem.
 struct Primitive {
@@ -228,6 +241,20 @@ int64_t OperandBytes(GemmOperandType type) {
   return type == GemmOperandType::kF32 ? 4 : 2;
 }
 
+// The bf16 problem a kF16 block `q` runs as on the bf16x3 route: A and B
+// split into dense K-tripled buffers (bf16_split.h), B in its stored
+// layout.
+GemmProblem TripledProblem(const GemmProblem& q) {
+  GemmProblem t = q;
+  t.type = GemmOperandType::kBF16;
+  t.k = 3 * q.k;
+  t.lda = t.k;
+  t.ldb = q.trans_b ? t.k : q.n;
+  t.stride_a = q.batch > 1 ? q.m * t.k : 0;
+  t.stride_b = q.batch > 1 ? t.k * q.n : 0;
+  return t;
+}
+
 // The f32 problem a kF16 block `q` runs as: its operands widened into
 // dense buffers, B in its stored layout (still read transposed when
 // trans_b: a transposing copy would cost more than the strided reads).
@@ -251,7 +278,82 @@ void WidenHalfStack(const void* src, int64_t batch, int64_t rows,
   }
 }
 
+// Splits `rows` x `cols` half matrices (row stride `ld`, batch stride
+// `stride`) into dense K-tripled stacks at `dst` (rows x 3cols each) by
+// `split` (bf16_split.h); false if some value is not finite.
+bool SplitHalfStack(const void* src, int64_t batch, int64_t rows,
+                    int64_t cols, int64_t ld, int64_t stride, uint16_t* dst,
+                    bool (*split)(const uint16_t*, int64_t, int64_t, int64_t,
+                                  uint16_t*)) {
+  const uint16_t* h = static_cast<const uint16_t*>(src);
+  bool finite = true;
+  for (int64_t bt = 0; bt < batch; ++bt) {
+    finite &=
+        split(h + bt * stride, rows, cols, ld, dst + bt * rows * 3 * cols);
+  }
+  return finite;
+}
+
+// Op(B) of a K-tripled problem: [Bh ; Bh ; Bl] from B [k, n], or its
+// transposed layout from B stored [n, k].
+bool SplitB(const GemmProblem& q, const void* b, int64_t n, uint16_t* dst) {
+  return q.trans_b
+             ? SplitHalfStack(b, q.batch, n, q.k, q.ldb, q.stride_b, dst,
+                              SplitRowsOfTransposedB)
+             : SplitHalfStack(b, q.batch, q.k, n, q.ldb, q.stride_b, dst,
+                              SplitRowsOfB);
+}
+
 int64_t StoreBytes(StoreType type) { return type == StoreType::kBF16 ? 2 : 4; }
+
+// The problem `q` as Multiply runs it: a column block of a wider C (rows
+// with gaps) gets a dense C of its own. oneDNN 2.6 runs a matmul with gaps
+// between C's rows with gemm:jit rather than brgemm, so without AMX and
+// without B in a packed layout; staging C costs far less (decoder GEMMs are
+// column blocks).
+GemmProblem WithDenseC(GemmProblem q) {
+  if (q.batch == 1) q.ldc = q.n;
+  return q;
+}
+
+// The route from SetF16GemmRoute, else from the environment (read once; a
+// bad value aborts, as the compile has reported it already).
+F16GemmRoute ConfiguredRoute() {
+  const int forced = route_override.load(std::memory_order_relaxed);
+  if (forced >= 0) return static_cast<F16GemmRoute>(forced);
+  static const F16GemmRoute from_env = [] {
+    absl::StatusOr<F16GemmRoute> route = F16GemmRouteFromEnv();
+    if (!route.ok()) {
+      std::fprintf(stderr, "[rbln compiler] %s\n",
+                   std::string(route.status().message()).c_str());
+      std::abort();
+    }
+    return *route;
+  }();
+  return from_env;
+}
+
+// Rows of A below which kAuto keeps f16 blocks on the f32 route: with few
+// rows a GEMM streams B, and B's K-tripled bf16 copy is 1.5x the f32 one
+// (measured, Xeon with AMX, n = k = 1024, packed weight: bf16x3 takes 2x
+// the time at 1-4 rows, 1.15x at 16, 0.65x at 32 and more).
+constexpr int64_t kMinBf16x3Rows = 32;
+
+// Whether kF16 block `q` runs as bf16x3 products (F16GemmRoute). By its
+// shape alone: the same for every block distribution (SPEC A2).
+bool UseBf16x3(const Api& d, const GemmProblem& q) {
+  switch (ConfiguredRoute()) {
+    case F16GemmRoute::kWidenedF32:
+      return false;
+    case F16GemmRoute::kBf16x3:
+      return true;
+    case F16GemmRoute::kAuto:
+      break;
+  }
+  if (q.m < kMinBf16x3Rows || !onednn::HasAmx(d)) return false;
+  return absl::StrContains(
+      PrimitiveFor(d, WithDenseC(TripledProblem(q))).implementation, "amx");
+}
 
 constexpr int64_t kEncodingVersion = 1;
 
@@ -350,9 +452,14 @@ std::string GemmImplementation(const GemmProblem& p) {
   if (!d.error.empty()) return d.error;
   onednn::OneOmpThread one_thread(d);
   const bool f16 = p.type == GemmOperandType::kF16;
-  const Primitive& prim = PrimitiveFor(d, f16 ? WidenedProblem(p) : p);
+  const bool tripled = f16 && UseBf16x3(d, p);
+  const Primitive& prim = PrimitiveFor(
+      d, !f16 ? p : tripled ? TripledProblem(p) : WidenedProblem(p));
   std::string text = prim.implementation;
-  if (f16) {
+  if (tripled) {
+    text = absl::StrFormat("f16->bf16x3 (%s) + %s",
+                           SplitIsaName(BestSplitIsa()), text);
+  } else if (f16) {
     text = absl::StrFormat("f16->f32 (%s) + %s", HalfIsaName(BestHalfIsa()),
                            text);
   }
@@ -360,16 +467,6 @@ std::string GemmImplementation(const GemmProblem& p) {
 }
 
 namespace {
-
-// The problem `q` as Multiply runs it: a column block of a wider C (rows
-// with gaps) gets a dense C of its own. oneDNN 2.6 runs a matmul with gaps
-// between C's rows with gemm:jit rather than brgemm, so without AMX and
-// without B in a packed layout; staging C costs far less (decoder GEMMs are
-// column blocks).
-GemmProblem WithDenseC(GemmProblem q) {
-  if (q.batch == 1) q.ldc = q.n;
-  return q;
-}
 
 // Runs `q` (a block, or a column chunk of one) on this thread with one call
 // of `prim` (PrimitiveFor(q), or with B packed): A and B (as `prim` reads
@@ -517,11 +614,55 @@ void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
              c_block, q.ldc, sides_block, p.n);
     return;
   }
-  // f16: A widened once.
-  float* a32 = static_cast<float*>(
-      thread.Buffer(kWidenedASlot, q.batch * q.m * q.k * sizeof(float)));
-  WidenHalfStack(a_block, q.batch, q.m, q.k, q.lda, q.stride_a, a32);
-  if (weight.has_value()) {
+  // f16 (F16GemmRoute): split into K-tripled bf16 operands, or widened to
+  // f32 -- also on the bf16x3 route where an infinity or NaN is: the whole
+  // block for one in A, a chunk of columns (or a weight) for one in B.
+  uint16_t* a3 = nullptr;
+  if (UseBf16x3(d, q)) {
+    a3 = static_cast<uint16_t*>(thread.Buffer(
+        kSplitASlot, q.batch * q.m * 3 * q.k * sizeof(uint16_t)));
+    if (!SplitHalfStack(a_block, q.batch, q.m, q.k, q.lda, q.stride_a, a3,
+                        SplitRowsOfA)) {
+      a3 = nullptr;
+    }
+  }
+  float* a32 = nullptr;
+  auto widened_a = [&] {
+    if (a32 == nullptr) {
+      a32 = static_cast<float*>(
+          thread.Buffer(kWidenedASlot, q.batch * q.m * q.k * sizeof(float)));
+      WidenHalfStack(a_block, q.batch, q.m, q.k, q.lda, q.stride_a, a32);
+    }
+    return a32;
+  };
+  if (weight.has_value() && a3 != nullptr) {
+    // A weight: split and packed once per version, under a key of its own
+    // (the f32 widening's is q.Encode()), with a byte after the packed B
+    // saying whether it was finite.
+    const GemmProblem tripled = WithDenseC(TripledProblem(q));
+    const Primitive& prim = PrimitiveFor(d, tripled, /*packed_weights=*/true);
+    std::vector<int64_t> key = q.Encode();
+    key.push_back(static_cast<int64_t>(F16GemmRoute::kBf16x3));
+    std::shared_ptr<const void> packed =
+        prim.pack == nullptr
+            ? nullptr
+            : PackedWeightCache::Global().Get(
+                  *weight, key, prim.packed_b_bytes + 1, [&](void* out) {
+                    std::vector<uint16_t> b3(3 * q.k * q.n);
+                    const bool finite = SplitB(q, b_block, q.n, b3.data());
+                    PackWeights(d, prim, b3.data(), out, tripled);
+                    static_cast<char*>(out)[prim.packed_b_bytes] = finite;
+                  });
+    if (packed != nullptr) {
+      if (static_cast<const char*>(packed.get())[prim.packed_b_bytes]) {
+        Multiply(d, thread, tripled, prim, a3, packed.get(), c_block, q.ldc,
+                 sides_block, p.n);
+        return;
+      }
+      a3 = nullptr;  // B is not finite: the widened weight below
+    }
+  }
+  if (weight.has_value() && a3 == nullptr) {
     // A weight: widened and packed once, keyed by its f16 problem.
     const GemmProblem wide = WithDenseC(WidenedProblem(q));
     const Primitive& prim = PrimitiveFor(d, wide, /*packed_weights=*/true);
@@ -539,30 +680,55 @@ void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
                     PackWeights(d, prim, b32.data(), out, wide);
                   });
     if (packed != nullptr) {
-      Multiply(d, thread, wide, prim, a32, packed.get(), c_block, q.ldc,
-               sides_block, p.n);
+      Multiply(d, thread, wide, prim, widened_a(), packed.get(), c_block,
+               q.ldc, sides_block, p.n);
       return;
     }
   }
   // Otherwise B a chunk of columns at a time (in its stored layout), each
-  // chunk one f32 primitive call.
+  // chunk one primitive call.
   const int64_t chunk = WidenedColumns(q);
-  float* b32 = static_cast<float*>(
-      thread.Buffer(kWidenedBSlot, q.batch * q.k * chunk * sizeof(float)));
   for (int64_t j = 0; j < q.n; j += chunk) {
     GemmProblem r = q;
     r.n = std::min(chunk, q.n - j);
     const char* b_chunk = b_block + (q.trans_b ? j * q.ldb : j) * in_bytes;
+    char* c_chunk = c_block + j * out_bytes;
+    const float* sides_chunk = sides_block ? sides_block + j : nullptr;
+    if (a3 != nullptr) {
+      uint16_t* b3 = static_cast<uint16_t*>(thread.Buffer(
+          kSplitBSlot, q.batch * 3 * q.k * chunk * sizeof(uint16_t)));
+      if (SplitB(q, b_chunk, r.n, b3)) {
+        const GemmProblem tripled = WithDenseC(TripledProblem(r));
+        Multiply(d, thread, tripled, PrimitiveFor(d, tripled), a3, b3,
+                 c_chunk, q.ldc, sides_chunk, p.n);
+        continue;
+      }
+    }
+    float* b32 = static_cast<float*>(
+        thread.Buffer(kWidenedBSlot, q.batch * q.k * chunk * sizeof(float)));
     if (q.trans_b) {
       WidenHalfStack(b_chunk, q.batch, r.n, q.k, q.ldb, q.stride_b, b32);
     } else {
       WidenHalfStack(b_chunk, q.batch, q.k, r.n, q.ldb, q.stride_b, b32);
     }
     const GemmProblem wide = WithDenseC(WidenedProblem(r));
-    Multiply(d, thread, wide, PrimitiveFor(d, wide), a32, b32,
-             c_block + j * out_bytes, q.ldc, sides_block ? sides_block + j : nullptr,
-             p.n);
+    Multiply(d, thread, wide, PrimitiveFor(d, wide), widened_a(), b32,
+             c_chunk, q.ldc, sides_chunk, p.n);
   }
+}
+
+absl::StatusOr<F16GemmRoute> F16GemmRouteFromEnv() {
+  absl::StatusOr<std::string> choice =
+      env::GetChoice(kF16RouteVariable, "auto", {"auto", "f32", "bf16x3"});
+  if (!choice.ok()) return choice.status();
+  if (*choice == "f32") return F16GemmRoute::kWidenedF32;
+  if (*choice == "bf16x3") return F16GemmRoute::kBf16x3;
+  return F16GemmRoute::kAuto;
+}
+
+void SetF16GemmRoute(std::optional<F16GemmRoute> route) {
+  route_override.store(route.has_value() ? static_cast<int>(*route) : -1,
+                       std::memory_order_relaxed);
 }
 
 }  // namespace rbln::compiler

@@ -21,9 +21,11 @@
 #define RBLN_COMPILER_ONEDNN_GEMM_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "rbln/compiler/library_epilogue.h"
 #include "rbln/compiler/onednn_library.h"
 
@@ -34,10 +36,31 @@ inline constexpr char kOnednnGemmSymbol[] = "rbln_gemm";
 inline constexpr char kOnednnGemmProblemSymbol[] = "rbln_gemm_problem";
 
 // Element type of the A and B operands. oneDNN 2.6 has no f16 matmul on
-// any CPU: kF16 (IEEE half) operands are widened, exactly, to f32 per block
-// (half_convert.h; A whole, B in its stored layout a chunk of columns at a
-// time) and multiplied as f32.
+// any CPU: kF16 (IEEE half) operands are either widened, exactly, to f32
+// per block (half_convert.h; A whole, B in its stored layout a chunk of
+// columns at a time) and multiplied as f32, or split into bf16 pairs and
+// multiplied as one bf16 GEMM with K tripled (bf16_split.h; F16GemmRoute).
 enum class GemmOperandType : int64_t { kF32 = 0, kBF16 = 1, kF16 = 2 };
+
+// How kF16 blocks run (RBLN_COMPILER_F16_GEMM). kBf16x3 computes
+// Ah*Bh + Al*Bh + Ah*Bl in bf16 with f32 accumulation: within f32-GEMM
+// error (the dropped Al*Bl is at most 2^-18 of each |a*b|), and three times
+// the products, so it pays only where oneDNN's bf16 matmul runs about 4x
+// its f32 rate: on AMX. kAuto takes it for a block problem of 32 rows or
+// more (fewer stream B, whose tripled copy is larger) when oneDNN's bf16
+// primitive for it runs on AMX, the f32 route otherwise (e.g. Zen 4's
+// avx512_bf16, about 2x). A block whose A, or a chunk whose B, holds an
+// infinity or NaN runs as f32 (inf * 0 in the cross terms would give NaN).
+// The choice depends on the block's shape and operands only (SPEC A2).
+enum class F16GemmRoute { kAuto = 0, kWidenedF32 = 1, kBf16x3 = 2 };
+
+// RBLN_COMPILER_F16_GEMM: "auto" (default), "f32" or "bf16x3", or an error
+// naming the variable.
+absl::StatusOr<F16GemmRoute> F16GemmRouteFromEnv();
+
+// Overrides the environment's route for this process (tests, benchmarks);
+// std::nullopt goes back to it.
+void SetF16GemmRoute(std::optional<F16GemmRoute> route);
 
 // One GEMM problem as rbln_gemm receives it, row-major:
 // C[b] (+)= A[b] * op(B[b]) for b < batch, A [m, k], op(B) [k, n] (B stored
@@ -82,7 +105,8 @@ void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
 
 // The implementation oneDNN runs for `p` (block 0 of 1), e.g.
 // "brg:avx512_core_bf16", with "+ epilogue after" when the post-ops are
-// applied separately.
+// applied separately; for kF16 prefixed by the route, "f16->f32 (<isa>) + "
+// or "f16->bf16x3 (<isa>) + " (finite operands).
 std::string GemmImplementation(const GemmProblem& p);
 
 }  // namespace rbln::compiler

@@ -1,5 +1,6 @@
 // spec: P5, A2
-// rbln_gemm against a double-precision reference: f32, bf16 and f16 operands,
+// rbln_gemm against a double-precision reference: f32, bf16 and f16 operands
+// (f16 on both routes: widened to f32 and as bf16x3 products),
 // transposed B, batches, row and batch strides, accumulate or overwrite;
 // blocks cover the problem exactly once and give the same bits on one
 // thread or spread over threads; epilogues (bias, per-column operands,
@@ -8,9 +9,14 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -122,9 +128,24 @@ std::vector<double> Reference(const GemmProblem& p, const Operands& o) {
 
 std::string Describe(const GemmProblem& p) {
   return absl::StrFormat(
-      "type %d trans_b %d acc %d batch %d m %d n %d k %d ld %d/%d/%d",
+      "type %d trans_b %d acc %d batch %d m %d n %d k %d ld %d/%d/%d (%s)",
       static_cast<int>(p.type), p.trans_b, p.accumulate, p.batch, p.m, p.n,
-      p.k, p.lda, p.ldb, p.ldc);
+      p.k, p.lda, p.ldb, p.ldc, GemmImplementation(p));
+}
+
+// The f16 route forced while in scope (both are tested on every CPU).
+class ForcedRoute {
+ public:
+  explicit ForcedRoute(std::optional<F16GemmRoute> route) {
+    SetF16GemmRoute(route);
+  }
+  ~ForcedRoute() { SetF16GemmRoute(std::nullopt); }
+};
+
+// The routes to test `p` on: both for f16 operands.
+std::vector<std::optional<F16GemmRoute>> RoutesFor(const GemmProblem& p) {
+  if (p.type != GemmOperandType::kF16) return {std::nullopt};
+  return {F16GemmRoute::kWidenedF32, F16GemmRoute::kBf16x3};
 }
 
 std::vector<GemmProblem> Problems() {
@@ -178,18 +199,21 @@ class OnednnGemmTest : public ::testing::Test {
 TEST_F(OnednnGemmTest, MatchesReferenceInOneBlockAndInFour) {
   uint32_t seed = 1;
   for (const GemmProblem& p : Problems()) {
-    for (int64_t blocks : {1, 4}) {
-      Operands o = Make(p, seed++);
-      const std::vector<double> want = Reference(p, o);
-      for (int64_t block = 0; block < blocks; ++block) {
-        RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), o.c.data(), nullptr,
-                     block, blocks);
-      }
-      // f32 accumulation of k products of values below 1.
-      const double tolerance = 1e-6 * (p.k + 1) + 1e-6;
-      for (size_t i = 0; i < want.size(); ++i) {
-        ASSERT_NEAR(o.c[i], want[i], tolerance)
-            << Describe(p) << " blocks " << blocks << " element " << i;
+    for (std::optional<F16GemmRoute> route : RoutesFor(p)) {
+      ForcedRoute forced(route);
+      for (int64_t blocks : {1, 4}) {
+        Operands o = Make(p, seed++);
+        const std::vector<double> want = Reference(p, o);
+        for (int64_t block = 0; block < blocks; ++block) {
+          RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), o.c.data(), nullptr,
+                       block, blocks);
+        }
+        // f32 accumulation of k products of values below 1.
+        const double tolerance = 1e-6 * (p.k + 1) + 1e-6;
+        for (size_t i = 0; i < want.size(); ++i) {
+          ASSERT_NEAR(o.c[i], want[i], tolerance)
+              << Describe(p) << " blocks " << blocks << " element " << i;
+        }
       }
     }
   }
@@ -203,40 +227,43 @@ TEST_F(OnednnGemmTest, PackedWeightsFollowTheirContentVersion) {
   const uint64_t packed_before = PackedWeightCache::Global().bytes();
   for (const GemmProblem& p : Problems()) {
     if (p.batch != 1) continue;
-    Operands o = Make(p, seed++);
-    runtime::BufferView b_view;
-    b_view.data = o.b_raw.data();
-    b_view.dtype = p.type == GemmOperandType::kBF16  ? DType::kBFloat16
-                   : p.type == GemmOperandType::kF16 ? DType::kFloat16
-                                                     : DType::kFloat32;
-    b_view.sizes = {static_cast<int64_t>(o.b.size())};
-    b_view.strides = {1};
-    b_view.content_address = 0x100000 * seed;
-    for (uint64_t version : {1, 2}) {
-      if (version == 2) {
-        // The weight is written: new bytes, new version.
-        Operands fresh = Make(p, seed + 1000);
-        o.b = fresh.b;
-        std::memcpy(o.b_raw.data(), fresh.b_raw.data(), o.b_raw.size());
-      }
-      b_view.content_version = version;
-      std::vector<runtime::BufferView> args = {b_view};
-      std::vector<void*> data = {o.b_raw.data()};
-      InputContentScope scope(args, data, 1);
-      for (int call = 0; call < 3; ++call) {
-        for (int64_t blocks : {1, 4}) {
-          std::vector<float> c = o.c;
-          Operands expected = o;
-          const std::vector<double> want = Reference(p, expected);
-          for (int64_t block = 0; block < blocks; ++block) {
-            RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), c.data(), nullptr,
-                         block, blocks);
-          }
-          const double tolerance = 1e-6 * (p.k + 1) + 1e-6;
-          for (size_t i = 0; i < want.size(); ++i) {
-            ASSERT_NEAR(c[i], want[i], tolerance)
-                << Describe(p) << " version " << version << " call " << call
-                << " blocks " << blocks << " element " << i;
+    for (std::optional<F16GemmRoute> route : RoutesFor(p)) {
+      ForcedRoute forced(route);
+      Operands o = Make(p, seed++);
+      runtime::BufferView b_view;
+      b_view.data = o.b_raw.data();
+      b_view.dtype = p.type == GemmOperandType::kBF16  ? DType::kBFloat16
+                     : p.type == GemmOperandType::kF16 ? DType::kFloat16
+                                                       : DType::kFloat32;
+      b_view.sizes = {static_cast<int64_t>(o.b.size())};
+      b_view.strides = {1};
+      b_view.content_address = 0x100000 * seed;
+      for (uint64_t version : {1, 2}) {
+        if (version == 2) {
+          // The weight is written: new bytes, new version.
+          Operands fresh = Make(p, seed + 1000);
+          o.b = fresh.b;
+          std::memcpy(o.b_raw.data(), fresh.b_raw.data(), o.b_raw.size());
+        }
+        b_view.content_version = version;
+        std::vector<runtime::BufferView> args = {b_view};
+        std::vector<void*> data = {o.b_raw.data()};
+        InputContentScope scope(args, data, 1);
+        for (int call = 0; call < 3; ++call) {
+          for (int64_t blocks : {1, 4}) {
+            std::vector<float> c = o.c;
+            Operands expected = o;
+            const std::vector<double> want = Reference(p, expected);
+            for (int64_t block = 0; block < blocks; ++block) {
+              RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), c.data(), nullptr,
+                           block, blocks);
+            }
+            const double tolerance = 1e-6 * (p.k + 1) + 1e-6;
+            for (size_t i = 0; i < want.size(); ++i) {
+              ASSERT_NEAR(c[i], want[i], tolerance)
+                  << Describe(p) << " version " << version << " call " << call
+                  << " blocks " << blocks << " element " << i;
+            }
           }
         }
       }
@@ -250,24 +277,27 @@ TEST_F(OnednnGemmTest, PackedWeightsFollowTheirContentVersion) {
 
 TEST_F(OnednnGemmTest, BlocksOnThreadsGiveTheSameBitsAsInSequence) {
   for (const GemmProblem& p : Problems()) {
-    Operands o = Make(p, 7);
-    std::vector<float> sequential = o.c, threaded = o.c;
-    for (int64_t block = 0; block < 4; ++block) {
-      RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), sequential.data(),
-                   nullptr, block, 4);
-    }
-    std::vector<std::thread> threads;
-    for (int64_t block = 0; block < 4; ++block) {
-      threads.emplace_back([&, block] {
-        RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), threaded.data(),
+    for (std::optional<F16GemmRoute> route : RoutesFor(p)) {
+      ForcedRoute forced(route);
+      Operands o = Make(p, 7);
+      std::vector<float> sequential = o.c, threaded = o.c;
+      for (int64_t block = 0; block < 4; ++block) {
+        RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), sequential.data(),
                      nullptr, block, 4);
-      });
+      }
+      std::vector<std::thread> threads;
+      for (int64_t block = 0; block < 4; ++block) {
+        threads.emplace_back([&, block] {
+          RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), threaded.data(),
+                       nullptr, block, 4);
+        });
+      }
+      for (std::thread& t : threads) t.join();
+      ASSERT_EQ(std::memcmp(sequential.data(), threaded.data(),
+                            sequential.size() * sizeof(float)),
+                0)
+          << Describe(p);
     }
-    for (std::thread& t : threads) t.join();
-    ASSERT_EQ(std::memcmp(sequential.data(), threaded.data(),
-                          sequential.size() * sizeof(float)),
-              0)
-        << Describe(p);
   }
 }
 
@@ -317,41 +347,45 @@ TEST_F(OnednnGemmTest, AppliesEpilogues) {
         }
         e.store = store;
         p.epilogue = e;
-        Operands o = Make(p, seed++);
-        std::mt19937 rng(seed);
-        std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-        std::vector<float> sides(3 * p.n);
-        for (float& v : sides) v = dist(rng);
-        const std::vector<double> product = Reference(p, o);
-        const int64_t bytes = store == StoreType::kBF16 ? 2 : 4;
-        for (int64_t blocks : {1, 4}) {
-          std::vector<char> c(o.c.size() * bytes, 0);
-          for (int64_t block = 0; block < blocks; ++block) {
-            RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), c.data(),
-                         sides.data(), block, blocks);
-          }
-          for (int64_t bt = 0; bt < p.batch; ++bt) {
-            for (int64_t i = 0; i < p.m; ++i) {
-              for (int64_t j = 0; j < p.n; ++j) {
-                const int64_t at = bt * p.stride_c + i * p.ldc + j;
-                const double want = e.Apply(static_cast<float>(product[at]),
-                                            sides.data(), p.n, j);
-                double got;
-                if (bytes == 2) {
-                  uint16_t bits;
-                  std::memcpy(&bits, c.data() + 2 * at, 2);
-                  got = Bf16Value(bits);
-                } else {
-                  float f;
-                  std::memcpy(&f, c.data() + 4 * at, 4);
-                  got = f;
+        for (std::optional<F16GemmRoute> route : RoutesFor(p)) {
+          ForcedRoute forced(route);
+          Operands o = Make(p, seed++);
+          std::mt19937 rng(seed);
+          std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+          std::vector<float> sides(3 * p.n);
+          for (float& v : sides) v = dist(rng);
+          const std::vector<double> product = Reference(p, o);
+          const int64_t bytes = store == StoreType::kBF16 ? 2 : 4;
+          for (int64_t blocks : {1, 4}) {
+            std::vector<char> c(o.c.size() * bytes, 0);
+            for (int64_t block = 0; block < blocks; ++block) {
+              RunGemmBlock(p, o.a_raw.data(), o.b_raw.data(), c.data(),
+                           sides.data(), block, blocks);
+            }
+            for (int64_t bt = 0; bt < p.batch; ++bt) {
+              for (int64_t i = 0; i < p.m; ++i) {
+                for (int64_t j = 0; j < p.n; ++j) {
+                  const int64_t at = bt * p.stride_c + i * p.ldc + j;
+                  const double want = e.Apply(static_cast<float>(product[at]),
+                                              sides.data(), p.n, j);
+                  double got;
+                  if (bytes == 2) {
+                    uint16_t bits;
+                    std::memcpy(&bits, c.data() + 2 * at, 2);
+                    got = Bf16Value(bits);
+                  } else {
+                    float f;
+                    std::memcpy(&f, c.data() + 4 * at, 4);
+                    got = f;
+                  }
+                  const double tolerance =
+                      4e-6 * (p.k + 1) +
+                      (bytes == 2 ? std::fabs(want) / 128 : 0);
+                  ASSERT_NEAR(got, want, tolerance)
+                      << Describe(p) << " epilogue " << e.ToString()
+                      << " blocks " << blocks << " at " << bt << "," << i
+                      << "," << j;
                 }
-                const double tolerance =
-                    4e-6 * (p.k + 1) + (bytes == 2 ? std::fabs(want) / 128 : 0);
-                ASSERT_NEAR(got, want, tolerance)
-                    << Describe(p) << " epilogue " << e.ToString() << " blocks "
-                    << blocks << " at " << bt << "," << i << "," << j << " ("
-                    << GemmImplementation(p) << ")";
               }
             }
           }
@@ -395,13 +429,212 @@ TEST(GemmBlockOfTest, BlocksPartitionTheSplitDimension) {
 }
 
 // f16 operands are widened per block into f32 and multiplied by the f32
-// primitive (no f16 matmul in oneDNN 2.6).
-TEST_F(OnednnGemmTest, F16OperandsRunAsWidenedF32) {
+// primitive, or split into K-tripled bf16 operands (no f16 matmul in oneDNN
+// 2.6); by default the latter exactly where oneDNN's bf16 matmul runs on
+// AMX.
+TEST_F(OnednnGemmTest, F16OperandsRunOnTheChosenRoute) {
   GemmProblem p;
   p.type = GemmOperandType::kF16;
   p.m = p.n = p.k = p.lda = p.ldb = p.ldc = 64;
+  {
+    ForcedRoute forced(F16GemmRoute::kWidenedF32);
+    EXPECT_EQ(GemmImplementation(p).rfind("f16->f32", 0), 0u)
+        << GemmImplementation(p);
+  }
+  {
+    ForcedRoute forced(F16GemmRoute::kBf16x3);
+    EXPECT_EQ(GemmImplementation(p).rfind("f16->bf16x3", 0), 0u)
+        << GemmImplementation(p);
+  }
+  GemmProblem bf16 = p;
+  bf16.type = GemmOperandType::kBF16;
+  bf16.k = bf16.lda = 3 * p.k;
+  const bool amx = GemmImplementation(bf16).find("amx") != std::string::npos;
+  EXPECT_EQ(GemmImplementation(p).rfind(amx ? "f16->bf16x3" : "f16->f32", 0),
+            0u)
+      << GemmImplementation(p);
+  // Few rows stream B: f32 (B's tripled bf16 copy is larger).
+  p.m = 16;
   EXPECT_EQ(GemmImplementation(p).rfind("f16->f32", 0), 0u)
       << GemmImplementation(p);
+}
+
+// A half whose low 3 significand bits are 011: hi rounds down, so lo is
+// about +3 ulp (a relative 2^-9 to 2^-8 of x), the same sign as x: a
+// product that loses any lo term is off by that much, not by noise.
+uint16_t HalfWithLowPart(std::mt19937& rng, bool negative) {
+  std::uniform_int_distribution<int> exponent(10, 16), high(0, 127);
+  return static_cast<uint16_t>(negative << 15 | exponent(rng) << 10 |
+                               high(rng) << 3 | 0x3);
+}
+
+// bf16x3 against a double-precision reference: every element within
+// f32-GEMM-like error, |c - ref| <= 4 * 2^-16 * sum_l |a_il b_lj| (the
+// dropped Al*Bl is at most ~2^-16.8 of it here, f32 accumulation of 3k
+// terms adds less); dropping any of the three products, or splitting
+// wrongly, is off by ~2^-9 of it. Positive operands (every lo adds up) and
+// mixed signs; plain, transposed, batched and column-blocked; B also as a
+// packed weight. Prints the largest error seen, in units of 2^-16.
+TEST_F(OnednnGemmTest, Bf16x3IsWithinF32GemmError) {
+  std::mt19937 rng(5);
+  double worst = 0;
+  int64_t weights = 0;  // a content address per weight
+  for (F16GemmRoute route :
+       {F16GemmRoute::kBf16x3, F16GemmRoute::kWidenedF32}) {
+    ForcedRoute forced(route);
+    for (bool mixed_signs : {false, true}) {
+      for (auto [trans_b, batch, m, n, k] :
+           {std::tuple{false, 1, 33, 47, 256}, {true, 1, 20, 70, 1024},
+            {false, 2, 9, 16, 100}, {true, 1, 3, 400, 77}}) {
+        GemmProblem p;
+        p.type = GemmOperandType::kF16;
+        p.trans_b = trans_b;
+        p.accumulate = false;
+        p.batch = batch;
+        p.m = m;
+        p.n = n;
+        p.k = k;
+        p.lda = k;
+        p.ldb = trans_b ? k : n;
+        p.ldc = n;
+        if (batch > 1) {
+          p.stride_a = m * k;
+          p.stride_b = k * n;
+          p.stride_c = m * n;
+        }
+        std::bernoulli_distribution sign(mixed_signs ? 0.5 : 0.0);
+        std::vector<uint16_t> a(batch * m * k), b(batch * k * n);
+        for (uint16_t& x : a) x = HalfWithLowPart(rng, sign(rng));
+        for (uint16_t& x : b) x = HalfWithLowPart(rng, sign(rng));
+        auto at_b = [&](int64_t bt, int64_t l, int64_t j) {
+          return HalfValue(b[bt * p.stride_b +
+                             (trans_b ? j * p.ldb + l : l * p.ldb + j)]);
+        };
+        // As a plain operand, then as a weight (packed at the 2nd use).
+        runtime::BufferView b_view;
+        b_view.data = b.data();
+        b_view.dtype = DType::kFloat16;
+        b_view.sizes = {static_cast<int64_t>(b.size())};
+        b_view.strides = {1};
+        b_view.content_address = 0x7000000 + 0x100000 * ++weights;
+        b_view.content_version = 1;
+        std::vector<runtime::BufferView> args = {b_view};
+        std::vector<void*> data = {b.data()};
+        for (int call = 0; call < 4; ++call) {
+          std::optional<InputContentScope> scope;
+          if (call > 0 && batch == 1) scope.emplace(args, data, 1);
+          for (int64_t blocks : {1, 3}) {
+            std::vector<float> c(batch * m * n, -1.0f);
+            for (int64_t block = 0; block < blocks; ++block) {
+              RunGemmBlock(p, a.data(), b.data(), c.data(), nullptr, block,
+                           blocks);
+            }
+            for (int64_t bt = 0; bt < batch; ++bt) {
+              for (int64_t i = 0; i < m; ++i) {
+                for (int64_t j = 0; j < n; ++j) {
+                  double want = 0, magnitude = 0;
+                  for (int64_t l = 0; l < k; ++l) {
+                    const double product =
+                        static_cast<double>(
+                            HalfValue(a[bt * p.stride_a + i * k + l])) *
+                        at_b(bt, l, j);
+                    want += product;
+                    magnitude += std::fabs(product);
+                  }
+                  const double error =
+                      std::fabs(c[bt * p.stride_c + i * n + j] - want) /
+                      (magnitude * 0x1p-16);
+                  worst = std::max(worst, error);
+                  ASSERT_LE(error, 4.0)
+                      << Describe(p) << " mixed signs " << mixed_signs
+                      << " call " << call << " blocks " << blocks << " at "
+                      << bt << "," << i << "," << j;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+    std::printf("route %d: largest |c - ref| / (2^-16 sum|a b|) = %.3f\n",
+                static_cast<int>(route), worst);
+    worst = 0;
+  }
+}
+
+// An infinity in A or B gives what the f32 route gives (inf, or NaN from
+// inf - inf), not the NaN that inf * 0 in the cross terms would make.
+TEST_F(OnednnGemmTest, Bf16x3KeepsInfinities) {
+  ForcedRoute forced(F16GemmRoute::kBf16x3);
+  for (bool trans_b : {false, true}) {
+    for (bool in_a : {false, true}) {
+      GemmProblem p;
+      p.type = GemmOperandType::kF16;
+      p.trans_b = trans_b;
+      p.accumulate = false;
+      p.m = 4;
+      p.n = 40;
+      p.k = 8;
+      p.lda = p.k;
+      p.ldb = trans_b ? p.k : p.n;
+      p.ldc = p.n;
+      // Ones (lo = 0: inf * lo would be NaN) and one infinity.
+      std::vector<uint16_t> a(p.m * p.k, 0x3c00), b(p.k * p.n, 0x3c00);
+      if (in_a) {
+        a[1 * p.k + 2] = 0x7c00;  // A[1][2] = inf: row 1 of C is inf
+      } else {
+        b[trans_b ? 5 * p.ldb + 2 : 2 * p.ldb + 5] = 0x7c00;  // column 5
+      }
+      // B also as a weight, packed from its second use on.
+      runtime::BufferView b_view;
+      b_view.data = b.data();
+      b_view.dtype = DType::kFloat16;
+      b_view.sizes = {static_cast<int64_t>(b.size())};
+      b_view.strides = {1};
+      b_view.content_address = 0x9000000 + 0x100000 * (2 * trans_b + in_a);
+      b_view.content_version = 1;
+      std::vector<runtime::BufferView> args = {b_view};
+      std::vector<void*> data = {b.data()};
+      for (int call = 0; call < 4; ++call) {
+        std::optional<InputContentScope> scope;
+        if (call > 0) scope.emplace(args, data, 1);
+        for (int64_t blocks : {1, 2}) {
+          std::vector<float> c(p.m * p.n, 0.0f);
+          for (int64_t block = 0; block < blocks; ++block) {
+            RunGemmBlock(p, a.data(), b.data(), c.data(), nullptr, block,
+                         blocks);
+          }
+          for (int64_t i = 0; i < p.m; ++i) {
+            for (int64_t j = 0; j < p.n; ++j) {
+              const bool infinite = in_a ? i == 1 : j == 5;
+              const float want = infinite
+                                     ? std::numeric_limits<float>::infinity()
+                                     : static_cast<float>(p.k);
+              ASSERT_EQ(c[i * p.n + j], want)
+                  << "trans_b " << trans_b << " in_a " << in_a << " call "
+                  << call << " blocks " << blocks << " at " << i << "," << j;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(F16GemmRouteTest, ReadsTheEnvironment) {
+  unsetenv("RBLN_COMPILER_F16_GEMM");
+  EXPECT_EQ(*F16GemmRouteFromEnv(), F16GemmRoute::kAuto);
+  setenv("RBLN_COMPILER_F16_GEMM", "F32", 1);
+  EXPECT_EQ(*F16GemmRouteFromEnv(), F16GemmRoute::kWidenedF32);
+  setenv("RBLN_COMPILER_F16_GEMM", "bf16x3", 1);
+  EXPECT_EQ(*F16GemmRouteFromEnv(), F16GemmRoute::kBf16x3);
+  setenv("RBLN_COMPILER_F16_GEMM", "fast", 1);
+  absl::StatusOr<F16GemmRoute> bad = F16GemmRouteFromEnv();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("RBLN_COMPILER_F16_GEMM"),
+            std::string::npos)
+      << bad.status();
+  unsetenv("RBLN_COMPILER_F16_GEMM");
 }
 
 TEST_F(OnednnGemmTest, DescribesTheLibrary) {

@@ -60,6 +60,9 @@ const Api& Library() {
     load(d->memory_create, "dnnl_memory_create");
     load(d->memory_destroy, "dnnl_memory_destroy");
     load(d->version, "dnnl_version");
+    d->get_effective_cpu_isa =
+        reinterpret_cast<decltype(&dnnl_get_effective_cpu_isa)>(
+            dlsym(handle, "dnnl_get_effective_cpu_isa"));
     // Found among the library's dependencies; absent if oneDNN was built
     // without OpenMP (then it is sequential or threads itself otherwise).
     d->omp_set_num_threads = reinterpret_cast<void (*)(int)>(
@@ -74,6 +77,13 @@ const Api& Library() {
     return d;
   }();
   return *library;
+}
+
+bool HasAmx(const Api& d) {
+  if (!d.error.empty() || d.get_effective_cpu_isa == nullptr) return false;
+  // The ISA values are bit sets, each containing the ones below it.
+  const unsigned isa = d.get_effective_cpu_isa();
+  return (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx;
 }
 
 void Fail(const std::string& message) {

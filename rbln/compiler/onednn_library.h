@@ -60,6 +60,9 @@ struct Api {
   decltype(&dnnl_memory_create) memory_create;
   decltype(&dnnl_memory_destroy) memory_destroy;
   decltype(&dnnl_version) version;
+  // The instruction set oneDNN's kernels use (ONEDNN_MAX_CPU_ISA applied);
+  // null if the library has none.
+  decltype(&dnnl_get_effective_cpu_isa) get_effective_cpu_isa = nullptr;
   // libgomp, oneDNN's runtime (absent if oneDNN threads otherwise).
   void (*omp_set_num_threads)(int) = nullptr;
   int (*omp_get_max_threads)() = nullptr;
@@ -69,6 +72,10 @@ struct Api {
 
 // The loaded library (Api::error says why not).
 const Api& Library();
+
+// Whether oneDNN's kernels here may use AMX (its effective ISA includes
+// avx512_core_amx).
+bool HasAmx(const Api& d);
 
 // Prints "[rbln compiler] oneDNN <message>" and aborts: a call the rewrite
 // emitted for a problem oneDNN should take failed, which no caller can

@@ -1,6 +1,8 @@
 // The GEMM library comparison behind onednn_gemm.h (docs/benchmarks.md,
 // "GEMM library"): an n^3 GEMM through oneDNN's matmul primitive (f32 and
-// bf16 operands, f32 accumulation, as rbln_gemm runs it) and through
+// bf16 operands, f32 accumulation, as rbln_gemm runs it; f16 operands on
+// both routes, F16GemmRoute: B split or widened per call, as for an
+// operand that is not a packed weight) and through
 // cblas_sgemm of each OpenBLAS given, on 1 thread and on every core.
 // oneDNN on several cores runs rbln_gemm's blocks on that many threads, as
 // the chiplet workers do; OpenBLAS threads itself.
@@ -102,7 +104,7 @@ int main(int argc, char** argv) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const double flops = 2.0 * n * n * n;
   std::vector<float> a(n * n), b(n * n), c(n * n);
-  std::vector<uint16_t> a16(n * n), b16(n * n);
+  std::vector<uint16_t> a16(n * n), b16(n * n), ah(n * n), bh(n * n);
   for (int64_t i = 0; i < n * n; ++i) {
     a[i] = static_cast<float>(i % 7) * 0.1f;
     b[i] = static_cast<float>(i % 5) * 0.2f;
@@ -111,6 +113,9 @@ int main(int argc, char** argv) {
     a16[i] = static_cast<uint16_t>(bits >> 16);
     std::memcpy(&bits, &b[i], 4);
     b16[i] = static_cast<uint16_t>(bits >> 16);
+    // Halves in [1/8, 1), most with more than bf16's 8 significant bits.
+    ah[i] = static_cast<uint16_t>(0x3000 + (i * 37) % 0xc00);
+    bh[i] = static_cast<uint16_t>(0x3000 + (i * 53) % 0xc00);
   }
   std::printf("GEMM %lldx%lldx%lld, %d core(s); GFLOP/s from the best 1-thread CPU time "
               "and from the median wall time of %d calls\n",
@@ -152,6 +157,24 @@ int main(int argc, char** argv) {
               reps),
           false);
     }
+    for (auto [route, label] :
+         {std::pair{rbln::compiler::F16GemmRoute::kWidenedF32,
+                    "oneDNN matmul f16 (widened to f32)"},
+          std::pair{rbln::compiler::F16GemmRoute::kBf16x3,
+                    "oneDNN matmul f16 (bf16x3)"}}) {
+      rbln::compiler::SetF16GemmRoute(route);
+      GemmProblem p;
+      p.type = GemmOperandType::kF16;
+      p.accumulate = false;
+      p.m = p.n = p.k = p.lda = p.ldb = p.ldc = n;
+      Row(label, 1, flops,
+          Time([&] {
+            rbln::compiler::RunGemmBlock(p, ah.data(), bh.data(), c.data(),
+                                         nullptr, 0, 1);
+          }, reps),
+          true);
+    }
+    rbln::compiler::SetF16GemmRoute(std::nullopt);
     std::printf("  (%s)\n", name.c_str());
     // As compiled programs run the bf16 GEMM: its blocks spread over the
     // chiplet team (4 workers on rebel100, whatever the cores), cut by rows
