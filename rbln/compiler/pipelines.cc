@@ -17,6 +17,7 @@
 #include "rbln/compiler/blas_rewrite_pass.h"
 #include "rbln/compiler/conv_rewrite_pass.h"
 #include "rbln/compiler/elementwise_fusion_pass.h"
+#include "rbln/compiler/fill_unsharing_pass.h"
 #include "rbln/compiler/mlir_compat.h"
 #include "rbln/compiler/mlir_setup.h"
 #include "rbln/compiler/polynomial_exp_pass.h"
@@ -140,6 +141,8 @@ const std::vector<Stage>& FusionStages() {
 
 const std::vector<Stage>& BufferizationStages() {
   static const auto* stages = new std::vector<Stage>{
+      // Before bufferization copies a shared fill per destination.
+      Stage{"unshare-fills", "", &CreateFillUnsharingPass},
       Stage{"bind-outputs", "", &CreateBindOutputsPass},
       Text("bufferize", Pipelines().bufferize),
   };
