@@ -18,7 +18,7 @@ import torch._dynamo
 
 import torch_rbln  # noqa: F401
 from torch_rbln import _dynamo as rbln_dynamo
-from rbln_test_util import delta
+from rbln_test_util import delta, fresh_dynamo  # noqa: F401 (fixture)
 
 DEV = "rbln:0"
 
@@ -61,11 +61,8 @@ class ScaledByParameter(torch.nn.Module):
         return x * twice(self.scale) + 1
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+# Every test on fresh Dynamo caches (rbln_test_util).
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def pair(cls):

@@ -6,22 +6,22 @@ host op, match the CPU, and check their indices at run time (SPEC P8).
 """
 # spec: J1, J6, P8
 
+import sys
+
 import pytest
 import torch
 import torch._dynamo
 import torch.nn.functional as F
 
 import torch_rbln  # noqa: F401
+from rbln_test_util import fresh_dynamo  # noqa: F401 (fixture)
 
 DEV = "rbln:0"
 DTYPES = [torch.float16, torch.bfloat16]
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+# Every test on fresh Dynamo caches (rbln_test_util).
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def compiled(fn):
@@ -159,3 +159,7 @@ def test_data_dependent_shapes_stay_host_ops():
         assert set(reasons.values()) == {"data-dependent output shape"}, reasons
     finally:
         torch._dynamo.config.capture_dynamic_output_shape_ops = False
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))

@@ -10,6 +10,7 @@ import torch._dynamo
 import torch.nn.functional as F
 
 import torch_rbln  # noqa: F401
+from rbln_test_util import fresh_dynamo, strict_fresh_dynamo  # noqa: F401 (fixtures)
 
 DEV = "rbln:0"
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
@@ -22,13 +23,8 @@ TOL = {
 }
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo(monkeypatch):
-    # A graph the compiler cannot take must fail the test, not run on the CPU.
-    monkeypatch.setenv("TORCH_RBLN_DISABLE_FALLBACK", "compile_error")
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+# Every test on fresh Dynamo caches, failing on a graph the compiler cannot take (rbln_test_util).
+pytestmark = pytest.mark.usefixtures("strict_fresh_dynamo")
 
 
 def check_compiled(fn, *args, dtype, tol=None, exact_reference=False):

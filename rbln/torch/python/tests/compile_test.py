@@ -10,7 +10,7 @@ import torch._dynamo
 
 import torch_rbln  # noqa: F401
 from torch_rbln import _dynamo as rbln_dynamo
-from rbln_test_util import delta
+from rbln_test_util import delta, fresh_dynamo  # noqa: F401 (fixture)
 
 DEV = "rbln:0"
 
@@ -19,11 +19,8 @@ def graph_counters():
     return {k: v for k, v in torch.rbln.counters().items() if k.startswith(("graph/", "runtime/dma"))}
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+# Every test on fresh Dynamo caches (rbln_test_util).
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def compute(x, y):

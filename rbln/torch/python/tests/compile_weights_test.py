@@ -5,11 +5,14 @@ version counter), load_state_dict and optimizer steps all reach the next
 call. The runtime's per-storage content version is what the cache checks."""
 # spec: J1, P9
 
+import sys
+
 import pytest
 import torch
 import torch._dynamo
 
 import torch_rbln  # noqa: F401
+from rbln_test_util import fresh_dynamo, strict_fresh_dynamo  # noqa: F401 (fixtures)
 
 DEV = "rbln:0"
 TOL = {
@@ -19,12 +22,8 @@ TOL = {
 }
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo(monkeypatch):
-    monkeypatch.setenv("TORCH_RBLN_DISABLE_FALLBACK", "compile_error")
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+# Every test on fresh Dynamo caches, failing on a graph the compiler cannot take (rbln_test_util).
+pytestmark = pytest.mark.usefixtures("strict_fresh_dynamo")
 
 
 def packs():
@@ -140,3 +139,7 @@ def test_optimizer_steps_reach_the_next_call():
             torch.testing.assert_close(dev.up.weight.cpu(), cpu.up.weight, **TOL[dtype])
     assert packs() == before
     check(cpu, compiled, dtype)
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))
