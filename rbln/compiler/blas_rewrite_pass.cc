@@ -29,6 +29,7 @@
 #include "rbln/compiler/mlir_compat.h"
 #include "rbln/compiler/onednn_gemm.h"
 #include "rbln/compiler/partition_pass.h"
+#include "rbln/compiler/problem_words.h"
 
 namespace rbln::compiler {
 namespace {
@@ -931,26 +932,6 @@ mlir::func::FuncOp DeclareOnednnGemmProblem(mlir::ModuleOp module) {
   return decl;
 }
 
-// `words` as a private constant global of the module (renamed if the name
-// is taken).
-mlir::memref::GlobalOp ProblemGlobal(mlir::ModuleOp module,
-                                     mlir::SymbolTable& symbols,
-                                     const std::vector<int64_t>& words) {
-  OpBuilder b(module.getContext());
-  b.setInsertionPointToStart(module.getBody());
-  auto type = mlir::MemRefType::get({static_cast<int64_t>(words.size())},
-                                    b.getI64Type());
-  auto value = mlir::DenseElementsAttr::get(
-      mlir::RankedTensorType::get(type.getShape(), b.getI64Type()),
-      llvm::ArrayRef<int64_t>(words));
-  auto global = b.create<mlir::memref::GlobalOp>(
-      module.getLoc(), std::string(kOnednnGemmProblemSymbol) + "_words",
-      b.getStringAttr("private"), type, value, /*constant=*/true,
-      /*alignment=*/b.getI64IntegerAttr(8));
-  symbols.insert(global);
-  return global;
-}
-
 // Blocks a GEMM is cut into (onednn_gemm.h): enough work per block to
 // amortize a call (~2 M multiply-adds, well under a millisecond), at most
 // kMaxGemmBlocks, and no more than the split dimension has.
@@ -1157,7 +1138,9 @@ class BlasRewritePass
         gemm.store = store->epilogue.store;
         gemm.bias = store->epilogue.bias != nullptr;
         mlir::memref::GlobalOp words =
-            ProblemGlobal(module, symbols, ProblemOf(gemm).Encode());
+            ProblemWordsGlobal(module, symbols,
+                               std::string(kOnednnGemmProblemSymbol) + "_words",
+                               ProblemOf(gemm).Encode());
         // The bias as the f32 row `sides` the call reads (a bf16 bias
         // widened into a buffer of its own first).
         Value sides, sides_buffer;

@@ -25,6 +25,7 @@
 #include "rbln/compiler/mlir_compat.h"
 #include "rbln/compiler/onednn_conv.h"
 #include "rbln/compiler/partition_pass.h"
+#include "rbln/compiler/problem_words.h"
 
 namespace rbln::compiler {
 namespace {
@@ -155,26 +156,6 @@ mlir::func::FuncOp DeclareConv(mlir::ModuleOp module) {
   return decl;
 }
 
-// `words` as a private constant global of the module, named after
-// kOnednnConvSymbol (renamed if taken).
-mlir::memref::GlobalOp ProblemGlobal(mlir::ModuleOp module,
-                                     mlir::SymbolTable& symbols,
-                                     const std::vector<int64_t>& words) {
-  OpBuilder b(module.getContext());
-  b.setInsertionPointToStart(module.getBody());
-  auto type = mlir::MemRefType::get({static_cast<int64_t>(words.size())},
-                                    b.getI64Type());
-  auto value = mlir::DenseElementsAttr::get(
-      mlir::RankedTensorType::get(type.getShape(), b.getI64Type()),
-      llvm::ArrayRef<int64_t>(words));
-  auto global = b.create<mlir::memref::GlobalOp>(
-      module.getLoc(), std::string(kOnednnConvSymbol) + "_problem",
-      b.getStringAttr("private"), type, value, /*constant=*/true,
-      /*alignment=*/b.getI64IntegerAttr(8));
-  symbols.insert(global);
-  return global;
-}
-
 // Blocks a convolution is cut into: enough work per block to amortize a
 // call, at most kMaxGemmBlocks, and no more than the split dimension has.
 int64_t BlocksFor(const ConvProblem& p) {
@@ -262,7 +243,9 @@ class ConvRewritePass
         fill->erase();
       }
       mlir::memref::GlobalOp problem =
-          ProblemGlobal(module, symbols, conv.problem.Encode());
+          ProblemWordsGlobal(module, symbols,
+                             std::string(kOnednnConvSymbol) + "_problem",
+                             conv.problem.Encode());
       OpBuilder b(op);
       EmitCall(b, op->getLoc(), conv, problem, callee);
       op->erase();
