@@ -9,30 +9,13 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "rbln/compiler/test_graphs.h"
 
 namespace rbln::compiler {
 namespace {
 
-// The value of half `bits` from its definition (NaN for NaNs).
-double HalfReference(uint16_t bits) {
-  const int exponent = (bits >> 10) & 0x1f, mantissa = bits & 0x3ff;
-  double magnitude;
-  if (exponent == 0x1f) {
-    magnitude = mantissa ? NAN : INFINITY;
-  } else if (exponent == 0) {
-    magnitude = std::ldexp(mantissa, -24);
-  } else {
-    magnitude = std::ldexp(1024 + mantissa, exponent - 25);
-  }
-  return (bits & 0x8000) ? -magnitude : magnitude;
-}
-
-double Bf16Value(uint16_t bits) {
-  const uint32_t u = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+using testing::Bf16ToFloat;
+using testing::HalfValue;
 
 std::vector<SplitIsa> Isas() {
   std::vector<SplitIsa> isas = {SplitIsa::kScalar};
@@ -44,10 +27,10 @@ TEST(Bf16SplitTest, EveryHalfIsTheExactSumOfItsParts) {
   int subnormals = 0, inexact_hi = 0;
   for (uint32_t h = 0; h < 65536; ++h) {
     const uint16_t bits = static_cast<uint16_t>(h);
-    const double x = HalfReference(bits);
+    const double x = HalfValue(bits);
     uint16_t hi, lo;
     const bool finite = SplitHalf(bits, &hi, &lo);
-    const double vh = Bf16Value(hi), vl = Bf16Value(lo);
+    const double vh = Bf16ToFloat(hi), vl = Bf16ToFloat(lo);
     if (std::isnan(x)) {
       ASSERT_FALSE(finite) << h;
       ASSERT_TRUE(std::isnan(vh)) << h;
@@ -67,7 +50,7 @@ TEST(Bf16SplitTest, EveryHalfIsTheExactSumOfItsParts) {
     // hi is the nearest bf16, ties to the even one: no neighbour is nearer.
     for (uint16_t next : {static_cast<uint16_t>(hi + 1),
                           static_cast<uint16_t>(hi - 1)}) {
-      const double other = Bf16Value(next);
+      const double other = Bf16ToFloat(next);
       if (std::isnan(other) || std::isinf(other)) continue;
       ASSERT_LE(std::fabs(x - vh), std::fabs(x - other)) << h;
       if (std::fabs(x - vh) == std::fabs(x - other) && vh != other) {

@@ -59,13 +59,6 @@ std::vector<Stage> StagesWith(bool blas) {
       {FusionStages(), BufferizationStages(), blas_stage, LoweringStages()});
 }
 
-template <typename OpT>
-int Count(mlir::ModuleOp m) {
-  int n = 0;
-  m.walk([&](OpT) { ++n; });
-  return n;
-}
-
 int CountSgemmCalls(mlir::ModuleOp m) {
   int n = 0;
   m.walk([&](mlir::func::CallOp call) {

@@ -21,18 +21,12 @@
 namespace rbln::compiler {
 namespace {
 
+using testing::Count;
 using testing::AddInput;
 using testing::AddNode;
 using testing::HostTensor;
 using testing::Random;
 using testing::Type;
-
-template <typename OpT>
-int Count(mlir::ModuleOp m) {
-  int n = 0;
-  m.walk([&](OpT) { ++n; });
-  return n;
-}
 
 // q = x w_q^T, k = x w_k^T: x [32, 64], weights [48, 64].
 ir::Graph TwoProjections() {

@@ -9,24 +9,12 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "rbln/compiler/test_graphs.h"
 
 namespace rbln::compiler {
 namespace {
 
-// The value of half `bits` from its definition (NaN for NaNs).
-double Reference(uint16_t bits) {
-  const int sign = bits >> 15, exponent = (bits >> 10) & 0x1f,
-            mantissa = bits & 0x3ff;
-  double magnitude;
-  if (exponent == 0x1f) {
-    magnitude = mantissa ? NAN : INFINITY;
-  } else if (exponent == 0) {
-    magnitude = std::ldexp(mantissa, -24);
-  } else {
-    magnitude = std::ldexp(1024 + mantissa, exponent - 25);
-  }
-  return sign ? -magnitude : magnitude;
-}
+using testing::HalfValue;
 
 uint32_t Bits(float f) {
   uint32_t u;
@@ -45,7 +33,7 @@ std::vector<HalfIsa> Isas() {
 TEST(HalfToFloatTest, ScalarDecodesEveryBitPattern) {
   for (uint32_t h = 0; h < 65536; ++h) {
     const float got = HalfToFloat(static_cast<uint16_t>(h));
-    const double want = Reference(static_cast<uint16_t>(h));
+    const double want = HalfValue(static_cast<uint16_t>(h));
     if (std::isnan(want)) {
       ASSERT_TRUE(std::isnan(got)) << h;
       // Quiet, with the sign and payload kept.

@@ -14,21 +14,16 @@
 #include "rbln/compiler/frontend.h"
 #include "rbln/compiler/mlir_compat.h"
 #include "rbln/compiler/mlir_setup.h"
+#include "rbln/compiler/ops/op_test_util.h"
 #include "rbln/compiler/test_graphs.h"
 
 namespace rbln::compiler {
 namespace {
 
+using testing::Count;
 using ::testing::HasSubstr;
 using testing::AddChainGraph;
 using testing::Type;
-
-template <typename OpT>
-int Count(mlir::ModuleOp m) {
-  int n = 0;
-  m.walk([&](OpT) { ++n; });
-  return n;
-}
 
 TEST(PipelinesTest, FusionTurnsTwoGenericsIntoOne) {
   auto context = CreateCompilerContext();

@@ -163,6 +163,21 @@ inline float Bf16ToFloat(uint16_t b) {
   return f;
 }
 
+// The value of IEEE half `bits` from its definition (NaN for NaNs): a
+// reference independent of any conversion code under test.
+inline double HalfValue(uint16_t bits) {
+  const int exponent = (bits >> 10) & 0x1f, mantissa = bits & 0x3ff;
+  double magnitude;
+  if (exponent == 0x1f) {
+    magnitude = mantissa ? NAN : INFINITY;
+  } else if (exponent == 0) {
+    magnitude = std::ldexp(mantissa, -24);
+  } else {
+    magnitude = std::ldexp(1024 + mantissa, exponent - 25);
+  }
+  return (bits & 0x8000) ? -magnitude : magnitude;
+}
+
 }  // namespace rbln::compiler::testing
 
 #endif  // RBLN_COMPILER_TEST_GRAPHS_H_

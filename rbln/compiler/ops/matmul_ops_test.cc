@@ -330,13 +330,6 @@ TEST(MatmulOpsTest, LinearMatchesTheReference) {
   }
 }
 
-template <typename OpT>
-int Count(mlir::ModuleOp m) {
-  int n = 0;
-  m.walk([&](OpT) { ++n; });
-  return n;
-}
-
 // Products stay named ops through fusion (SPEC P3, P5): the BLAS rewrite
 // needs to find them, and their reduction dim must not be fused into.
 TEST(MatmulOpsTest, ProductsStayNamedOpsThroughFusion) {

@@ -365,6 +365,14 @@ inline int64_t Flatten(const std::vector<int64_t>& idx, const Shape& shape) {
   return flat;
 }
 
+// Ops of type OpT in `m` (at any depth).
+template <typename OpT>
+int Count(mlir::ModuleOp m) {
+  int n = 0;
+  m.walk([&](OpT) { ++n; });
+  return n;
+}
+
 // The first output of a one-op graph compiled and run; a failure fails the
 // test with the graph's text (and returns an empty tensor).
 inline HostTensor RunOne(const ir::Graph& g, const std::vector<HostTensor>& inputs) {

@@ -522,13 +522,6 @@ TEST(ReductionOpsTest, SoftmaxToAWiderOutput) {
               "f16->f32");
 }
 
-template <typename OpT>
-int Count(mlir::ModuleOp m) {
-  int n = 0;
-  m.walk([&](OpT) { ++n; });
-  return n;
-}
-
 int CountReductions(mlir::ModuleOp m) {
   int n = 0;
   m.walk([&](mlir::linalg::GenericOp op) {
