@@ -35,6 +35,10 @@ constexpr int kWidenedBSlot = 3;  // and its B
 constexpr int kStagedResultSlot = 4;  // a column block's C, dense
 constexpr int kSplitASlot = 5;  // a kF16 block's A as [Ah | Al | Ah] bf16
 constexpr int kSplitBSlot = 6;  // and its B as [Bh ; Bh ; Bl]
+constexpr int kPairedASlot = 7;   // a kF16 block's A as [Ah ; Al] bf16
+constexpr int kStackedSlot = 8;   // [Ah ; Al] x Bh of a column chunk
+constexpr int kCombinedSlot = 9;  // its two halves added, and then Ah x Bl
+constexpr int kPackedOnceSlot = 10;  // a weight's packed Bh, Bl for one call
 
 constexpr char kF16RouteVariable[] = "RBLN_COMPILER_F16_GEMM";
 
@@ -122,10 +126,6 @@ std::vector<dnnl_format_tag_t> PackedLayouts(GemmOperandType type) {
 std::unique_ptr<Primitive> TryCreatePrimitive(
     const Api& d, const GemmProblem& p, dnnl_format_tag_t b_layout,
     bool (*accept)(const std::string& implementation)) {
-  if (p.accumulate && !p.epilogue.IsPlain()) {
-    onednn::Fail("GEMM: an epilogue with accumulation into C for " +
-                 Describe(p));
-  }
   const dnnl_data_type_t in =
       p.type == GemmOperandType::kBF16 ? dnnl_bf16 : dnnl_f32;
   const dnnl_data_type_t out =
@@ -334,14 +334,18 @@ F16GemmRoute ConfiguredRoute() {
 }
 
 // Rows of A below which kAuto keeps f16 blocks on the f32 route: with few
-// rows a GEMM streams B, and B's K-tripled bf16 copy is 1.5x the f32 one
-// (measured, Xeon with AMX, n = k = 1024, packed weight: bf16x3 takes 2x
-// the time at 1-4 rows, 1.15x at 16, 0.65x at 32 and more).
+// rows a GEMM streams B. B split per call is K-tripled, 1.5x the f32 bytes;
+// a weight is packed as Bh and Bl, the f32 bytes, and the products run on
+// AMX (gemm_library_bench, Xeon with AMX, n = k = 1024, 16 packed weights
+// in turn: bf16x3 takes 1.2x the time at 1-4 rows, 0.98x at 8, 0.85x at 12,
+// 0.6-0.8x from 16).
 constexpr int64_t kMinBf16x3Rows = 32;
+constexpr int64_t kMinBf16x3WeightRows = 12;
 
-// Whether kF16 block `q` runs as bf16x3 products (F16GemmRoute). By its
-// shape alone: the same for every block distribution (SPEC A2).
-bool UseBf16x3(const Api& d, const GemmProblem& q) {
+// Whether kF16 block `q` runs as bf16x3 products (F16GemmRoute), B a weight
+// or not. By its shape and B's kind: the same for every block distribution
+// (SPEC A2).
+bool UseBf16x3(const Api& d, const GemmProblem& q, bool weight = false) {
   switch (ConfiguredRoute()) {
     case F16GemmRoute::kWidenedF32:
       return false;
@@ -350,12 +354,16 @@ bool UseBf16x3(const Api& d, const GemmProblem& q) {
     case F16GemmRoute::kAuto:
       break;
   }
-  if (q.m < kMinBf16x3Rows || !onednn::HasAmx(d)) return false;
+  if (q.m < (weight ? kMinBf16x3WeightRows : kMinBf16x3Rows) ||
+      !onednn::HasAmx(d)) {
+    return false;
+  }
   return absl::StrContains(
       PrimitiveFor(d, WithDenseC(TripledProblem(q))).implementation, "amx");
 }
 
 constexpr int64_t kEncodingVersion = 1;
+
 
 }  // namespace
 
@@ -572,12 +580,172 @@ void PackWeights(const Api& d, const Primitive& prim, const void* from,
                   "weights reorder for " + Describe(q));
 }
 
+// The bf16x3 route for a kF16 weight, with B split and packed once as Bh
+// and Bl: two bf16 copies, the bytes of the f32 weight, where the tripled
+// [Bh ; Bh ; Bl] is three. Weight GEMMs stream B from memory at decoder
+// sizes (docs/benchmarks.md), so the third copy cost a third more time.
+// A chunk of columns at a time runs as two products that read each once:
+//   D = [Ah ; Al] x Bh  (A split into its m rows of Ah, then m of Al)
+//   C = epilogue(Ah x Bl + (D_Ah + D_Al [+ C]))  (oneDNN's sum post-op)
+// with D in the caches between them.
+
+// The key word after q.Encode() of a weight split this way.
+constexpr int64_t kPairedWeightKey = 16;
+
+// Columns per chunk: D (2m rows of f32) about 256 KB, whole 64-column
+// blocks of the packed layout.
+int64_t PairedColumns(const GemmProblem& q) {
+  constexpr int64_t kFloats = int64_t{1} << 16;
+  const int64_t columns =
+      std::max<int64_t>(64, kFloats / (2 * q.m)) / 64 * 64;
+  return std::min(columns, q.n);
+}
+
+// The two bf16 products of `n` columns of weight block `q` (batch 1), B as
+// SplitB writes it: op(B) rows [Bh ; Bh ; Bl].
+GemmProblem StackedProblem(const GemmProblem& q, int64_t n) {
+  GemmProblem s = q;
+  s.type = GemmOperandType::kBF16;
+  s.accumulate = false;
+  s.epilogue = LibraryEpilogue();
+  s.m = 2 * q.m;
+  s.n = n;
+  s.lda = q.k;
+  s.ldb = q.trans_b ? 3 * q.k : q.n;
+  s.ldc = n;
+  return s;
+}
+GemmProblem LowProblem(const GemmProblem& q, int64_t n) {
+  GemmProblem l = StackedProblem(q, n);
+  l.accumulate = true;
+  l.epilogue = q.epilogue;
+  l.m = q.m;
+  return l;
+}
+
+// Op(B) rows [first, first + k) of the split B at `b3` (SplitB's), from
+// column `j` on.
+const uint16_t* SplitBPart(const GemmProblem& q, const uint16_t* b3,
+                           int64_t first, int64_t j) {
+  return q.trans_b ? b3 + j * 3 * q.k + first : b3 + first * q.n + j;
+}
+
+bool PairedPrimitiveUsable(const Primitive& prim) {
+  return prim.pack != nullptr && !prim.epilogue_after &&
+         absl::StrContains(prim.implementation, "amx");
+}
+
+// Runs weight block `q` (kF16, on the bf16x3 route) as above; false, having
+// written nothing, when the route does not apply: a bf16 store (the sum
+// post-op would read C rounded), a primitive that is not AMX brgemm with
+// packed B and fused post-ops, or a value in A or B that is not finite.
+bool MultiplyPairedWeight(const Api& d, onednn::ThreadState& thread,
+                          const GemmProblem& q, const InputContent& weight,
+                          const void* a, const void* b, char* c,
+                          const float* sides, int64_t sides_ld) {
+  if (q.batch != 1 || q.epilogue.store != StoreType::kF32) return false;
+  const int64_t chunk = PairedColumns(q);
+  uint64_t packed_bytes = 0;
+  for (int64_t j = 0; j < q.n; j += chunk) {
+    const int64_t n = std::min(chunk, q.n - j);
+    const Primitive& stacked =
+        PrimitiveFor(d, StackedProblem(q, n), /*packed_weights=*/true);
+    const Primitive& low =
+        PrimitiveFor(d, LowProblem(q, n), /*packed_weights=*/true);
+    if (!PairedPrimitiveUsable(stacked) || !PairedPrimitiveUsable(low)) {
+      return false;
+    }
+    packed_bytes += stacked.packed_b_bytes + low.packed_b_bytes;
+  }
+  uint16_t* a2 = static_cast<uint16_t*>(
+      thread.Buffer(kPairedASlot, q.m * 2 * q.k * sizeof(uint16_t)));
+  const uint16_t* a16 = static_cast<const uint16_t*>(a);
+  bool finite = true;
+  for (int64_t i = 0; i < q.m; ++i) {
+    uint16_t* hi = a2 + i * q.k;
+    // hi twice to the same place: SplitHalfRow's second copy is not needed.
+    finite &= SplitHalfRow(a16 + i * q.lda, q.k, hi, hi, hi + q.m * q.k);
+  }
+  if (!finite) return false;
+  std::vector<int64_t> key = q.Encode();
+  key.push_back(kPairedWeightKey);
+  // The packed Bh and Bl of each chunk in turn, then whether B was finite.
+  auto pack = [&](void* out) {
+    std::vector<uint16_t> b3(3 * q.k * q.n);
+    const bool b_finite = SplitB(q, b, q.n, b3.data());
+    char* to = static_cast<char*>(out);
+    for (int64_t j = 0; j < q.n; j += chunk) {
+      const int64_t n = std::min(chunk, q.n - j);
+      const GemmProblem s = StackedProblem(q, n);
+      const GemmProblem l = LowProblem(q, n);
+      const Primitive& stacked = PrimitiveFor(d, s, true);
+      const Primitive& low = PrimitiveFor(d, l, true);
+      PackWeights(d, stacked, SplitBPart(q, b3.data(), 0, j), to, s);
+      to += stacked.packed_b_bytes;
+      PackWeights(d, low, SplitBPart(q, b3.data(), 2 * q.k, j), to, l);
+      to += low.packed_b_bytes;
+    }
+    *to = b_finite;
+  };
+  std::shared_ptr<const void> packed =
+      PackedWeightCache::Global().Get(weight, key, packed_bytes + 1, pack);
+  const char* from = static_cast<const char*>(packed.get());
+  if (packed == nullptr) {
+    // Not kept (the weight's first use, or no room): packed for this call
+    // alone, so that every call of a program computes the same bits.
+    void* once = thread.Buffer(kPackedOnceSlot, packed_bytes + 1);
+    pack(once);
+    from = static_cast<const char*>(once);
+  }
+  if (!from[packed_bytes]) return false;
+  for (int64_t j = 0; j < q.n; j += chunk) {
+    const int64_t n = std::min(chunk, q.n - j);
+    const GemmProblem s = StackedProblem(q, n);
+    const GemmProblem l = LowProblem(q, n);
+    const Primitive& stacked = PrimitiveFor(d, s, true);
+    const Primitive& low = PrimitiveFor(d, l, true);
+    float* stack = static_cast<float*>(
+        thread.Buffer(kStackedSlot, 2 * q.m * n * sizeof(float)));
+    Multiply(d, thread, s, stacked, a2, from, stack, s.ldc, nullptr, 0);
+    from += stacked.packed_b_bytes;
+    // C's chunk itself when dense, else a dense buffer copied out after.
+    float* c_chunk = reinterpret_cast<float*>(c) + j;
+    const bool dense = q.ldc == n;
+    float* sum = dense ? c_chunk
+                       : static_cast<float*>(thread.Buffer(
+                             kCombinedSlot, q.m * n * sizeof(float)));
+    for (int64_t i = 0; i < q.m; ++i) {
+      const float* high = stack + i * n;
+      const float* low_part = high + q.m * n;
+      float* out = sum + i * n;
+      const float* old = c_chunk + i * q.ldc;
+      if (q.accumulate) {
+        for (int64_t x = 0; x < n; ++x) out[x] = old[x] + (high[x] + low_part[x]);
+      } else {
+        for (int64_t x = 0; x < n; ++x) out[x] = high[x] + low_part[x];
+      }
+    }
+    Multiply(d, thread, l, low, a2, from, sum, l.ldc,
+             sides ? sides + j : nullptr, sides_ld);
+    from += low.packed_b_bytes;
+    if (dense) continue;
+    for (int64_t i = 0; i < q.m; ++i) {
+      std::memcpy(c_chunk + i * q.ldc, sum + i * n, n * sizeof(float));
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
                   const float* sides, int64_t block, int64_t blocks) {
   const Api& d = onednn::Library();
   if (!d.error.empty()) onednn::Fail(d.error);
+  if (p.accumulate && !p.epilogue.IsPlain()) {
+    onednn::Fail("GEMM: an epilogue with accumulation into C for " +
+                 Describe(p));
+  }
   const GemmBlock part = GemmBlockOf(p, block, blocks);
   const GemmProblem& q = part.problem;
   if (q.batch <= 0 || q.m <= 0 || q.n <= 0 || q.k <= 0) return;
@@ -617,8 +785,14 @@ void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
   // f16 (F16GemmRoute): split into K-tripled bf16 operands, or widened to
   // f32 -- also on the bf16x3 route where an infinity or NaN is: the whole
   // block for one in A, a chunk of columns (or a weight) for one in B.
+  const bool bf16x3 = UseBf16x3(d, q, weight.has_value());
+  if (bf16x3 && weight.has_value() &&
+      MultiplyPairedWeight(d, thread, q, *weight, a_block, b_block, c_block,
+                           sides_block, p.n)) {
+    return;
+  }
   uint16_t* a3 = nullptr;
-  if (UseBf16x3(d, q)) {
+  if (bf16x3) {
     a3 = static_cast<uint16_t*>(thread.Buffer(
         kSplitASlot, q.batch * q.m * 3 * q.k * sizeof(uint16_t)));
     if (!SplitHalfStack(a_block, q.batch, q.m, q.k, q.lda, q.stride_a, a3,

@@ -39,7 +39,8 @@ inline constexpr char kOnednnGemmProblemSymbol[] = "rbln_gemm_problem";
 // any CPU: kF16 (IEEE half) operands are either widened, exactly, to f32
 // per block (half_convert.h; A whole, B in its stored layout a chunk of
 // columns at a time) and multiplied as f32, or split into bf16 pairs and
-// multiplied as one bf16 GEMM with K tripled (bf16_split.h; F16GemmRoute).
+// multiplied as one bf16 GEMM with K tripled (bf16_split.h; F16GemmRoute),
+// or, B a weight, as [Ah ; Al] x Bh and Ah x Bl with Bh and Bl packed once.
 enum class GemmOperandType : int64_t { kF32 = 0, kBF16 = 1, kF16 = 2 };
 
 // How kF16 blocks run (RBLN_COMPILER_F16_GEMM). kBf16x3 computes
@@ -47,11 +48,13 @@ enum class GemmOperandType : int64_t { kF32 = 0, kBF16 = 1, kF16 = 2 };
 // error (the dropped Al*Bl is at most 2^-18 of each |a*b|), and three times
 // the products, so it pays only where oneDNN's bf16 matmul runs about 4x
 // its f32 rate: on AMX. kAuto takes it for a block problem of 32 rows or
-// more (fewer stream B, whose tripled copy is larger) when oneDNN's bf16
+// more, 12 when B is a weight (fewer stream B: its tripled copy is larger
+// than the f32 one, its packed Bh and Bl the same size) when oneDNN's bf16
 // primitive for it runs on AMX, the f32 route otherwise (e.g. Zen 4's
 // avx512_bf16, about 2x). A block whose A, or a chunk whose B, holds an
 // infinity or NaN runs as f32 (inf * 0 in the cross terms would give NaN).
-// The choice depends on the block's shape and operands only (SPEC A2).
+// The choice depends on the block's shape and operands and on whether B is
+// a weight only (SPEC A2).
 enum class F16GemmRoute { kAuto = 0, kWidenedF32 = 1, kBf16x3 = 2 };
 
 // RBLN_COMPILER_F16_GEMM: "auto" (default), "f32" or "bf16x3", or an error

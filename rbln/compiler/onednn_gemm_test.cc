@@ -562,6 +562,102 @@ TEST_F(OnednnGemmTest, Bf16x3IsWithinF32GemmError) {
   }
 }
 
+// A float16 weight on the bf16x3 route is split once and packed as Bh and
+// Bl: two bf16 copies, the bytes of its f32 widening rather than the three
+// of [Bh ; Bh ; Bl]. Column chunks run as [Ah ; Al] x Bh, then Ah x Bl
+// summed into it; every element stays within the bf16x3 error bound of the
+// exact product. Covered: several chunks and a partial one, column blocks
+// (C with gaps), accumulation into C, and a bias + ReLU epilogue.
+TEST_F(OnednnGemmTest, F16WeightsArePackedAsTwoBf16Copies) {
+  ForcedRoute forced(F16GemmRoute::kBf16x3);
+  GemmProblem bf16;
+  bf16.type = GemmOperandType::kBF16;
+  bf16.m = bf16.n = bf16.k = bf16.lda = bf16.ldb = bf16.ldc = 64;
+  const bool amx = GemmImplementation(bf16).find("amx") != std::string::npos;
+  std::mt19937 rng(11);
+  std::bernoulli_distribution sign(0.5);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  int64_t address = 0xa000000;
+  for (bool trans_b : {false, true}) {
+    for (int mode = 0; mode < 3; ++mode) {  // overwrite, accumulate, epilogue
+      GemmProblem p;
+      p.type = GemmOperandType::kF16;
+      p.trans_b = trans_b;
+      p.accumulate = mode == 1;
+      p.m = 300;  // 64-column chunks
+      p.n = 400;
+      p.k = 96;
+      p.lda = p.k;
+      p.ldb = trans_b ? p.k : p.n;
+      p.ldc = p.n;
+      if (mode == 2) {
+        p.epilogue.bias_row = 0;
+        p.epilogue.ops.push_back({false, static_cast<int64_t>(EltwiseFn::kRelu)});
+      }
+      std::vector<uint16_t> a(p.m * p.k), b(p.k * p.n);
+      for (uint16_t& x : a) x = HalfWithLowPart(rng, sign(rng));
+      for (uint16_t& x : b) x = HalfWithLowPart(rng, sign(rng));
+      std::vector<float> c0(p.m * p.n), sides(p.n);
+      for (float& x : c0) x = 64 * dist(rng);
+      for (float& x : sides) x = 64 * dist(rng);
+      std::vector<double> product(p.m * p.n), magnitude(p.m * p.n);
+      for (int64_t i = 0; i < p.m; ++i) {
+        for (int64_t j = 0; j < p.n; ++j) {
+          for (int64_t l = 0; l < p.k; ++l) {
+            const double ab =
+                static_cast<double>(HalfValue(a[i * p.k + l])) *
+                HalfValue(b[trans_b ? j * p.ldb + l : l * p.ldb + j]);
+            product[i * p.n + j] += ab;
+            magnitude[i * p.n + j] += std::fabs(ab);
+          }
+        }
+      }
+      runtime::BufferView b_view;
+      b_view.data = b.data();
+      b_view.dtype = DType::kFloat16;
+      b_view.sizes = {static_cast<int64_t>(b.size())};
+      b_view.strides = {1};
+      b_view.content_address = address += 0x100000;
+      b_view.content_version = 1;
+      std::vector<runtime::BufferView> args = {b_view};
+      std::vector<void*> data = {b.data()};
+      InputContentScope scope(args, data, 1);
+      for (int call = 0; call < 3; ++call) {  // packed at the second
+        for (int64_t blocks : {1, 3}) {
+          std::vector<float> c = c0;
+          const uint64_t packed_before = PackedWeightCache::Global().bytes();
+          for (int64_t block = 0; block < blocks; ++block) {
+            RunGemmBlock(p, a.data(), b.data(), c.data(), sides.data(), block,
+                         blocks);
+          }
+          if (amx && call == 1 && blocks == 1) {
+            const uint64_t packed =
+                PackedWeightCache::Global().bytes() - packed_before;
+            const uint64_t copy = p.k * p.n * sizeof(uint16_t);
+            EXPECT_GE(packed, 2 * copy) << Describe(p);
+            EXPECT_LT(packed, 3 * copy) << Describe(p);
+          }
+          for (int64_t i = 0; i < p.m; ++i) {
+            for (int64_t j = 0; j < p.n; ++j) {
+              const int64_t at = i * p.n + j;
+              double want = product[at] + (p.accumulate ? c0[at] : 0.0);
+              if (mode == 2) {
+                want = p.epilogue.Apply(static_cast<float>(want),
+                                        sides.data(), p.n, j);
+              }
+              const double bound = 4 * 0x1p-16 * magnitude[at] +
+                                   0x1p-22 * (std::fabs(want) + 64);
+              ASSERT_NEAR(c[at], want, bound)
+                  << Describe(p) << " call " << call << " blocks " << blocks
+                  << " at " << i << "," << j;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // An infinity in A or B gives what the f32 route gives (inf, or NaN from
 // inf - inf), not the NaN that inf * 0 in the cross terms would make.
 TEST_F(OnednnGemmTest, Bf16x3KeepsInfinities) {

@@ -2,7 +2,8 @@
 // "GEMM library"): an n^3 GEMM through oneDNN's matmul primitive (f32 and
 // bf16 operands, f32 accumulation, as rbln_gemm runs it; f16 operands on
 // both routes, F16GemmRoute: B split or widened per call, as for an
-// operand that is not a packed weight) and through
+// operand that is not a packed weight; then f16 packed weights by rows of
+// A on both routes) and through
 // cblas_sgemm of each OpenBLAS given, on 1 thread and on every core.
 // oneDNN on several cores runs rbln_gemm's blocks on that many threads, as
 // the chiplet workers do; OpenBLAS threads itself.
@@ -31,7 +32,9 @@
 #include <vector>
 
 #include "rbln/compiler/chiplet_team.h"
+#include "rbln/compiler/input_content.h"
 #include "rbln/compiler/onednn_gemm.h"
+#include "rbln/runtime/executable.h"
 
 namespace {
 
@@ -82,6 +85,59 @@ using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int,
 using SetThreads = void (*)(int);
 
 }  // namespace
+
+// f16 weights as a decoder's linear layers read them: B [n, n] a program
+// input (packed once, PackedWeightCache), stored transposed, several in turn
+// so that they stream from memory as a model's weights do. Median wall
+// microseconds per call, by rows of A, on both F16GemmRoutes: with few rows
+// a call streams its weight, so its packed bytes decide (bf16x3 packs Bh
+// and Bl, the bytes of the f32 widening).
+void F16WeightsByRows(int64_t n, const std::vector<uint16_t>& weight,
+                      int reps) {
+  constexpr int kWeights = 16;
+  std::vector<std::vector<uint16_t>> weights(kWeights, weight);
+  std::vector<rbln::runtime::BufferView> views(kWeights);
+  std::vector<void*> data(kWeights);
+  for (int w = 0; w < kWeights; ++w) {
+    views[w].data = data[w] = weights[w].data();
+    views[w].dtype = rbln::DType::kFloat16;
+    views[w].sizes = {n * n};
+    views[w].strides = {1};
+    views[w].content_address = 0x40000000 + 0x1000000 * int64_t{w};
+    views[w].content_version = 1;
+  }
+  rbln::compiler::InputContentScope scope(views, data, kWeights);
+  std::vector<uint16_t> a(256 * n, 0x3555);
+  std::vector<float> c(256 * n);
+  std::printf("f16 weights %lldx%lld (%d in turn), packed: wall us per call\n",
+              static_cast<long long>(n), static_cast<long long>(n), kWeights);
+  std::printf("%6s %14s %14s %8s\n", "rows", "f32 route", "bf16x3", "ratio");
+  for (int64_t m : {1, 4, 8, 12, 16, 32, 64, 128, 256}) {
+    double us[2];
+    int i = 0;
+    for (auto route : {rbln::compiler::F16GemmRoute::kWidenedF32,
+                       rbln::compiler::F16GemmRoute::kBf16x3}) {
+      rbln::compiler::SetF16GemmRoute(route);
+      GemmProblem p;
+      p.type = GemmOperandType::kF16;
+      p.trans_b = true;
+      p.accumulate = false;
+      p.m = m;
+      p.n = p.k = p.lda = p.ldb = p.ldc = n;
+      auto all = [&] {
+        for (int w = 0; w < kWeights; ++w) {
+          rbln::compiler::RunGemmBlock(p, a.data(), weights[w].data(),
+                                       c.data(), nullptr, 0, 1);
+        }
+      };
+      all();  // the first use of each weight: packed at the second
+      us[i++] = Time(all, reps).second / kWeights * 1e6;
+    }
+    std::printf("%6lld %14.1f %14.1f %8.2f\n", static_cast<long long>(m),
+                us[0], us[1], us[1] / us[0]);
+  }
+  rbln::compiler::SetF16GemmRoute(std::nullopt);
+}
 
 int main(int argc, char** argv) {
   int64_t n = 1024;
@@ -176,6 +232,7 @@ int main(int argc, char** argv) {
     }
     rbln::compiler::SetF16GemmRoute(std::nullopt);
     std::printf("  (%s)\n", name.c_str());
+    F16WeightsByRows(n, bh, reps);
     // As compiled programs run the bf16 GEMM: its blocks spread over the
     // chiplet team (4 workers on rebel100, whatever the cores), cut by rows
     // (GemmBlockOf's choice for m >= n) or by columns, C stored as f32 (a
