@@ -8,6 +8,7 @@ from typing import List, Sequence
 import torch
 
 from .. import _C
+from ._exit_drain import track_tensors
 
 # Staging buffers come from the rbln pinned host allocator (page-aligned,
 # mlocked where allowed), one per tensor per collective; that allocator does
@@ -52,8 +53,10 @@ class Staging:
     def host_input(self, t: torch.Tensor) -> torch.Tensor:
         """A host tensor with `t`'s values (D2H when `t` is on rbln)."""
         if not self.on_device:
+            track_tensors([t])
             return t
         host = torch.empty(t.shape, dtype=t.dtype, pin_memory=_PIN_STAGING)
+        track_tensors([host])
         host.copy_(t)
         bump_counter("ccl/d2h_copies")
         bump_counter("ccl/d2h_bytes", host.numel() * host.element_size())
@@ -65,12 +68,13 @@ class Staging:
         `initial` seeds it with `t`'s values (in-place collectives).
         """
         if not self.on_device:
+            track_tensors([t])
             return t
-        host = (
-            self.host_input(t)
-            if initial
-            else torch.empty(t.shape, dtype=t.dtype, pin_memory=_PIN_STAGING)
-        )
+        if initial:
+            host = self.host_input(t)
+        else:
+            host = torch.empty(t.shape, dtype=t.dtype, pin_memory=_PIN_STAGING)
+            track_tensors([host])
         self._copy_back.append((t, host))
         return host
 

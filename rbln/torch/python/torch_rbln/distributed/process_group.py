@@ -36,6 +36,7 @@ from torch._C._distributed_c10d import (
 )
 
 from ._agreement import CHECK_AGREEMENT, DTYPES, SIG_LEN, describe, describe_args, op_name, signature
+from ._exit_drain import begin_job, end_job, track_tensors
 from ._staging import Staging, bump_counter
 from ._work import CclWork
 
@@ -54,13 +55,17 @@ def _wait_loop(pending: "queue.Queue") -> None:
         else:
             fut.set_result(None)
         del gloo_work, fut
+        end_job()
 
 
 def _run_jobs(jobs: "queue.Queue") -> None:
     while True:
         job = jobs.get()
-        job()
-        del job
+        try:
+            job()
+        finally:
+            del job
+            end_job()
 
 
 def _divide_by(hosts: Sequence[torch.Tensor], size: int) -> Callable[[], None]:
@@ -136,10 +141,15 @@ class ProcessGroupRbln(dist.ProcessGroup):
                 fut.wait()
             except Exception as e:  # noqa: BLE001 -- re-raised with context
                 errors.append(failure(collective, e))
+                # The error's traceback keeps this frame: it must not keep
+                # gloo's work or its future (and their tensors) alive.
+                staging.keep_alive.clear()
+                del fut
                 raise errors[-1] from e
             if post is not None:
                 post()
             staging.finish()
+            staging.keep_alive.clear()
             return result
 
         return CclWork(self._future_of(gloo_work).then(complete), errors)
@@ -173,6 +183,7 @@ class ProcessGroupRbln(dist.ProcessGroup):
                     target=_wait_loop, args=(self._pending,), name="rbln-ccl-waiter", daemon=True
                 )
                 self._waiter.start()
+        begin_job()
         self._pending.put((gloo_work, fut))
         return fut
 
@@ -186,6 +197,7 @@ class ProcessGroupRbln(dist.ProcessGroup):
             return
         sig = signature(collective, tensor, op, root, count)
         rows = torch.empty((self.size() * SIG_LEN,), dtype=torch.int64)
+        track_tensors([rows, sig])
         try:
             self._gloo._allgather_base(rows, sig, AllgatherOptions()).wait()
         except RuntimeError as e:
@@ -419,6 +431,7 @@ class ProcessGroupRbln(dist.ProcessGroup):
         if CHECK_AGREEMENT:
             # Gloo drops a send whose work object dies: the staging keeps it.
             header = [signature("send", tensors[0], None, -1, 1)]
+            track_tensors(header)
             staging.keep_alive.append(self._gloo.send(header, dst, tag))
         return self._run(staging, self._gloo.send(hosts, dst, tag), list(tensors))
 
@@ -437,10 +450,12 @@ class ProcessGroupRbln(dist.ProcessGroup):
 
         def receive():
             header = torch.empty(SIG_LEN, dtype=torch.int64)
+            track_tensors([header])
             gloo.recv([header], src, tag).wait()
             if not bool((header == expected).all()):
                 sent = header.tolist()
                 scratch = torch.empty(max(sent[5], 0), dtype=DTYPES[sent[2]])
+                track_tensors([scratch])
                 gloo.recv([scratch], src, tag).wait()
                 raise ValueError(
                     f"rbln-ccl: recv on rank {rank} expected {describe_args(expected)} "
@@ -459,6 +474,7 @@ class ProcessGroupRbln(dist.ProcessGroup):
             else:
                 fut.set_result(list(tensors))
 
+        begin_job()
         self._p2p_queue().put(run)
         return CclWork(fut, errors)
 
