@@ -53,10 +53,15 @@ void __tsan_switch_to_fiber(void* fiber, unsigned flags);
 namespace rbln::compiler {
 namespace {
 
-// Spin iterations before sleeping on the mutex (~2-4 us): enough to catch a
-// job or barrier that follows closely, short enough not to steal a shared
-// core from the workers still computing.
-constexpr int kSpins = 256;
+// How long a waiting thread spins before it sleeps on the mutex. Sleeping
+// and waking through the futex costs a few microseconds plus the scheduler's
+// latency on both sides, at every barrier of every kernel: spinning 2.4 us
+// (256 pauses) left Llama bf16 at 20.0 ms per forward, 40 us takes it to
+// 16.4 ms (OPT bf16 19.4 -> 17.5 ms, Llama fp16 41.6 -> 37.7 ms; 2-core Xeon,
+// docs/benchmarks.md). OpenMP runtimes spin for milliseconds by default.
+constexpr auto kSpinBudget = std::chrono::microseconds(40);
+// Pauses between two reads of the clock.
+constexpr int kPausesPerClockRead = 64;
 
 // A worker's stack when workers share a thread: as large as a thread's
 // default (kernels keep their buffers on the stack), reserved, not committed.
@@ -70,11 +75,15 @@ inline void CpuRelax() {
 
 template <typename T>
 bool SpinUntilChanged(const std::atomic<T>& value, T seen) {
-  for (int i = 0; i < kSpins; ++i) {
-    if (value.load(std::memory_order_acquire) != seen) return true;
-    CpuRelax();
+  // By time, not by count: a pause takes 10 to 140 cycles depending on the CPU.
+  const auto deadline = std::chrono::steady_clock::now() + kSpinBudget;
+  while (true) {
+    for (int i = 0; i < kPausesPerClockRead; ++i) {
+      if (value.load(std::memory_order_acquire) != seen) return true;
+      CpuRelax();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return false;
   }
-  return false;
 }
 
 // Blocks, with `mu` held, until `value` differs from `seen` (after the spin
