@@ -3,7 +3,6 @@ let go of the tensors of finished collectives (a gloo thread
 dropping them during interpreter finalization aborts the process)."""
 # spec: A8
 
-import os
 import sys
 import tempfile
 

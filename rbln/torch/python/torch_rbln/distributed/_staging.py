@@ -50,13 +50,19 @@ class Staging:
         # Objects that must live until the collective completes.
         self.keep_alive: List[object] = []
 
+    @staticmethod
+    def _new_host(t: torch.Tensor) -> torch.Tensor:
+        """A pinned host buffer shaped like `t`, about to be handed to gloo."""
+        host = torch.empty(t.shape, dtype=t.dtype, pin_memory=_PIN_STAGING)
+        track_tensors([host])
+        return host
+
     def host_input(self, t: torch.Tensor) -> torch.Tensor:
         """A host tensor with `t`'s values (D2H when `t` is on rbln)."""
         if not self.on_device:
             track_tensors([t])
             return t
-        host = torch.empty(t.shape, dtype=t.dtype, pin_memory=_PIN_STAGING)
-        track_tensors([host])
+        host = self._new_host(t)
         host.copy_(t)
         bump_counter("ccl/d2h_copies")
         bump_counter("ccl/d2h_bytes", host.numel() * host.element_size())
@@ -70,11 +76,7 @@ class Staging:
         if not self.on_device:
             track_tensors([t])
             return t
-        if initial:
-            host = self.host_input(t)
-        else:
-            host = torch.empty(t.shape, dtype=t.dtype, pin_memory=_PIN_STAGING)
-            track_tensors([host])
+        host = self.host_input(t) if initial else self._new_host(t)
         self._copy_back.append((t, host))
         return host
 
