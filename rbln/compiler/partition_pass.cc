@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "llvm/ADT/DenseMap.h"
@@ -146,12 +147,31 @@ enum class Placement {
   kDropped
 };
 
+// A memref operand of a split op.
+struct SliceAccess {
+  Root root;
+  // What two ops' accesses must share to mean the same elements: the
+  // operand Value; for a whole kernel argument, its type (an output may be
+  // an input's own buffer, SPEC P4: an in-place pair lines up element for
+  // element); null for a view of an argument.
+  const void* layout = nullptr;
+  // The buffer dimension (position in the operand's indexing map) that
+  // holds split_dim, -1 if none does: a slice touches the operand only
+  // within its own rows of that dimension.
+  int dim = -1;
+  bool write = false;  // an output (read too, for accumulators)
+  int64_t argument_bytes = -1;  // a whole kernel argument's size
+};
+
 struct TopLevelOp {
   Operation* op;
   Placement placement;
   int split_dim = -1;
   int64_t extent = 0;  // of split_dim, or the loop's trip count
   Access access;
+  // kSplit ops whose payload touches no memory: every access is one of
+  // these (so `access` is exactly their roots).
+  std::optional<llvm::SmallVector<SliceAccess, 4>> slice_accesses;
 };
 
 // The loop dimension a linalg op can be split along, or nothing.
@@ -228,6 +248,82 @@ std::optional<int64_t> ElementBytes(mlir::Type type) {
   const unsigned bits = type.getIntOrFloatBitWidth();
   if (bits % 8 != 0) return std::nullopt;  // i1: LLVM's layout differs
   return bits / 8;
+}
+
+// Per memref operand of a split linalg op, where split_dim lands in the
+// buffer; nothing if its payload reads or writes memory itself (a gather's
+// memref.load), which the operands do not describe.
+std::optional<llvm::SmallVector<SliceAccess, 4>> SliceAccesses(
+    mlir::linalg::LinalgOp op, int split_dim) {
+  bool payload_touches_memory = false;
+  for (mlir::Region& region : op->getRegions()) {
+    region.walk([&](Operation* nested) {
+      if (!mlir::isMemoryEffectFree(nested)) payload_touches_memory = true;
+    });
+  }
+  if (payload_touches_memory) return std::nullopt;
+  llvm::SmallVector<SliceAccess, 4> accesses;
+  for (mlir::OpOperand& operand : op->getOpOperands()) {
+    Value value = operand.get();
+    auto type = value.getType().dyn_cast<mlir::MemRefType>();
+    if (!type) continue;
+    SliceAccess access;
+    access.root = BarrierRoot(value);
+    access.layout = value.getAsOpaquePointer();
+    if (access.root == kArguments) {
+      const bool whole = value.isa<mlir::BlockArgument>();
+      access.layout = whole ? type.getAsOpaquePointer() : nullptr;
+      std::optional<int64_t> element = ElementBytes(type.getElementType());
+      if (whole && type.hasStaticShape() && element) {
+        access.argument_bytes = type.getNumElements() * *element;
+      }
+    }
+    // An output is read too where the payload uses it (accumulators).
+    access.write = op.isDpsInit(&operand);
+    llvm::ArrayRef<mlir::AffineExpr> results =
+        op.getMatchingIndexingMap(&operand).getResults();
+    for (int r = 0; r < static_cast<int>(results.size()); ++r) {
+      auto d = results[r].dyn_cast<mlir::AffineDimExpr>();
+      if (d && static_cast<int>(d.getPosition()) == split_dim) access.dim = r;
+    }
+    accesses.push_back(access);
+  }
+  return accesses;
+}
+
+// True if worker w's slice of `a`'s op and of `b`'s op touch the same
+// elements only: the same memory seen the same way, split along the same
+// dimension (the ops are split alike, so w gets the same rows of both).
+bool SameRows(const SliceAccess& a, const SliceAccess& b) {
+  return a.layout != nullptr && a.layout == b.layout && a.dim >= 0 && a.dim == b.dim;
+}
+
+// True if `later` needs no barrier after `earlier` although both touch a
+// buffer one of them writes: both are split the same way (same extent and
+// worker count), and every such pair of accesses stays within the same
+// rows (SameRows) or cannot overlap (two whole kernel arguments of
+// different sizes: an output overlaps an input only as its own buffer,
+// SPEC P4). Worker w then only reads or overwrites elements that it wrote
+// or read itself, in program order -- the chain of element-wise ops and row
+// reductions of a layer norm or a softmax.
+bool SliceLocal(const TopLevelOp& earlier, const TopLevelOp& later) {
+  if (earlier.placement != Placement::kSplit || later.placement != Placement::kSplit ||
+      !earlier.slice_accesses || !later.slice_accesses || earlier.extent != later.extent) {
+    return false;
+  }
+  for (const SliceAccess& a : *earlier.slice_accesses) {
+    for (const SliceAccess& b : *later.slice_accesses) {
+      if (a.root == kUnknown || b.root == kUnknown) return false;
+      if (a.root != b.root || !(a.write || b.write)) continue;
+      if (SameRows(a, b)) continue;
+      if (a.root == kArguments && a.argument_bytes >= 0 && b.argument_bytes >= 0 &&
+          a.argument_bytes != b.argument_bytes) {
+        continue;
+      }
+      return false;
+    }
+  }
+  return true;
 }
 
 class PartitionPass
@@ -307,6 +403,7 @@ class PartitionPass
           top.placement = Placement::kSplit;
           top.split_dim = *dim;
           top.extent = linalg_op.getStaticLoopRanges()[*dim];
+          top.slice_accesses = SliceAccesses(linalg_op, *dim);
           any_split = true;
         } else {
           // Worker 0 alone; the op moves into an scf.if, which cannot
@@ -375,7 +472,8 @@ class PartitionPass
     Value is_chiplet0 = b.create<mlir::arith::CmpIOp>(
         loc, mlir::arith::CmpIPredicate::eq, slice, zero);
 
-    Access since_barrier;
+    // The ops since the last barrier.
+    std::vector<const TopLevelOp*> since_barrier;
     for (TopLevelOp& top : plan) {
       Operation* op = top.op;
       switch (top.placement) {
@@ -391,11 +489,16 @@ class PartitionPass
         case Placement::kSplitIterations:
         case Placement::kChiplet0: {
           b.setInsertionPoint(op);
-          if (since_barrier.ConflictsWith(top.access)) {
+          const bool must_wait =
+              llvm::any_of(since_barrier, [&](const TopLevelOp* earlier) {
+                return earlier->access.ConflictsWith(top.access) &&
+                       !SliceLocal(*earlier, top);
+              });
+          if (must_wait) {
             b.create<mlir::func::CallOp>(loc, barrier_decl, mlir::ValueRange{});
-            since_barrier.Clear();
+            since_barrier.clear();
           }
-          since_barrier.Merge(top.access);
+          since_barrier.push_back(&top);
           if (top.placement == Placement::kSplit) {
             Split(b, llvm::cast<mlir::linalg::LinalgOp>(op), top, slice);
           } else if (top.placement == Placement::kSplitIterations) {
