@@ -247,3 +247,21 @@ def test_chunked_linear_cross_entropy_inference_is_device_code(reduction):
 
     with torch.no_grad():
         check_compiled(loss, x, w, b, target, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_safe_softmax_zeroes_fully_masked_rows(dtype):
+    # SDPA's softmax, decomposed by the backend (backend._safe_softmax) with
+    # one row max for both the softmax and the all -inf test: fully masked
+    # rows give 0, partly masked rows the softmax of the rest, a NaN row NaN,
+    # as on the CPU; with dtype=float32 the half input is widened first.
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 5, 7, dtype=dtype)
+    x[0, 1, 2] = float("-inf")
+    x[1, 0, :, 3:] = float("-inf")
+    x[1, 2, 4, 0] = float("nan")
+    tol = dict(TOL[dtype], equal_nan=True)
+    check_compiled(lambda t: torch.ops.aten._safe_softmax(t, -1), x, dtype=dtype, tol=tol)
+    torch._dynamo.reset()
+    check_compiled(lambda t: torch.ops.aten._safe_softmax(t, -1, torch.float32), x,
+                   dtype=dtype, tol=dict(TOL[torch.float32], equal_nan=True))

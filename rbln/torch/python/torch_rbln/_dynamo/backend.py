@@ -808,12 +808,23 @@ def _split(x, split_size, dim=0):
 
 
 def _safe_softmax(x, dim, dtype=None):
-    """SDPA's softmax: rows that are all -inf give 0, not NaN. Written with
-    softmax/amax/eq/where, which the compiler has (torch's own decomposition
-    needs `all`)."""
-    out = torch.softmax(x, dim, dtype=dtype)
-    masked_rows = torch.amax(x, dim, keepdim=True) == float("-inf")
-    return torch.where(masked_rows, torch.zeros((), dtype=out.dtype, device=out.device), out)
+    """SDPA's softmax: rows that are all -inf give 0, not NaN (torch's own
+    decomposition needs `all`). Written out -- the row max, exp(x - max), its
+    sum, the quotient -- so the max that finds the all -inf rows is the one
+    the softmax subtracts: one pass over the attention scores, not two. Half
+    inputs are computed in float32 and rounded once, as softmax is."""
+    target = dtype if dtype is not None else x.dtype
+    xc = x.to(target)
+    if x.shape[dim] == 0:
+        return torch.softmax(xc, dim)
+    if target in (torch.float16, torch.bfloat16):
+        xc = xc.to(torch.float32)
+    row_max = torch.amax(xc, dim, keepdim=True)
+    e = torch.exp(xc - row_max)
+    out = e / e.sum(dim, keepdim=True)
+    masked_rows = row_max == float("-inf")
+    out = torch.where(masked_rows, torch.zeros((), dtype=out.dtype, device=out.device), out)
+    return out.to(target)
 
 
 def _is_call_argument(node) -> bool:
