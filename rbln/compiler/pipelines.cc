@@ -21,6 +21,7 @@
 #include "rbln/compiler/mlir_compat.h"
 #include "rbln/compiler/mlir_setup.h"
 #include "rbln/compiler/polynomial_exp_pass.h"
+#include "rbln/compiler/reduction_interchange_pass.h"
 #include "rbln/core/env.h"
 
 namespace rbln::compiler {
@@ -151,6 +152,9 @@ const std::vector<Stage>& BufferizationStages() {
 
 const std::vector<Stage>& LoweringStages() {
   static const auto* stages = new std::vector<Stage>{
+      // On the workers' slices, before the payloads become loops
+      // (reduction_interchange_pass.h).
+      Stage{"interchange-reductions", "", &CreateReductionInterchangePass},
       Text("loops", Pipelines().loops),
       // Before math.exp becomes a call of expf (polynomial_exp_pass.h).
       Stage{"polynomial-exp", "", &CreatePolynomialExpPass},
