@@ -6,8 +6,10 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/Utils/StructuredOpsUtils.h"
 #include "mlir/IR/PatternMatch.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 
 namespace rbln::compiler {
 namespace {
@@ -43,6 +45,16 @@ class ReductionInterchangePass
   // The new loop order (old dims, outermost first), or empty to keep it:
   // the last parallel dim moves behind the trailing reduction dims.
   static llvm::SmallVector<unsigned> Interchange(mlir::linalg::GenericOp op) {
+    // A payload with side effects (a gather's index check that reports the
+    // first bad index) keeps its order of elements.
+    bool side_effects = false;
+    op.getRegion().walk([&](mlir::Operation* nested) {
+      if (!mlir::isMemoryEffectFree(nested) &&
+          !llvm::isa<mlir::memref::LoadOp>(nested)) {
+        side_effects = true;
+      }
+    });
+    if (side_effects) return {};
     llvm::SmallVector<mlir::utils::IteratorType> iterators = op.getIteratorTypesArray();
     const int n = static_cast<int>(iterators.size());
     if (n < 2 || iterators.back() != mlir::utils::IteratorType::reduction) return {};

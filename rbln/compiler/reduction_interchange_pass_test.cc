@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "rbln/compiler/frontend.h"
 #include "rbln/compiler/mlir_setup.h"
@@ -69,6 +70,37 @@ TEST(ReductionInterchangePassTest, RowsBecomeTheInnermostLoop) {
   EXPECT_EQ(ReductionLoops(OneOpGraph("sum", {Type(ir::FLOAT32, {33, 16})},
                                       {Type(ir::FLOAT32, {})})),
             std::vector<std::string>{"rr"});
+}
+
+// A payload that calls out (a gather's index check reporting the first bad
+// index) keeps its element order.
+TEST(ReductionInterchangePassTest, PayloadsWithSideEffectsKeepTheirOrder) {
+  auto context = CreateCompilerContext();
+  mlir::OwningOpRef<mlir::ModuleOp> module = mlir::parseSourceString<mlir::ModuleOp>(R"mlir(
+    func.func private @report(i64)
+    func.func @kernel(%x: memref<16x33xf32>, %out: memref<16xf32>) {
+      linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>,
+                                       affine_map<(d0, d1) -> (d0)>],
+                      iterator_types = ["parallel", "reduction"]}
+          ins(%x : memref<16x33xf32>) outs(%out : memref<16xf32>) {
+      ^bb0(%in: f32, %acc: f32):
+        %c = arith.constant 1 : i64
+        func.call @report(%c) : (i64) -> ()
+        %s = arith.addf %acc, %in : f32
+        linalg.yield %s : f32
+      }
+      return
+    })mlir", context.get());
+  ASSERT_TRUE(module);
+  mlir::PassManager pm(context.get());
+  pm.addNestedPass<mlir::func::FuncOp>(CreateReductionInterchangePass());
+  ASSERT_TRUE(mlir::succeeded(pm.run(*module)));
+  int generics = 0;
+  module->walk([&](mlir::linalg::GenericOp op) {
+    ++generics;
+    EXPECT_EQ(op.getIteratorTypesArray().back(), mlir::utils::IteratorType::reduction);
+  });
+  EXPECT_EQ(generics, 1);
 }
 
 TEST(ReductionInterchangePassTest, EachRowIsItsSequentialSumAndMax) {
