@@ -598,17 +598,38 @@ absl::Status ConvertEmbedding(GraphImporter& im, const ir::Node& node) {
         weight));
   }
   const int rank = expected.size();
-  std::vector<AffineExpr> idx_exprs;
-  for (int d = 0; d < rank - 1; ++d) {
-    idx_exprs.push_back(mlir::getAffineDimExpr(d, im.context()));
-  }
-  AffineMap idx_map = AffineMap::get(rank, 0, idx_exprs, im.context());
   const int64_t rows = w[0];
+  // The indices are range-checked once each, into a tensor of rows, and the
+  // copy reads that tensor in its payload (not as an operand, which fusion
+  // would merge back): a check per copied element kept the copy's inner loop
+  // scalar (SPEC P8 errors unchanged: the same first bad index).
+  const int idx_rank = rank - 1;
+  OpBuilder& builder = im.builder();
+  const Type i64 = builder.getI64Type();
+  auto checked_type = mlir::RankedTensorType::get(idx, i64);
+  Value checked_init =
+      builder.create<mlir::tensor::EmptyOp>(im.loc(), idx, i64).getResult();
+  const AffineMap id = builder.getMultiDimIdentityMap(idx_rank);
+  Value checked =
+      builder
+          .create<mlir::linalg::GenericOp>(
+              im.loc(), mlir::TypeRange{checked_type}, im.ValueOf(indices),
+              ValueRange{checked_init}, llvm::ArrayRef<AffineMap>{id, id},
+              std::vector<IteratorType>(idx_rank, IteratorType::parallel),
+              [&](OpBuilder& b, Location l, ValueRange e) {
+                Value row = im.CheckedIndex(b, e[0], rows);
+                b.create<mlir::linalg::YieldOp>(
+                    l, ValueRange{b.create<mlir::arith::IndexCastOp>(l, i64, row)});
+              })
+          .getResult(0);
   im.Define(node.outputs(0), OutputGeneric(
-      im, node, im.ValueOf(indices), idx_map,
-      [&](OpBuilder& b, Location l, ValueRange e) {
-        Value row = im.CheckedIndex(b, e[0], rows);
-        Value col = b.create<mlir::linalg::IndexOp>(l, rank - 1);
+      im, node, ValueRange{}, {},
+      [&](OpBuilder& b, Location l, ValueRange) {
+        std::vector<Value> at = LoopIndices(b, l, rank);
+        Value col = at.back();
+        at.pop_back();
+        Value row = b.create<mlir::arith::IndexCastOp>(
+            l, b.getIndexType(), b.create<mlir::tensor::ExtractOp>(l, checked, at));
         return b
             .create<mlir::tensor::ExtractOp>(l, im.ValueOf(weight),
                                              ValueRange{row, col})
