@@ -631,8 +631,9 @@ TEST(PartitionTest, ProfiledRunReportsOneSlicePerWorkerAndPhase) {
   const std::vector<std::vector<uint8_t>> unprofiled = RunRaw(**f16_mm, {x, y});
   EXPECT_EQ(RunRaw(**f16_mm, {x, y}, &sink), unprofiled);
   std::vector<runtime::ComputePhase> phases = runtime::GroupIntoPhases(sink.Take());
-  const char* blas = std::getenv("RBLN_COMPILER_BLAS");
-  const bool gemm_loops = blas != nullptr && std::string(blas) == "0";
+  // No BLAS stage (RBLN_COMPILER_BLAS=0 or no GEMM library): the GEMM is loops.
+  const absl::StatusOr<bool> blas = BlasRewriteEnabled();
+  const bool gemm_loops = blas.ok() && !*blas;
   const int phase_count = (*f16_mm)->uses_onednn() || gemm_loops ? 2 : 3;
   ASSERT_EQ(phases.size(), static_cast<size_t>(phase_count));
   for (int p = 0; p < phase_count; ++p) {
