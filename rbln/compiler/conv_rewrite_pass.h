@@ -5,15 +5,28 @@
 // Rewritten: linalg.conv_2d_nchw_fchw whose operands are f32 memrefs with
 // static shapes and strides and a static offset, and whose kernel is
 // contiguous (identity layout), with no empty dim. The problem goes to the
-// call as a constant i64 array (ConvProblem::Encode, a private memref.global);
-// the input is the (already padded) buffer as it is, so the problem has no
-// padding of its own. A linalg.fill of +0.0 of the output right before the
+// call as a constant i64 array (ConvProblem::Encode, a private memref.global).
+// An input that is a zero-padded copy of another buffer (tensor.pad:
+// a fill of +0.0 and a copy into its interior, read by the convolution
+// alone) is read unpadded, with the padding in the problem; the fill and
+// the copy go. A linalg.fill of +0.0 of the output right before the
 // convolution is dropped and the call overwrites the output instead of
-// accumulating. A convolution large enough is cut into blocks (at most
-// kMaxGemmBlocks of at least kMinGemmBlockWork multiply-adds, ConvBlockOf)
-// called from an scf.for marked kParallelIterationsAttr that the partition
-// pass spreads over the chiplet workers; every call or loop carries its
-// multiply-adds in kWorkAttr. Everything else is left to the loop lowering.
+// accumulating.
+//
+// bf16 programs (narrow_operands.h): when the input and the kernel are both
+// widenings of bf16 values, the call reads those as they are stored (a
+// copy's source, or the narrow twin of the generic that computed them) --
+// products of bf16 values are exact in f32, so only the f32 summation
+// order differs -- and, when every reader of the f32 result after the
+// convolution first rounds it to bf16 (the frontend's rounding), the call
+// stores bf16 into a buffer those readers read instead. f16 stays f32
+// (oneDNN 2.6 has no f16 convolution).
+//
+// A convolution large enough is cut into blocks (at most kMaxGemmBlocks of
+// at least kMinGemmBlockWork multiply-adds, ConvBlockOf) called from an
+// scf.for marked kParallelIterationsAttr that the partition pass spreads
+// over the chiplet workers; every call or loop carries its multiply-adds in
+// kWorkAttr. Everything else is left to the loop lowering.
 #ifndef RBLN_COMPILER_CONV_REWRITE_PASS_H_
 #define RBLN_COMPILER_CONV_REWRITE_PASS_H_
 

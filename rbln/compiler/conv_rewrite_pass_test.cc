@@ -1,19 +1,26 @@
-// spec: P5, A2
+// spec: P5, A2, P3
 // The convolution rewrite: which linalg convolutions become rbln_conv calls
 // (blocked when large), and that oneDNN and the loops agree with a double
 // reference on hand-written kernels (a padded-and-strided view as input, a
-// view as output, accumulation into the output or a dropped zero fill).
+// view as output, accumulation into the output or a dropped zero fill);
+// in whole programs, bf16 operands read as stored, bf16 results stored by
+// the call, and padded copies folded into the problem.
 #include "rbln/compiler/conv_rewrite_pass.h"
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Parser/Parser.h"
 #include "rbln/compiler/compiled_program.h"
+#include "rbln/compiler/frontend.h"
 #include "rbln/compiler/mlir_setup.h"
 #include "rbln/compiler/onednn_conv.h"
 #include "rbln/compiler/ops/op_test_util.h"
@@ -235,6 +242,157 @@ func.func @kernel(%x: memref<1x2x5x5xf16>, %w: memref<3x2x2x2xf16>,
   int convs = 0;
   module->walk([&](mlir::linalg::Conv2DNchwFchwOp) { ++convs; });
   EXPECT_EQ(convs, 2);
+}
+
+// --- Convolutions of a whole program (frontend, fusion, bufferization) ---
+
+// out = conv(relu(conv(x, w1)), w2), both 3x3 with padding 1, in `dtype`.
+ir::Graph TwoConvGraph(ir::DType dtype) {
+  ir::Graph g;
+  g.set_name("two_convs");
+  AddInput(g, "x", Type(dtype, {1, 16, 10, 10}));
+  AddInput(g, "w1", Type(dtype, {32, 16, 3, 3}));
+  AddInput(g, "w2", Type(dtype, {16, 32, 3, 3}));
+  const Attrs attrs = {{"stride", StrA("1,1")},
+                       {"padding", StrA("1,1")},
+                       {"dilation", StrA("1,1")},
+                       {"output_padding", StrA("0,0")},
+                       {"transposed", BoolA(false)},
+                       {"groups", IntA(1)}};
+  AddNode(g, "convolution", {"x", "w1"}, "y", Type(dtype, {1, 32, 10, 10}));
+  AddNode(g, "relu", {"y"}, "h", Type(dtype, {1, 32, 10, 10}));
+  AddNode(g, "convolution", {"h", "w2"}, "out", Type(dtype, {1, 16, 10, 10}));
+  for (int i : {0, 2}) {
+    for (const auto& [name, attr] : attrs) {
+      (*g.mutable_nodes(i)->mutable_attrs())[name] = attr;
+    }
+  }
+  g.add_outputs("out");
+  return g;
+}
+
+// The problems of the rbln_conv calls in `m`, in order.
+std::vector<ConvProblem> ConvProblems(mlir::ModuleOp m) {
+  std::vector<ConvProblem> problems;
+  m.walk([&](mlir::func::CallOp call) {
+    if (call.getCallee() != kOnednnConvSymbol) return;
+    auto cast = call.getOperand(0).getDefiningOp<mlir::arith::IndexCastOp>();
+    auto pointer = cast ? cast.getIn()
+                              .getDefiningOp<
+                                  mlir::memref::ExtractAlignedPointerAsIndexOp>()
+                        : nullptr;
+    auto get = pointer ? pointer.getSource()
+                             .getDefiningOp<mlir::memref::GetGlobalOp>()
+                       : nullptr;
+    auto global =
+        get ? m.lookupSymbol<mlir::memref::GlobalOp>(get.getName()) : nullptr;
+    ASSERT_TRUE(global && global.getInitialValue());
+    std::vector<int64_t> words;
+    for (const llvm::APInt& w :
+         global.getInitialValue()->cast<mlir::DenseIntElementsAttr>()) {
+      words.push_back(w.getSExtValue());
+    }
+    problems.push_back(ConvProblem::Decode(words.data()));
+  });
+  return problems;
+}
+
+// A bf16 program's convolutions read the bf16 input and kernel as they
+// are stored and the unpadded input with the padding in the problem, and
+// store bf16 for the relu and the output that only round their result: no
+// f32 buffer, fill or copy is left. In f32 the padding is folded the same
+// way.
+TEST(ConvRewritePassTest, ProgramConvolutionsReadBf16AndUnpaddedInputs) {
+  for (ir::DType dtype : {ir::BFLOAT16, ir::FLOAT32}) {
+    SCOPED_TRACE(DTypeText(dtype));
+    auto context = CreateCompilerContext();
+    auto module = ImportGraph(TwoConvGraph(dtype), context.get());
+    ASSERT_TRUE(module.ok()) << module.status();
+    std::vector<Stage> stages = FusionStages();
+    stages.insert(stages.end(), BufferizationStages().begin(),
+                  BufferizationStages().end());
+    stages.push_back(ConvStage());
+    ASSERT_TRUE(RunStages(**module, stages, "two_convs").ok());
+    const std::vector<ConvProblem> problems = ConvProblems(**module);
+    ASSERT_EQ(problems.size(), 2u);
+    const bool bf16 = dtype == ir::BFLOAT16;
+    for (const ConvProblem& p : problems) {
+      SCOPED_TRACE(p.ToString());
+      EXPECT_EQ(p.type, bf16 ? ConvOperandType::kBF16 : ConvOperandType::kF32);
+      EXPECT_EQ(p.epilogue.store, bf16 ? StoreType::kBF16 : StoreType::kF32);
+      EXPECT_FALSE(p.accumulate);
+      EXPECT_EQ(p.ih, 10);
+      EXPECT_EQ(p.iw, 10);
+      for (int64_t pad : {p.pad_top, p.pad_left, p.pad_bottom, p.pad_right}) {
+        EXPECT_EQ(pad, 1);
+      }
+    }
+    EXPECT_EQ(Count<mlir::linalg::FillOp>(**module), 0);
+    EXPECT_EQ(Count<mlir::linalg::CopyOp>(**module), 0);
+    EXPECT_EQ(Count<mlir::memref::CopyOp>(**module), 0);
+    int f32_buffers = 0;
+    (*module)->walk([&](mlir::memref::AllocOp alloc) {
+      if (alloc.getType().getElementType().isF32()) ++f32_buffers;
+    });
+    // bf16: the relu reads the bits and stores bf16 only (f32: the first
+    // result and the relu's, one buffer or two as bufferization reuses).
+    if (bf16) EXPECT_EQ(f32_buffers, 0);
+  }
+}
+
+// Against a double reference: the bf16 program's products are exact in
+// f32, so it differs from the reference only in its f32 summation order
+// and the bf16 roundings of the relu's input and the output.
+TEST(ConvRewritePassTest, Bf16ProgramMatchesTheReference) {
+  if (!LoadOnednn()) GTEST_SKIP() << "oneDNN is not installed";
+  for (ir::DType dtype : {ir::BFLOAT16, ir::FLOAT32}) {
+    SCOPED_TRACE(DTypeText(dtype));
+    const HostTensor x = Random(dtype, {1, 16, 10, 10}, 7);
+    const HostTensor w1 = Random(dtype, {32, 16, 3, 3}, 8);
+    const HostTensor w2 = Random(dtype, {16, 32, 3, 3}, 9);
+    absl::StatusOr<std::vector<HostTensor>> out =
+        CompileAndRun(TwoConvGraph(dtype), {x, w1, w2});
+    ASSERT_TRUE(out.ok()) << out.status();
+    // Padded by one: conv[n, f, y, x] over c, i, j of
+    // in[c, y + i - 1, x + j - 1] * w[f, c, i, j].
+    auto conv = [](const std::vector<double>& in, int64_t channels,
+                   const std::vector<double>& w, int64_t filters,
+                   std::vector<double>& magnitude) {
+      std::vector<double> o(filters * 100, 0.0);
+      magnitude.assign(o.size(), 0.0);
+      for (int64_t f = 0; f < filters; ++f) {
+        for (int64_t y = 0; y < 10; ++y) {
+          for (int64_t xx = 0; xx < 10; ++xx) {
+            for (int64_t c = 0; c < channels; ++c) {
+              for (int64_t i = 0; i < 3; ++i) {
+                for (int64_t j = 0; j < 3; ++j) {
+                  const int64_t yy = y + i - 1, xs = xx + j - 1;
+                  if (yy < 0 || yy >= 10 || xs < 0 || xs >= 10) continue;
+                  const double t = in[(c * 10 + yy) * 10 + xs] *
+                                   w[((f * channels + c) * 3 + i) * 3 + j];
+                  o[(f * 10 + y) * 10 + xx] += t;
+                  magnitude[(f * 10 + y) * 10 + xx] += std::abs(t);
+                }
+              }
+            }
+          }
+        }
+      }
+      return o;
+    };
+    std::vector<double> m1, m2;
+    std::vector<double> h = conv(x.values, 16, w1.values, 32, m1);
+    for (double& v : h) v = std::max(0.0, RoundTo(dtype, v));
+    std::vector<double> want = conv(h, 32, w2.values, 16, m2);
+    const double u = UnitRoundoff(dtype);
+    std::vector<double> tol(want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      // The output's rounding, an ulp of each h, f32 summation.
+      tol[i] = 2 * u * std::abs(want[i]) + 2 * u * m2[i] + 300 * 6e-8 * m2[i];
+      want[i] = RoundTo(dtype, want[i]);
+    }
+    ExpectClose((*out)[0], want, tol, "out");
+  }
 }
 
 }  // namespace

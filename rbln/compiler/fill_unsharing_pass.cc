@@ -7,9 +7,35 @@
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
+#include "rbln/compiler/mlir_compat.h"
 
 namespace rbln::compiler {
 namespace {
+
+// The init operand of the op that computed the value `insert` writes back
+// into `fill` in place, in a slice of it at the same place (tensor.pad's
+// lowering: a linalg.copy into an extract_slice of the fill), or null.
+mlir::OpOperand* InteriorInit(mlir::tensor::InsertSliceOp insert,
+                              mlir::Value fill) {
+  auto result = insert.getSource().dyn_cast<mlir::OpResult>();
+  auto producer =
+      result ? llvm::dyn_cast<mlir::linalg::LinalgOp>(result.getOwner())
+             : nullptr;
+  if (!producer) return nullptr;
+  mlir::OpOperand* init =
+      compat::DpsInitOperands(producer)[result.getResultNumber()];
+  auto slice = init->get().getDefiningOp<mlir::tensor::ExtractSliceOp>();
+  if (!slice || slice.getSource() != fill || !slice.getOffsets().empty() ||
+      !slice.getSizes().empty() || !slice.getStrides().empty() ||
+      !insert.getOffsets().empty() || !insert.getSizes().empty() ||
+      !insert.getStrides().empty() ||
+      slice.getStaticOffsets() != insert.getStaticOffsets() ||
+      slice.getStaticSizes() != insert.getStaticSizes() ||
+      slice.getStaticStrides() != insert.getStaticStrides()) {
+    return nullptr;
+  }
+  return init;
+}
 
 class FillUnsharingPass
     : public mlir::PassWrapper<FillUnsharingPass,
@@ -19,8 +45,8 @@ class FillUnsharingPass
 
   llvm::StringRef getArgument() const final { return "rbln-unshare-fills"; }
   llvm::StringRef getDescription() const final {
-    return "clones a tensor linalg.fill for each linalg destination it "
-           "initializes";
+    return "clones a tensor linalg.fill for each linalg or insert_slice "
+           "destination it initializes";
   }
 
   void runOnOperation() override {
@@ -34,6 +60,12 @@ class FillUnsharingPass
       for (mlir::OpOperand& use : fill->getResult(0).getUses()) {
         auto user = llvm::dyn_cast<mlir::linalg::LinalgOp>(use.getOwner());
         if (user && user.isDpsInit(&use)) destinations.push_back(&use);
+        // A padding: tensor.pad becomes a fill and an insert_slice into it.
+        auto insert =
+            llvm::dyn_cast<mlir::tensor::InsertSliceOp>(use.getOwner());
+        if (insert && use.get() == insert.getDest()) {
+          destinations.push_back(&use);
+        }
       }
       // A fill that already is its only destination's producer stays.
       if (destinations.size() == 1 && fill->getResult(0).hasOneUse() &&
@@ -41,13 +73,28 @@ class FillUnsharingPass
         continue;
       }
       for (mlir::OpOperand* use : destinations) {
-        mlir::OpBuilder b(use->getOwner());
+        // A padding's interior computed in place in a slice of the fill:
+        // that slice comes from the same clone, else bufferization copies.
+        // (CSE may have merged the slices of several paddings too.)
+        auto insert =
+            llvm::dyn_cast<mlir::tensor::InsertSliceOp>(use->getOwner());
+        mlir::OpOperand* interior =
+            insert ? InteriorInit(insert, fill.getResult(0)) : nullptr;
+        mlir::OpBuilder b(interior ? interior->getOwner() : use->getOwner());
         mlir::Value init = fill.getOutputs()[0];
         mlir::Operation* empty = init.getDefiningOp<mlir::tensor::EmptyOp>();
         mlir::Value own_init = empty ? b.clone(*empty)->getResult(0) : init;
         mlir::Operation* clone = b.clone(*fill);
         clone->getOpOperand(1).set(own_init);
         use->set(clone->getResult(0));
+        if (interior) {
+          auto slice = llvm::cast<mlir::tensor::ExtractSliceOp>(
+              b.clone(*interior->get().getDefiningOp()));
+          slice.getSourceMutable().assign(clone->getResult(0));
+          mlir::Operation* shared = interior->get().getDefiningOp();
+          interior->set(slice.getResult());
+          if (shared->use_empty()) shared->erase();
+        }
       }
       if (fill->use_empty()) {
         mlir::Operation* empty = fill.getOutputs()[0].getDefiningOp();

@@ -13,7 +13,12 @@
 // bufferization, gives every linalg destination use of a fill its own
 // clone of the fill and of the tensor.empty it fills, right before the
 // destination's op, so that after bufferization each C is allocated and
-// zero-filled just before the op that writes it.
+// zero-filled just before the op that writes it. The same for the
+// destinations of tensor.insert_slice: a tensor.pad is a fill and an
+// insert_slice into it, and CSE lets pads of one shape share the fill, which
+// bufferization then copies whole for each pad (a convolution's padded input
+// written twice; the conv rewrite reads the unpadded input only when the
+// fill and the copy are its own).
 #ifndef RBLN_COMPILER_FILL_UNSHARING_PASS_H_
 #define RBLN_COMPILER_FILL_UNSHARING_PASS_H_
 

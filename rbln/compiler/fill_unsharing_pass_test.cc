@@ -2,7 +2,8 @@
 //
 // Two projections of one input (an attention layer's q and k): CSE leaves
 // them one shared zero fill; the pass gives each its own, so bufferization
-// copies no filled buffer, and the results stay right.
+// copies no filled buffer, and the results stay right. The same for two
+// paddings of one shape.
 #include "rbln/compiler/fill_unsharing_pass.h"
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Pass/PassManager.h"
 #include "rbln/compiler/frontend.h"
 #include "rbln/compiler/mlir_setup.h"
@@ -62,6 +64,40 @@ TEST(FillUnsharingPassTest, BufferizationCopiesNoFilledBuffer) {
   ASSERT_TRUE(RunStages(**module, BufferizationStages(), "t").ok());
   EXPECT_EQ(Count<mlir::memref::CopyOp>(**module), 0);
   EXPECT_EQ(Count<mlir::linalg::FillOp>(**module), 2);
+}
+
+// Two convolutions padding inputs of one shape: CSE leaves their paddings
+// one zero fill and one slice of it to copy each input into; each padding
+// gets its own fill and slice, so bufferization copies no padded buffer
+// (the convolution rewrite then reads the inputs unpadded).
+TEST(FillUnsharingPassTest, EachPaddingGetsItsOwnFill) {
+  ir::Graph g;
+  g.set_name("two_padded_convs");
+  AddInput(g, "x1", Type(ir::FLOAT32, {1, 4, 8, 8}));
+  AddInput(g, "x2", Type(ir::FLOAT32, {1, 4, 8, 8}));
+  AddInput(g, "w", Type(ir::FLOAT32, {4, 4, 3, 3}));
+  AddNode(g, "convolution", {"x1", "w"}, "y1", Type(ir::FLOAT32, {1, 4, 8, 8}));
+  AddNode(g, "convolution", {"x2", "w"}, "y2", Type(ir::FLOAT32, {1, 4, 8, 8}));
+  for (ir::Node& n : *g.mutable_nodes()) {
+    auto& attrs = *n.mutable_attrs();
+    attrs["stride"].set_s("1,1");
+    attrs["padding"].set_s("1,1");
+    attrs["dilation"].set_s("1,1");
+    attrs["output_padding"].set_s("0,0");
+    attrs["transposed"].set_b(false);
+    attrs["groups"].set_i(1);
+  }
+  g.add_outputs("y1");
+  g.add_outputs("y2");
+  auto context = CreateCompilerContext();
+  auto module = ImportGraph(g, context.get());
+  ASSERT_TRUE(module.ok()) << module.status();
+  ASSERT_TRUE(RunStages(**module, FusionStages(), "t").ok());
+  int slices = 0;
+  (*module)->walk([&](mlir::tensor::ExtractSliceOp) { ++slices; });
+  ASSERT_EQ(slices, 1);  // CSE'd
+  ASSERT_TRUE(RunStages(**module, BufferizationStages(), "t").ok());
+  EXPECT_EQ(Count<mlir::memref::CopyOp>(**module), 0);
 }
 
 TEST(FillUnsharingPassTest, ProjectionsStayRight) {

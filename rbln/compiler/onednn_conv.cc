@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -10,6 +11,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "oneapi/dnnl/dnnl.h"
+#include "rbln/compiler/input_content.h"
+#include "rbln/compiler/packed_weights.h"
 
 namespace rbln::compiler {
 namespace {
@@ -25,6 +28,10 @@ constexpr int kWeightsSlot = 3;
 constexpr int kDstSlot = 4;
 
 constexpr int64_t kEncodingVersion = 1;
+
+// The word after a block problem's encoding in the key of its packed
+// kernel (PackedWeightCache keys of GEMMs end otherwise).
+constexpr int64_t kPackedKernelKey = -2;
 
 // A reorder between a user layout and the primitive's (null if equal).
 struct Reorder {
@@ -361,8 +368,33 @@ void RunConvBlock(const ConvProblem& p, const void* src, const void* weights,
                        part.offset_weights * in_bytes;
   void* user_dst = static_cast<char*>(dst) + part.offset_dst * out_bytes;
   void* conv_src = Reordered(d, thread, prim.src_in, user_src, kSrcSlot);
+  // A kernel read from a program input keeps its blocked layout between
+  // runs while its bytes keep their version (packed_weights.h): a warm
+  // forward then reorders activations only, as PyTorch's cached
+  // convolutions do.
+  std::shared_ptr<const void> packed;
+  if (prim.weights_in.primitive != nullptr) {
+    const int64_t kernel_bytes =
+        q.oc * (q.ic / q.groups) * q.kh * q.kw * in_bytes;
+    if (std::optional<InputContent> content =
+            FindInputContent(user_weights, kernel_bytes)) {
+      std::vector<int64_t> key = q.Encode();
+      key.push_back(kPackedKernelKey);
+      packed = PackedWeightCache::Global().Get(
+          *content, key, prim.weights_in.to_bytes, [&](void* out) {
+            onednn::Memory mf(d, prim.weights_in.from, user_weights),
+                mt(d, prim.weights_in.to, out);
+            onednn::Execute(
+                d, prim.weights_in.primitive,
+                {{DNNL_ARG_FROM, mf.get()}, {DNNL_ARG_TO, mt.get()}},
+                "kernel reorder");
+          });
+    }
+  }
   void* conv_weights =
-      Reordered(d, thread, prim.weights_in, user_weights, kWeightsSlot);
+      packed != nullptr
+          ? const_cast<void*>(packed.get())
+          : Reordered(d, thread, prim.weights_in, user_weights, kWeightsSlot);
   void* conv_dst;
   if (prim.epilogue_after) {
     conv_dst = thread.Buffer(kUnfusedResultSlot,

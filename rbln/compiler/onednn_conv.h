@@ -12,8 +12,11 @@
 // GOIHW) contiguous kernel, as the frontend's linalg.conv_2d_nchw_fchw and
 // grouped convolutions have them. A block with many output positions runs
 // oneDNN's fastest kernels (brgconv with avx512_bf16 on this project's
-// CPUs), which want blocked layouts: its source and kernel are reordered
-// into per-thread buffers and its result back. A block with few positions
+// CPUs), which want blocked layouts: its source is reordered into a
+// per-thread buffer and its result back; its kernel too, unless it is a
+// program input whose reordered copy PackedWeightCache keeps
+// (packed_weights.h: from the second run of a weight version on, warm
+// forwards reorder no kernel). A block with few positions
 // (a 7x7 map with 512 channels) would spend more on reordering its large
 // kernel than it saves, and runs the GEMM-based kernel on the operands as
 // they are (kBlockedLayoutMinPositions; docs/benchmarks.md). The epilogue

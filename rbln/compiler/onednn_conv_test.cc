@@ -4,7 +4,8 @@
 // result, accumulate or overwrite, on the GEMM-based kernel and on blocked
 // layouts; epilogues (bias, per-channel operands, element-wise functions,
 // bf16 stores); blocks cover the problem once and give the same bits in
-// sequence and on threads.
+// sequence and on threads; kernels of program inputs reordered once per
+// content version.
 #include "rbln/compiler/onednn_conv.h"
 
 #include <cmath>
@@ -16,6 +17,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "rbln/compiler/input_content.h"
+#include "rbln/compiler/packed_weights.h"
+#include "rbln/runtime/executable.h"
 
 namespace rbln::compiler {
 namespace {
@@ -283,6 +287,61 @@ TEST_F(OnednnConvTest, AppliesEpilogues) {
       }
     }
   }
+}
+
+// A kernel read from a registered program input: reordered into its blocked
+// layout at its second use and kept while its version stays, reordered
+// again after a write (a new version); every call matches the reference
+// and gives the bits of the first.
+TEST_F(OnednnConvTest, PackedKernelsFollowTheirContentVersion) {
+  uint32_t seed = 300;
+  const uint64_t packed_before = PackedWeightCache::Global().bytes();
+  bool blocked = false;
+  for (ConvProblem p : Problems()) {
+    p.accumulate = false;
+    blocked |= ConvImplementation(p).find("blocked") != std::string::npos;
+    Operands o = Make(p, seed++);
+    runtime::BufferView view;
+    view.data = o.weights_raw.data();
+    view.dtype = p.type == ConvOperandType::kBF16 ? DType::kBFloat16
+                                                  : DType::kFloat32;
+    view.sizes = {static_cast<int64_t>(o.weights.size())};
+    view.strides = {1};
+    view.content_address = 0x100000 * seed;
+    for (uint64_t version : {1, 2}) {
+      if (version == 2) {
+        // The kernel is written: new bytes, new version.
+        Operands fresh = Make(p, seed + 1000);
+        o.weights = fresh.weights;
+        std::memcpy(o.weights_raw.data(), fresh.weights_raw.data(),
+                    o.weights_raw.size());
+      }
+      view.content_version = version;
+      std::vector<runtime::BufferView> args = {view};
+      std::vector<void*> data = {o.weights_raw.data()};
+      InputContentScope scope(args, data, 1);
+      for (int64_t blocks : {1, 4}) {
+        std::vector<char> first;
+        for (int call = 0; call < 3; ++call) {
+          std::vector<char> dst = InitialDst(p, o);
+          RunAll(p, o, dst, blocks);
+          if (call == 0) {
+            first = dst;
+            const std::vector<double> want = Reference(p, o);
+            const double terms = p.ic / p.groups * p.kh * p.kw;
+            for (size_t i = 0; i < want.size(); ++i) {
+              ASSERT_NEAR(Load(p, dst, i), want[i], 2e-6 * (terms + 1))
+                  << p.ToString() << " version " << version << " element " << i;
+            }
+          } else {
+            EXPECT_EQ(dst, first) << p.ToString() << " version " << version
+                                  << " call " << call << " blocks " << blocks;
+          }
+        }
+      }
+    }
+  }
+  if (blocked) EXPECT_GT(PackedWeightCache::Global().bytes(), packed_before);
 }
 
 TEST_F(OnednnConvTest, BlocksOnThreadsGiveTheSameBitsAsInSequence) {
