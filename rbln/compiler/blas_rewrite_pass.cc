@@ -70,6 +70,8 @@ struct Gemm {
   StoreType store = StoreType::kF32;
   // oneDNN only: a per-column bias added by the call (row 0 of `sides`).
   bool bias = false;
+  // oneDNN only: a ReLU applied by the call before its store.
+  bool relu = false;
 };
 
 bool FitsInt32(int64_t v) { return v <= std::numeric_limits<int32_t>::max(); }
@@ -303,13 +305,20 @@ std::optional<Matrix> NarrowMatrix(NarrowOperand w, mlir::Operation* op,
 }
 
 // What an element-wise generic after a GEMM does with C that the call can
-// do instead (a LibraryEpilogue): out = store(C [+ bias[column]]), the
-// bias (its second input, 1-D, indexed by the last dim only, f32 or bf16)
-// added in f32, the store rounding to bf16 into an i16 output or storing
-// f32. C is its first input (identity map), the output has an identity map.
+// do instead (a LibraryEpilogue): out = store([relu](C [+ bias[column]])),
+// the bias (its second input, 1-D, indexed by the last dim only, f32 or
+// bf16) added in f32, the store rounding to bf16 into an i16 output or
+// storing f32 (a relu only with a bf16 store). C is its first input
+// (identity map), the output has an identity map.
 struct EpilogueGeneric {
   StoreType store = StoreType::kF32;
   Value bias;  // null if none
+  // A ReLU of the rounded value, rounded again (exact): oneDNN's relu
+  // before its bf16 store gives the same values, since rounding is
+  // monotone and keeps zero. (Only a zero's sign can differ: a negative
+  // sum that rounds to -0.0, |sum| < 2^-133, stays -0.0 through the
+  // generic's relu and becomes +0.0 through oneDNN's.)
+  bool relu = false;
 };
 
 std::optional<EpilogueGeneric> AsEpilogueGeneric(mlir::linalg::GenericOp g) {
@@ -333,6 +342,14 @@ std::optional<EpilogueGeneric> AsEpilogueGeneric(mlir::linalg::GenericOp g) {
   Value x = llvm::cast<mlir::linalg::YieldOp>(body.getTerminator()).getOperand(0);
   if (e.store == StoreType::kBF16) x = RoundedToBf16(x);
   if (!x) return std::nullopt;
+  if (e.store == StoreType::kBF16) {
+    if (Value bits = Bf16ReluInput(x)) {
+      if (Value sum = RoundedToBf16(bits)) {
+        x = sum;
+        e.relu = true;
+      }
+    }
+  }
   const Value c = body.getArgument(0);
   if (inputs == 1) {
     // Only a bf16 store is worth taking over (f32: a copy).
@@ -382,7 +399,11 @@ bool IsReshape(mlir::Operation* op) {
                                mlir::memref::ExpandShapeOp>(op);
 }
 
-std::optional<Bf16Store> Bf16StoreOf(const Matrix& c, mlir::Operation* op) {
+// `replaced`: writers that will go (their f32 values are read through
+// their twins only); reading C does not keep them.
+std::optional<Bf16Store> Bf16StoreOf(
+    const Matrix& c, mlir::Operation* op,
+    const llvm::SmallPtrSetImpl<mlir::Operation*>& replaced) {
   mlir::Operation* c_view = c.memref.getDefiningOp();
   if (IsReshape(c_view)) {
     if (!c_view->hasOneUse()) return std::nullopt;
@@ -404,9 +425,16 @@ std::optional<Bf16Store> Bf16StoreOf(const Matrix& c, mlir::Operation* op) {
     }
     mlir::Operation* reader = user;
     if (IsReshape(user)) {
-      if (!user->hasOneUse()) return std::nullopt;
-      reader = *user->getUsers().begin();
+      // Read through the view by one op (besides replaced writers).
+      llvm::SmallVector<mlir::Operation*, 2> through;
+      for (mlir::Operation* u : user->getUsers()) {
+        if (!replaced.contains(u)) through.push_back(u);
+      }
+      if (through.empty()) continue;
+      if (through.size() != 1) return std::nullopt;
+      reader = through.front();
     }
+    if (replaced.contains(reader)) continue;
     auto generic = llvm::dyn_cast<mlir::linalg::GenericOp>(reader);
     std::optional<EpilogueGeneric> e;
     if (!rounding && generic) e = AsEpilogueGeneric(generic);
@@ -437,10 +465,15 @@ std::optional<Bf16Store> Bf16StoreOf(const Matrix& c, mlir::Operation* op) {
   for (mlir::OpOperand& operand : op->getOpOperands()) {
     if (BaseBuffer(operand.get()) == out_base) return std::nullopt;
   }
-  // The buffer must exist where the call is.
+  // The buffer must exist where the call is: an allocation after it (of a
+  // static shape: no operands) moves up to it.
+  mlir::Operation* late_alloc = nullptr;
   if (mlir::Operation* def = out.getDefiningOp();
       def && def->getBlock() == op->getBlock() && !def->isBeforeInBlock(op)) {
-    return std::nullopt;
+    if (!llvm::isa<mlir::memref::AllocOp>(def) || def->getNumOperands() != 0) {
+      return std::nullopt;
+    }
+    late_alloc = def;
   }
   for (mlir::Operation* between = op->getNextNode(); between != rounding;
        between = between->getNextNode()) {
@@ -455,6 +488,7 @@ std::optional<Bf16Store> Bf16StoreOf(const Matrix& c, mlir::Operation* op) {
       return std::nullopt;
     }
   }
+  if (late_alloc != nullptr) late_alloc->moveBefore(op);
   OpBuilder b(op);
   auto out_type = out.getType().cast<mlir::MemRefType>();
   auto c_type = c.memref.getType().cast<mlir::MemRefType>();
@@ -544,6 +578,10 @@ GemmProblem ProblemOf(const Gemm& g) {
   p.stride_c = g.batch > 1 ? g.c.batch_stride : 0;
   p.epilogue.store = g.store;
   if (g.bias) p.epilogue.bias_row = 0;
+  if (g.relu) {
+    p.epilogue.ops.push_back(
+        EpilogueOp{false, static_cast<int64_t>(EltwiseFn::kRelu)});
+  }
   return p;
 }
 
@@ -597,6 +635,74 @@ void EmitOnednnGemm(OpBuilder& b, Location l, const Gemm& g,
       });
   loop->setAttr(kParallelIterationsAttr, b.getUnitAttr());
   loop->setAttr(kWorkAttr, work);
+}
+
+// The ops that use `buffer`, directly or through views of it.
+llvm::SmallVector<mlir::Operation*> BufferUsers(Value buffer) {
+  llvm::SmallVector<mlir::Operation*> users;
+  llvm::SmallVector<Value> values = {buffer};
+  while (!values.empty()) {
+    Value v = values.pop_back_val();
+    for (mlir::Operation* user : v.getUsers()) {
+      auto view = llvm::dyn_cast<mlir::ViewLikeOpInterface>(user);
+      if (view && view.getViewSource() == v) {
+        values.append(user->result_begin(), user->result_end());
+      } else if (!llvm::is_contained(users, user)) {
+        users.push_back(user);
+      }
+    }
+  }
+  return users;
+}
+
+// The writers among `writers` whose f32 values nothing will read: every use
+// of their buffer (through views) is a deallocation, the writer itself, or
+// a GEMM that reads the writer's twin instead (`twin_readers`).
+llvm::SmallPtrSet<mlir::Operation*, 8> ReplacedWriters(
+    llvm::ArrayRef<mlir::linalg::GenericOp> writers,
+    const llvm::DenseMap<mlir::Operation*,
+                         llvm::SmallPtrSet<mlir::Operation*, 4>>& twin_readers) {
+  llvm::SmallPtrSet<mlir::Operation*, 8> replaced;
+  for (mlir::linalg::GenericOp w : writers) {
+    auto it = twin_readers.find(w.getOperation());
+    const Value buffer = w.getDpsInitOperand(0)->get();
+    if (it == twin_readers.end() ||
+        !buffer.getDefiningOp<mlir::memref::AllocOp>()) {
+      continue;
+    }
+    const bool unread = llvm::all_of(BufferUsers(buffer), [&](mlir::Operation* u) {
+      return u == w.getOperation() || llvm::isa<mlir::memref::DeallocOp>(u) ||
+             it->second.contains(u);
+    });
+    if (unread) replaced.insert(w.getOperation());
+  }
+  return replaced;
+}
+
+// Erases the views of `buffer` that nothing uses, innermost first.
+void EraseUnusedViews(Value buffer) {
+  for (mlir::Operation* user : llvm::make_early_inc_range(buffer.getUsers())) {
+    auto view = llvm::dyn_cast<mlir::ViewLikeOpInterface>(user);
+    if (!view || view.getViewSource() != buffer) continue;
+    for (Value result : user->getResults()) EraseUnusedViews(result);
+    if (user->use_empty()) user->erase();
+  }
+}
+
+// Erases `buffer` (a memref.alloc), its unused views and its
+// deallocations, if nothing else uses it.
+void EraseIfUnused(Value buffer) {
+  EraseUnusedViews(buffer);
+  mlir::Operation* alloc = buffer.getDefiningOp();
+  if (!alloc || !llvm::all_of(alloc->getUsers(), [](mlir::Operation* u) {
+        return llvm::isa<mlir::memref::DeallocOp>(u);
+      })) {
+    return;
+  }
+  for (mlir::Operation* user : llvm::make_early_inc_range(alloc->getUsers())) {
+    user->erase();
+  }
+  alloc->erase();
 }
 
 class BlasRewritePass
@@ -663,6 +769,35 @@ class BlasRewritePass
     llvm::DenseMap<mlir::Operation*, Value> twins;
     mlir::func::FuncOp problem_callee;
     mlir::SymbolTable symbols(module);
+    // Every GEMM's narrow operands first (twins made), so that the epilogue
+    // analysis below sees a twin that rounds C as C's reader.
+    llvm::DenseMap<mlir::Operation*, llvm::SmallPtrSet<mlir::Operation*, 4>>
+        twin_readers;  // writer -> the GEMMs that read its twin instead
+    for (size_t i = 0; onednn && i < gemms.size(); ++i) {
+      if (!narrow[i]) continue;
+      auto& [op, gemm] = gemms[i];
+      NarrowOperand& a = narrow[i]->a;
+      const NarrowOperand& nb = narrow[i]->b;
+      if (a.transposed) {  // A cannot be read transposed: from a twin.
+        a.source = nullptr;
+        a.transposed = false;
+      }
+      std::optional<Matrix> ma = NarrowMatrix(a, op, twins);
+      std::optional<Matrix> mb = NarrowMatrix(nb, op, twins);
+      if (ma && mb) {  // (always: identity layouts, unit inner stride)
+        gemm.a = *ma;
+        gemm.b = *mb;
+        gemm.type = OperandTypeOf(a.format);
+        gemm.trans_b ^= nb.transposed;
+        writers.append({a.writer, nb.writer});
+        twin_readers[a.writer].insert(op);
+        twin_readers[nb.writer].insert(op);
+      }
+    }
+    llvm::SmallPtrSet<mlir::Operation*, 8> replaced =
+        ReplacedWriters(writers, twin_readers);
+    llvm::SmallPtrSet<mlir::Operation*, 8> erased;
+    llvm::SmallVector<Value> erased_buffers;
     for (size_t i = 0; i < gemms.size(); ++i) {
       auto& [op, gemm] = gemms[i];
       OpBuilder b(op);
@@ -670,23 +805,6 @@ class BlasRewritePass
         EmitSgemm(b, op->getLoc(), gemm, callee);
         op->erase();
         continue;
-      }
-      if (narrow[i]) {
-        NarrowOperand& a = narrow[i]->a;
-        const NarrowOperand& nb = narrow[i]->b;
-        if (a.transposed) {  // A cannot be read transposed: from a twin.
-          a.source = nullptr;
-          a.transposed = false;
-        }
-        std::optional<Matrix> ma = NarrowMatrix(a, op, twins);
-        std::optional<Matrix> mb = NarrowMatrix(nb, op, twins);
-        if (ma && mb) {  // (always: identity layouts, unit inner stride)
-          gemm.a = *ma;
-          gemm.b = *mb;
-          gemm.type = OperandTypeOf(a.format);
-          gemm.trans_b ^= nb.transposed;
-          writers.append({a.writer, nb.writer});
-        }
       }
       if (gemm.type == GemmOperandType::kF32) UseCopySources(op, gemm, copies);
       if (mlir::linalg::FillOp fill = ZeroFillOf(gemm.c.memref, op)) {
@@ -700,7 +818,7 @@ class BlasRewritePass
       std::optional<Bf16Store> store;
       if (gemm.overwrite &&
           (gemm.batch == 1 || gemm.c.batch_stride == gemm.m * gemm.c.ld)) {
-        store = Bf16StoreOf(gemm.c, op);
+        store = Bf16StoreOf(gemm.c, op, replaced);
         // A bf16 store for bf16 GEMMs only (oneDNN has no fast kernel for
         // the others).
         if (store && store->epilogue.store == StoreType::kBF16 &&
@@ -721,6 +839,7 @@ class BlasRewritePass
         gemm.c = store->out;
         gemm.store = store->epilogue.store;
         gemm.bias = store->epilogue.bias != nullptr;
+        gemm.relu = store->epilogue.relu;
         mlir::memref::GlobalOp words =
             ProblemWordsGlobal(module, symbols,
                                std::string(kOnednnGemmProblemSymbol) + "_words",
@@ -762,6 +881,15 @@ class BlasRewritePass
           b.create<mlir::memref::DeallocOp>(op->getLoc(), sides_buffer);
         }
         op->erase();
+        // Replaced writers that read C go first (with their views of it).
+        for (mlir::Operation* user : BufferUsers(BaseBuffer(c))) {
+          if (!replaced.contains(user) || !erased.insert(user).second) continue;
+          erased_buffers.push_back(
+              llvm::cast<mlir::linalg::GenericOp>(user)
+                  .getDpsInitOperand(0)
+                  ->get());
+          user->erase();
+        }
         EraseRoundedBuffer(store->rounding, c);
         continue;
       }
@@ -769,7 +897,11 @@ class BlasRewritePass
       op->erase();
     }
     EraseUnread(copies);
+    llvm::erase_if(writers, [&](mlir::linalg::GenericOp w) {
+      return erased.contains(w.getOperation());
+    });
     EraseUnreadWriters(writers);
+    for (Value buffer : erased_buffers) EraseIfUnused(buffer);
   }
 
  private:

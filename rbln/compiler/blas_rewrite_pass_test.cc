@@ -206,6 +206,7 @@ struct GemmCall {
   StoreType store = StoreType::kF32;  // rbln_gemm_problem's epilogue
   int64_t trans_b = -1;
   bool bias = false;  // rbln_gemm_problem's epilogue adds a bias
+  bool relu = false;  // and applies a ReLU
 };
 // The rbln_gemm and rbln_gemm_problem calls of `m` (the latter's problem
 // read from its constant global).
@@ -243,6 +244,8 @@ std::vector<GemmCall> OnednnCalls(mlir::ModuleOp m) {
       c.store = p.epilogue.store;
       c.trans_b = p.trans_b;
       c.bias = p.epilogue.bias_row >= 0;
+      c.relu = p.epilogue.ops.size() == 1 && !p.epilogue.ops[0].binary &&
+               p.epilogue.ops[0].fn == static_cast<int64_t>(EltwiseFn::kRelu);
     }
     calls.push_back(c);
   });
@@ -291,6 +294,62 @@ TEST(BlasRewritePassTest, OnednnReadsAPermutedRightOperandTransposed) {
   }
 }
 
+// relu(linear(x [2, 3, 4], w [5, 4], b [5])) in `dtype`.
+ir::Graph LinearRelu(ir::DType dtype) {
+  ir::Graph g;
+  g.set_name("linear_relu");
+  AddInput(g, "x", Type(dtype, {2, 3, 4}));
+  AddInput(g, "w", Type(dtype, {5, 4}));
+  AddInput(g, "b", Type(dtype, {5}));
+  AddNode(g, "linear", {"x", "w", "b"}, "y", Type(dtype, {2, 3, 5}));
+  AddNode(g, "relu", {"y"}, "out", Type(dtype, {2, 3, 5}));
+  g.add_outputs("out");
+  return g;
+}
+
+// linear(relu(linear(x [2, 3, 4], w1 [6, 4], b1 [6])), w2 [5, 6]) in
+// `dtype`: a decoder's FFN.
+ir::Graph Ffn(ir::DType dtype) {
+  ir::Graph g;
+  g.set_name("ffn");
+  AddInput(g, "x", Type(dtype, {2, 3, 4}));
+  AddInput(g, "w1", Type(dtype, {6, 4}));
+  AddInput(g, "b1", Type(dtype, {6}));
+  AddInput(g, "w2", Type(dtype, {5, 6}));
+  AddNode(g, "linear", {"x", "w1", "b1"}, "y", Type(dtype, {2, 3, 6}));
+  AddNode(g, "relu", {"y"}, "h", Type(dtype, {2, 3, 6}));
+  AddNode(g, "linear", {"h", "w2"}, "out", Type(dtype, {2, 3, 5}));
+  g.add_outputs("out");
+  return g;
+}
+
+// In a bf16 FFN the relu's generic writes the widened values the second
+// GEMM reads; that GEMM reads the generic's bf16 twin instead, so the
+// generic goes, and the twin -- which only rounds the first GEMM's C --
+// becomes that GEMM's epilogue: bias, relu and bf16 store in the call, no
+// f32 buffer and no pass over C left.
+TEST(BlasRewritePassTest, OnednnFoldsTheRoundingTwinOfAnFfnIntoItsGemm) {
+  auto context = CreateCompilerContext();
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      RewriteGraph(Ffn(ir::BFLOAT16), context.get(), OnednnStage());
+  ASSERT_TRUE(module);
+  std::vector<GemmCall> calls = OnednnCalls(*module);
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0].type, 1);
+  EXPECT_EQ(calls[0].store, StoreType::kBF16);
+  EXPECT_TRUE(calls[0].bias);
+  EXPECT_TRUE(calls[0].relu);
+  EXPECT_EQ(calls[1].type, 1);
+  EXPECT_EQ(calls[1].store, StoreType::kBF16);
+  // Only the bias widened into an f32 row.
+  EXPECT_EQ(Count<mlir::linalg::GenericOp>(*module), 1);
+  int f32_buffers = 0;
+  module->walk([&](mlir::memref::AllocOp alloc) {
+    if (alloc.getType().getElementType().isF32()) ++f32_buffers;
+  });
+  EXPECT_EQ(f32_buffers, 1);
+}
+
 TEST(BlasRewritePassTest, OnednnTakesBf16AndF16OperandsAsTheyAre) {
   struct Case {
     ir::Graph graph;
@@ -299,6 +358,7 @@ TEST(BlasRewritePassTest, OnednnTakesBf16AndF16OperandsAsTheyAre) {
     int generics;      // linalg.generic left (widenings, epilogue)
     StoreType store;   // how the call stores C
     bool bias = false;  // the call adds the bias
+    bool relu = false;  // and applies a ReLU
   };
   const ir::DType bf = ir::BFLOAT16, h = ir::FLOAT16, f = ir::FLOAT32;
   const StoreType f32 = StoreType::kF32, bf16 = StoreType::kBF16;
@@ -326,6 +386,8 @@ TEST(BlasRewritePassTest, OnednnTakesBf16AndF16OperandsAsTheyAre) {
                        {Type(f, {3, 4}), Type(f, {5, 4}), Type(f, {5})},
                        {Type(f, {3, 5})}),
             0, 1, 0, f32, true},
+           // A ReLU after the bf16 linear (an FFN's first half) too.
+           {LinearRelu(bf), 1, 1, 1, bf16, true, true},
            // f16: no widening left either (the library widens each block:
            // oneDNN has no f16 matmul); C is rounded to f16 by a pass of
            // its own, with linear's bias added in it.
@@ -357,6 +419,7 @@ TEST(BlasRewritePassTest, OnednnTakesBf16AndF16OperandsAsTheyAre) {
     EXPECT_EQ(calls[0].blocks, c.blocks) << what;
     EXPECT_EQ(calls[0].store, c.store) << what;
     EXPECT_EQ(calls[0].bias, c.bias) << what;
+    EXPECT_EQ(calls[0].relu, c.relu) << what;
     // No f32 buffer left for C when the call stores bf16 (only the widened
     // bias).
     if (c.store == bf16) {
@@ -621,7 +684,8 @@ TEST(BlasRewritePassTest, OnednnReadsComputedBf16AndF16OperandsFromATwin) {
 // A bf16 GEMM whose f32 C is rounded to bf16 (%out), but also read by
 // another op (%also) in the first kernel, and whose rounded buffer is
 // written between the GEMM and the rounding in the second: C must stay
-// f32 and the rounding a pass of its own in both.
+// f32 and the rounding a pass of its own in both. (Without either, the
+// call stores bf16, also into a buffer allocated after the GEMM.)
 constexpr char kRoundingKernels[] = R"mlir(
 func.func @kernel(%x: memref<4x4xi16>, %y: memref<4x4xi16>,
                   %out: memref<4x4xi16>, %also: memref<4x4xf32>)
@@ -700,9 +764,18 @@ TEST(BlasRewritePassTest, OnednnStoresBf16OnlyWhenTheRoundingIsCsOnlyReader) {
     StoreType store;
     int generics;  // the rounding, if it stays
   };
+  // The rounded buffer allocated after the GEMM (as bufferization places
+  // a linear's result): the allocation moves up to the call.
+  std::string late = with("%late = memref.alloc() : memref<4x4xi16>",
+                          "memref.copy %late, %out : memref<4x4xi16> to "
+                          "memref<4x4xi16>");
+  const std::string rounded_into = "outs(%out : memref<4x4xi16>) {";
+  late.replace(late.find(rounded_into), rounded_into.size(),
+               "outs(%late : memref<4x4xi16>) {");
   for (const Case& c : std::vector<Case>{{with("", ""), StoreType::kBF16, 0},
                                          {with("", copy_c), StoreType::kF32, 1},
-                                         {with(fill_out, ""), StoreType::kF32, 1}}) {
+                                         {with(fill_out, ""), StoreType::kF32, 1},
+                                         {late, StoreType::kBF16, 0}}) {
     auto context = CreateCompilerContext();
     auto module = mlir::parseSourceString<mlir::ModuleOp>(c.kernel, context.get());
     ASSERT_TRUE(module) << c.kernel;
@@ -749,6 +822,13 @@ TEST(BlasRewritePassTest, OnednnAndLoopsAgree) {
     // B read transposed from the permute's input.
     cases.push_back({PermuteMmGraph(d, 9, 70, 33),
                      {Random(d, {9, 33}, 13), Random(d, {70, 33}, 14)}});
+    // A ReLU the call applies (bf16) before its store.
+    cases.push_back({LinearRelu(d),
+                     {Random(d, {2, 3, 4}, 15), Random(d, {5, 4}, 16),
+                      Random(d, {5}, 17)}});
+    cases.push_back({Ffn(d),
+                     {Random(d, {2, 3, 4}, 18), Random(d, {6, 4}, 19),
+                      Random(d, {6}, 20), Random(d, {5, 6}, 21)}});
   }
   for (const Case& c : cases) {
     const std::string what = ir::ToText(c.graph);

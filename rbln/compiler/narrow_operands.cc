@@ -349,4 +349,63 @@ bool IsBf16Widening(Value v, Value bits) {
          cast.getType().isF32();
 }
 
+namespace {
+
+// True if `v` is bits & 0x7fff.
+bool IsMagnitudeOf(Value v, Value bits) {
+  auto terms = Ordered(v.getDefiningOp<mlir::arith::AndIOp>(),
+                       [](Value c) { return IsConstantInt(c, 0x7fff); });
+  return terms && terms->second == bits;
+}
+
+// True if `v` is the ordered key of `bits`: the magnitude, negated when the
+// sign is set ((magnitude ^ sign) - sign, sign = bits >> 15 arithmetic).
+bool IsKeyOf(Value v, Value bits) {
+  auto sub = v.getDefiningOp<mlir::arith::SubIOp>();
+  auto sign =
+      sub ? sub.getRhs().getDefiningOp<mlir::arith::ShRSIOp>() : nullptr;
+  if (!sign || sign.getLhs() != bits || !IsConstantInt(sign.getRhs(), 15)) {
+    return false;
+  }
+  auto flip = Ordered(sub.getLhs().getDefiningOp<mlir::arith::XOrIOp>(),
+                      [&](Value x) { return x == sign.getResult(); });
+  return flip && IsMagnitudeOf(flip->second, bits);
+}
+
+// True if `v` is key(bits) < 0.
+bool IsBelowZero(Value v, Value bits) {
+  auto cmp = v.getDefiningOp<mlir::arith::CmpIOp>();
+  return cmp && cmp.getPredicate() == mlir::arith::CmpIPredicate::slt &&
+         IsConstantInt(cmp.getRhs(), 0) && IsKeyOf(cmp.getLhs(), bits);
+}
+
+// True if `v` is magnitude(bits) <= 0x7f80 (not NaN), or < 0x7f81.
+bool IsNotNaN(Value v, Value bits) {
+  auto cmp = v.getDefiningOp<mlir::arith::CmpIOp>();
+  if (!cmp || !IsMagnitudeOf(cmp.getLhs(), bits)) return false;
+  return (cmp.getPredicate() == mlir::arith::CmpIPredicate::sle &&
+          IsConstantInt(cmp.getRhs(), 0x7f80)) ||
+         (cmp.getPredicate() == mlir::arith::CmpIPredicate::slt &&
+          IsConstantInt(cmp.getRhs(), 0x7f81));
+}
+
+}  // namespace
+
+Value Bf16ReluInput(Value v) {
+  auto select = v.getDefiningOp<mlir::arith::SelectOp>();
+  mlir::FloatAttr zero;
+  if (!select ||
+      !mlir::matchPattern(select.getTrueValue(), mlir::m_Constant(&zero)) ||
+      !zero.getValue().isPosZero()) {
+    return nullptr;
+  }
+  std::optional<Widened> widened = WidenedFrom(select.getFalseValue());
+  if (!widened || widened->format != NarrowFloat::kBF16) return nullptr;
+  const Value bits = widened->narrow;
+  auto both = Ordered(select.getCondition().getDefiningOp<mlir::arith::AndIOp>(),
+                      [&](Value c) { return IsBelowZero(c, bits); });
+  if (!both || !IsNotNaN(both->second, bits)) return nullptr;
+  return bits;
+}
+
 }  // namespace rbln::compiler

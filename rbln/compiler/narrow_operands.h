@@ -143,6 +143,13 @@ mlir::Value RoundedToBf16(mlir::Value v);
 // True if `v` is `bits` (i16) widened from bf16 to f32 (Bf16ToF32).
 bool IsBf16Widening(mlir::Value v, mlir::Value bits);
 
+// The bf16 bits `b` (i16) if `v` is the frontend's ReLU of the value they
+// hold, widened: select(b below zero, +0.0, Bf16ToF32(b)), the compare done
+// on the bits (ops/elementwise_util.cc, HalfCompare: the sign-magnitude
+// bits as an ordered key, and not NaN: a magnitude up to infinity's);
+// else null. -0.0 and NaN pass unchanged.
+mlir::Value Bf16ReluInput(mlir::Value v);
+
 }  // namespace rbln::compiler
 
 #endif  // RBLN_COMPILER_NARROW_OPERANDS_H_
