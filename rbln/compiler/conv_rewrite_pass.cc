@@ -291,7 +291,19 @@ struct Conv {
   std::optional<Padding> padding;
   // Both, or neither: a bf16 convolution.
   std::optional<NarrowOperand> narrow_src, narrow_weights;
+  // Else, in f16 programs: the f16 kernel the f32 one was widened from.
+  std::optional<NarrowOperand> f16_kernel;
 };
+
+// True if `kernel` (4-D, of `element`) is contiguous from its start.
+bool IsContiguousKernel(Value kernel, mlir::Type element) {
+  std::optional<Strided> w = StridesOf(kernel, element);
+  if (!w) return false;
+  llvm::ArrayRef<int64_t> ws = ShapeOf(kernel);
+  return w->offset == 0 && w->strides[3] == 1 && w->strides[2] == ws[3] &&
+         w->strides[1] == ws[2] * ws[3] &&
+         w->strides[0] == ws[1] * ws[2] * ws[3];
+}
 
 // The problem of `op`, or nothing if the call cannot take it.
 std::optional<Conv> Plan(mlir::linalg::Conv2DNchwFchwOp op) {
@@ -358,6 +370,19 @@ std::optional<Conv> Plan(mlir::linalg::Conv2DNchwFchwOp op) {
   c.narrow_src = Bf16OperandOf(c.src, c.padding ? c.padding->copy : op, op);
   if (c.narrow_src) c.narrow_weights = Bf16OperandOf(c.weights, op, op);
   if (!c.narrow_weights) c.narrow_src.reset();
+  // f16 programs: the kernel read as stored, widened by the call (once per
+  // content version for a weight), not by a pass over it per run.
+  if (!c.narrow_src) {
+    std::optional<NarrowOperand> k = NarrowOperandOf(c.weights, op);
+    if (k && k->format == NarrowFloat::kF16 && !k->collapse &&
+        !k->transposed) {
+      if (k->source &&
+          !IsContiguousKernel(k->source, mlir::Float16Type::get(op.getContext()))) {
+        k->source = nullptr;  // the twin, contiguous
+      }
+      c.f16_kernel = k;
+    }
+  }
   return c;
 }
 
@@ -476,6 +501,13 @@ class ConvRewritePass
       OpBuilder b(op);
       const Location l = op->getLoc();
       if (conv.narrow_src) UseBf16Operands(conv, twins, writers);
+      if (conv.f16_kernel) {
+        const NarrowOperand& k = *conv.f16_kernel;
+        conv.weights =
+            k.source ? k.source : NarrowTwin(k.writer, k.format, twins);
+        conv.problem.f16_kernel = true;
+        writers.push_back(k.writer);
+      }
       if (mlir::linalg::FillOp fill = ZeroFillOf(conv.dst, op)) {
         conv.problem.accumulate = false;
         fill->erase();

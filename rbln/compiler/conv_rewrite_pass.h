@@ -19,8 +19,10 @@
 // products of bf16 values are exact in f32, so only the f32 summation
 // order differs -- and, when every reader of the f32 result after the
 // convolution first rounds it to bf16 (the frontend's rounding), the call
-// stores bf16 into a buffer those readers read instead. f16 stays f32
-// (oneDNN 2.6 has no f16 convolution).
+// stores bf16 into a buffer those readers read instead. f16 convolutions
+// stay f32 (oneDNN 2.6 has no f16 convolution), but read the f16 kernel as
+// stored: the call widens it (ConvProblem::f16_kernel), once per content
+// version for a weight, instead of a pass over it per run.
 //
 // A convolution large enough is cut into blocks (at most kMaxGemmBlocks of
 // at least kMinGemmBlockWork multiply-adds, ConvBlockOf) called from an

@@ -300,10 +300,10 @@ std::vector<ConvProblem> ConvProblems(mlir::ModuleOp m) {
 // A bf16 program's convolutions read the bf16 input and kernel as they
 // are stored and the unpadded input with the padding in the problem, and
 // store bf16 for the relu and the output that only round their result: no
-// f32 buffer, fill or copy is left. In f32 the padding is folded the same
-// way.
+// f32 buffer, fill or copy is left. In f32 and f16 the padding is folded
+// the same way, and f16 kernels are read as stored (the call widens them).
 TEST(ConvRewritePassTest, ProgramConvolutionsReadBf16AndUnpaddedInputs) {
-  for (ir::DType dtype : {ir::BFLOAT16, ir::FLOAT32}) {
+  for (ir::DType dtype : {ir::BFLOAT16, ir::FLOAT32, ir::FLOAT16}) {
     SCOPED_TRACE(DTypeText(dtype));
     auto context = CreateCompilerContext();
     auto module = ImportGraph(TwoConvGraph(dtype), context.get());
@@ -319,6 +319,8 @@ TEST(ConvRewritePassTest, ProgramConvolutionsReadBf16AndUnpaddedInputs) {
     for (const ConvProblem& p : problems) {
       SCOPED_TRACE(p.ToString());
       EXPECT_EQ(p.type, bf16 ? ConvOperandType::kBF16 : ConvOperandType::kF32);
+      // f16: an f32 convolution that widens the f16 kernel itself.
+      EXPECT_EQ(p.f16_kernel, dtype == ir::FLOAT16);
       EXPECT_EQ(p.epilogue.store, bf16 ? StoreType::kBF16 : StoreType::kF32);
       EXPECT_FALSE(p.accumulate);
       EXPECT_EQ(p.ih, 10);
@@ -345,7 +347,7 @@ TEST(ConvRewritePassTest, ProgramConvolutionsReadBf16AndUnpaddedInputs) {
 // and the bf16 roundings of the relu's input and the output.
 TEST(ConvRewritePassTest, Bf16ProgramMatchesTheReference) {
   if (!LoadOnednn()) GTEST_SKIP() << "oneDNN is not installed";
-  for (ir::DType dtype : {ir::BFLOAT16, ir::FLOAT32}) {
+  for (ir::DType dtype : {ir::BFLOAT16, ir::FLOAT32, ir::FLOAT16}) {
     SCOPED_TRACE(DTypeText(dtype));
     const HostTensor x = Random(dtype, {1, 16, 10, 10}, 7);
     const HostTensor w1 = Random(dtype, {32, 16, 3, 3}, 8);

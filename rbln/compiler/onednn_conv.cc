@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "oneapi/dnnl/dnnl.h"
+#include "rbln/compiler/half_convert.h"
 #include "rbln/compiler/input_content.h"
 #include "rbln/compiler/packed_weights.h"
 
@@ -26,8 +27,9 @@ constexpr int kUnfusedResultSlot = 1;
 constexpr int kSrcSlot = 2;
 constexpr int kWeightsSlot = 3;
 constexpr int kDstSlot = 4;
+constexpr int kWidenedKernelSlot = 5;
 
-constexpr int64_t kEncodingVersion = 1;
+constexpr int64_t kEncodingVersion = 2;
 
 // The word after a block problem's encoding in the key of its packed
 // kernel (PackedWeightCache keys of GEMMs end otherwise).
@@ -251,7 +253,8 @@ int64_t OperandBytes(ConvOperandType type) {
 
 std::vector<int64_t> ConvProblem::Encode() const {
   std::vector<int64_t> words = {
-      kEncodingVersion, static_cast<int64_t>(type), accumulate, n, groups, ic,
+      kEncodingVersion, static_cast<int64_t>(type), f16_kernel, accumulate,
+      n, groups, ic,
       oc, ih, iw, kh, kw, oh, ow, stride_h, stride_w, dilation_h, dilation_w,
       pad_top, pad_left, pad_bottom, pad_right};
   words.insert(words.end(), src_strides, src_strides + 4);
@@ -267,8 +270,9 @@ ConvProblem ConvProblem::Decode(const int64_t* w) {
   }
   ConvProblem p;
   p.type = static_cast<ConvOperandType>(w[1]);
-  p.accumulate = w[2] != 0;
-  int i = 3;
+  p.f16_kernel = w[2] != 0;
+  p.accumulate = w[3] != 0;
+  int i = 4;
   for (int64_t* field :
        {&p.n, &p.groups, &p.ic, &p.oc, &p.ih, &p.iw, &p.kh, &p.kw, &p.oh,
         &p.ow, &p.stride_h, &p.stride_w, &p.dilation_h, &p.dilation_w,
@@ -284,9 +288,10 @@ ConvProblem ConvProblem::Decode(const int64_t* w) {
 
 std::string ConvProblem::ToString() const {
   return absl::StrFormat(
-      "%s n %d groups %d ic %d oc %d in %dx%d kernel %dx%d out %dx%d stride "
+      "%s%s n %d groups %d ic %d oc %d in %dx%d kernel %dx%d out %dx%d stride "
       "%dx%d dilation %dx%d padding %d,%d,%d,%d%s epilogue [%s]",
-      type == ConvOperandType::kBF16 ? "bf16" : "f32", n, groups, ic, oc, ih,
+      type == ConvOperandType::kBF16 ? "bf16" : "f32",
+      f16_kernel ? " (f16 kernel)" : "", n, groups, ic, oc, ih,
       iw, kh, kw, oh, ow, stride_h, stride_w, dilation_h, dilation_w, pad_top,
       pad_left, pad_bottom, pad_right, accumulate ? " accumulate" : "",
       epilogue.ToString());
@@ -365,24 +370,43 @@ void RunConvBlock(const ConvProblem& p, const void* src, const void* weights,
   void* user_src = const_cast<char*>(static_cast<const char*>(src)) +
                    part.offset_src * in_bytes;
   void* user_weights = const_cast<char*>(static_cast<const char*>(weights)) +
-                       part.offset_weights * in_bytes;
+                       part.offset_weights * (p.f16_kernel ? 2 : in_bytes);
   void* user_dst = static_cast<char*>(dst) + part.offset_dst * out_bytes;
   void* conv_src = Reordered(d, thread, prim.src_in, user_src, kSrcSlot);
   // A kernel read from a program input keeps its blocked layout between
   // runs while its bytes keep their version (packed_weights.h): a warm
   // forward then reorders activations only, as PyTorch's cached
   // convolutions do.
+  // An f16 kernel is widened first (into `widened`, f32 in the user
+  // layout), the same way.
+  const int64_t kernel_elements = q.oc * (q.ic / q.groups) * q.kh * q.kw;
+  auto widen = [&](void* out) {
+    HalfToFloat(static_cast<const uint16_t*>(user_weights), 1,
+                kernel_elements, kernel_elements, static_cast<float*>(out),
+                kernel_elements);
+  };
   std::shared_ptr<const void> packed;
-  if (prim.weights_in.primitive != nullptr) {
+  if (prim.weights_in.primitive != nullptr || q.f16_kernel) {
     const int64_t kernel_bytes =
-        q.oc * (q.ic / q.groups) * q.kh * q.kw * in_bytes;
+        kernel_elements * (q.f16_kernel ? 2 : in_bytes);
     if (std::optional<InputContent> content =
             FindInputContent(user_weights, kernel_bytes)) {
       std::vector<int64_t> key = q.Encode();
       key.push_back(kPackedKernelKey);
+      const uint64_t bytes = prim.weights_in.primitive != nullptr
+                                 ? prim.weights_in.to_bytes
+                                 : kernel_elements * sizeof(float);
       packed = PackedWeightCache::Global().Get(
-          *content, key, prim.weights_in.to_bytes, [&](void* out) {
-            onednn::Memory mf(d, prim.weights_in.from, user_weights),
+          *content, key, bytes, [&](void* out) {
+            if (prim.weights_in.primitive == nullptr) return widen(out);
+            void* from = user_weights;
+            std::vector<float> widened;
+            if (q.f16_kernel) {
+              widened.resize(kernel_elements);
+              widen(widened.data());
+              from = widened.data();
+            }
+            onednn::Memory mf(d, prim.weights_in.from, from),
                 mt(d, prim.weights_in.to, out);
             onednn::Execute(
                 d, prim.weights_in.primitive,
@@ -391,10 +415,19 @@ void RunConvBlock(const ConvProblem& p, const void* src, const void* weights,
           });
     }
   }
-  void* conv_weights =
-      packed != nullptr
-          ? const_cast<void*>(packed.get())
-          : Reordered(d, thread, prim.weights_in, user_weights, kWeightsSlot);
+  void* conv_weights;
+  if (packed != nullptr) {
+    conv_weights = const_cast<void*>(packed.get());
+  } else {
+    void* kernel = user_weights;
+    if (q.f16_kernel) {
+      kernel = thread.Buffer(kWidenedKernelSlot,
+                             kernel_elements * sizeof(float));
+      widen(kernel);
+    }
+    conv_weights =
+        Reordered(d, thread, prim.weights_in, kernel, kWeightsSlot);
+  }
   void* conv_dst;
   if (prim.epilogue_after) {
     conv_dst = thread.Buffer(kUnfusedResultSlot,

@@ -53,6 +53,10 @@ enum class ConvOperandType : int64_t { kF32 = 0, kBF16 = 1 };
 // per output channel (sides [rows, oc]).
 struct ConvProblem {
   ConvOperandType type = ConvOperandType::kF32;
+  // kF32 only: the kernel is stored as IEEE f16 and widened, exactly, by
+  // the call (oneDNN 2.6 has no f16 convolution) -- once per content
+  // version for a program input, kept with its blocked layout.
+  bool f16_kernel = false;
   bool accumulate = true;  // dst += conv (linalg's semantics); else dst = conv
   int64_t n = 0, groups = 1, ic = 0, oc = 0;
   int64_t ih = 0, iw = 0, kh = 0, kw = 0, oh = 0, ow = 0;

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -406,6 +407,64 @@ TEST(ConvProblemTest, EncodesAndDecodes) {
   EXPECT_EQ(q.Encode(), words);
   EXPECT_EQ(q.epilogue, p.epilogue);
   EXPECT_EQ(q.ToString(), p.ToString());
+  ConvProblem f = Problem(ConvOperandType::kF32, 1, 1, 4, 6, 9, 8, 3, 1, 1, 1, 1);
+  f.f16_kernel = true;
+  const ConvProblem g = ConvProblem::Decode(f.Encode().data());
+  EXPECT_TRUE(g.f16_kernel);
+  EXPECT_FALSE(g.accumulate != f.accumulate);
+  EXPECT_EQ(g.Encode(), f.Encode());
+}
+
+// An f16 kernel, widened by the call, gives the bits of the f32 problem on
+// its widening: kept per content version for a registered program input,
+// or widened per call for another buffer.
+TEST_F(OnednnConvTest, F16KernelsGiveTheBitsOfTheirWidening) {
+  uint32_t seed = 500;
+  for (ConvProblem p : Problems()) {
+    if (p.type != ConvOperandType::kF32) continue;
+    p.accumulate = false;
+    Operands o = Make(p, seed++);
+    // The kernel as f16 values (|w| < 1: exact in f16 after rounding).
+    std::vector<char> kernel16(o.weights.size() * 2);
+    for (size_t i = 0; i < o.weights.size(); ++i) {
+      const _Float16 h = static_cast<_Float16>(o.weights[i]);
+      o.weights[i] = static_cast<float>(h);
+      std::memcpy(o.weights_raw.data() + 4 * i, &o.weights[i], 4);
+      std::memcpy(kernel16.data() + 2 * i, &h, 2);
+    }
+    // (Per block count: a grouped problem cut into blocks runs other
+    // primitives than whole.)
+    std::vector<char> want1 = InitialDst(p, o), want4 = want1;
+    RunAll(p, o, want1, 1);
+    RunAll(p, o, want4, 4);
+    ConvProblem h = p;
+    h.f16_kernel = true;
+    runtime::BufferView view;
+    view.data = kernel16.data();
+    view.dtype = DType::kFloat16;
+    view.sizes = {static_cast<int64_t>(o.weights.size())};
+    view.strides = {1};
+    view.content_address = 0x100000 * seed;
+    view.content_version = 1;
+    for (bool registered : {false, true}) {
+      std::optional<InputContentScope> scope;
+      std::vector<runtime::BufferView> args = {view};
+      std::vector<void*> data = {kernel16.data()};
+      if (registered) scope.emplace(args, data, 1);
+      for (int64_t blocks : {1, 4}) {
+        for (int call = 0; call < 3; ++call) {
+          std::vector<char> dst = InitialDst(h, o);
+          for (int64_t block = 0; block < blocks; ++block) {
+            RunConvBlock(h, o.src_raw.data(), kernel16.data(), dst.data(),
+                         o.sides.data(), block, blocks);
+          }
+          EXPECT_EQ(dst, blocks == 1 ? want1 : want4)
+              << h.ToString() << " registered " << registered
+                               << " blocks " << blocks << " call " << call;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
