@@ -338,7 +338,9 @@ TEST(ConvRewritePassTest, ProgramConvolutionsReadBf16AndUnpaddedInputs) {
     });
     // bf16: the relu reads the bits and stores bf16 only (f32: the first
     // result and the relu's, one buffer or two as bufferization reuses).
-    if (bf16) EXPECT_EQ(f32_buffers, 0);
+    if (bf16) {
+      EXPECT_EQ(f32_buffers, 0);
+    }
   }
 }
 
