@@ -151,9 +151,9 @@ std::optional<Padding> PaddingOf(Value src, mlir::Operation* conv) {
   return p;
 }
 
-// The bf16 values behind the f32 `operand` that `reader` reads (the
-// convolution `conv`, or the copy into its padded input), or nothing. f16
-// stays f32: oneDNN 2.6 has no f16 convolution.
+// The bf16 values behind the f32 input `operand` that `reader` reads (the
+// convolution `conv`, or the copy into its padded input), or nothing. (An
+// f16 input stays f32: oneDNN 2.6 has no f16 convolution.)
 std::optional<NarrowOperand> Bf16OperandOf(Value operand,
                                            mlir::Operation* reader,
                                            mlir::Operation* conv) {
@@ -305,6 +305,22 @@ bool IsContiguousKernel(Value kernel, mlir::Type element) {
          w->strides[0] == ws[1] * ws[2] * ws[3];
 }
 
+// The `format` kernel behind the f32 kernel `weights` of `op`, read from a
+// contiguous buffer as the call wants it: the copy's source if that one
+// is contiguous, else the twin (a buffer of its own); or nothing.
+std::optional<NarrowOperand> NarrowKernelOf(Value weights, mlir::Operation* op,
+                                            NarrowFloat format) {
+  std::optional<NarrowOperand> k = NarrowOperandOf(weights, op);
+  if (!k || k->format != format || k->collapse || k->transposed) {
+    return std::nullopt;
+  }
+  if (k->source &&
+      !IsContiguousKernel(k->source, StorageType(op->getContext(), format))) {
+    k->source = nullptr;
+  }
+  return k;
+}
+
 // The problem of `op`, or nothing if the call cannot take it.
 std::optional<Conv> Plan(mlir::linalg::Conv2DNchwFchwOp op) {
   if (!compat::HasBufferSemantics(op)) return std::nullopt;
@@ -314,19 +330,17 @@ std::optional<Conv> Plan(mlir::linalg::Conv2DNchwFchwOp op) {
   c.dst = compat::DpsInitOperands(op)[0]->get();
   c.padding = PaddingOf(c.src, op);
   if (c.padding) c.src = c.padding->inner;
-  std::optional<Strided> s = StridesOf(c.src), w = StridesOf(c.weights),
-                         d = StridesOf(c.dst);
-  if (!s || !w || !d) return std::nullopt;
+  std::optional<Strided> s = StridesOf(c.src), d = StridesOf(c.dst);
+  // The kernel contiguous: [oc, ic, kh, kw] row-major from its start.
+  if (!s || !d ||
+      !IsContiguousKernel(c.weights,
+                          mlir::Float32Type::get(op.getContext()))) {
+    return std::nullopt;
+  }
   llvm::ArrayRef<int64_t> ss = ShapeOf(c.src), ws = ShapeOf(c.weights),
                           ds = ShapeOf(c.dst);
   if (llvm::is_contained(ss, 0) || llvm::is_contained(ws, 0) ||
       llvm::is_contained(ds, 0)) {
-    return std::nullopt;
-  }
-  // The kernel contiguous: [oc, ic, kh, kw] row-major from its start.
-  if (w->offset != 0 || w->strides[3] != 1 || w->strides[2] != ws[3] ||
-      w->strides[1] != ws[2] * ws[3] ||
-      w->strides[0] != ws[1] * ws[2] * ws[3]) {
     return std::nullopt;
   }
   c.src_layout = *s;
@@ -368,20 +382,14 @@ std::optional<Conv> Plan(mlir::linalg::Conv2DNchwFchwOp op) {
   // bf16 operands: both widened from bf16 (the kernel as stored, the input
   // unpadded).
   c.narrow_src = Bf16OperandOf(c.src, c.padding ? c.padding->copy : op, op);
-  if (c.narrow_src) c.narrow_weights = Bf16OperandOf(c.weights, op, op);
+  if (c.narrow_src) {
+    c.narrow_weights = NarrowKernelOf(c.weights, op, NarrowFloat::kBF16);
+  }
   if (!c.narrow_weights) c.narrow_src.reset();
   // f16 programs: the kernel read as stored, widened by the call (once per
   // content version for a weight), not by a pass over it per run.
   if (!c.narrow_src) {
-    std::optional<NarrowOperand> k = NarrowOperandOf(c.weights, op);
-    if (k && k->format == NarrowFloat::kF16 && !k->collapse &&
-        !k->transposed) {
-      if (k->source &&
-          !IsContiguousKernel(k->source, mlir::Float16Type::get(op.getContext()))) {
-        k->source = nullptr;  // the twin, contiguous
-      }
-      c.f16_kernel = k;
-    }
+    c.f16_kernel = NarrowKernelOf(c.weights, op, NarrowFloat::kF16);
   }
   return c;
 }

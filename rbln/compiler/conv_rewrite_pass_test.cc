@@ -399,5 +399,70 @@ TEST(ConvRewritePassTest, Bf16ProgramMatchesTheReference) {
   }
 }
 
+// A bf16 kernel widened from a strided view (a slice of a larger weight):
+// the call reads its contiguous bf16 twin, not the view.
+TEST(ConvRewritePassTest, StridedBf16KernelIsReadFromItsTwin) {
+  constexpr char kKernel[] = R"mlir(
+#id = affine_map<(n, c, h, w) -> (n, c, h, w)>
+func.func @kernel(%x: memref<1x2x5x5xi16>, %w: memref<3x2x2x4xi16>,
+                  %y: memref<1x3x4x4xf32>) {
+  %c16 = arith.constant 16 : i32
+  %zero = arith.constant 0.0 : f32
+  %sw = memref.subview %w[0, 0, 0, 0] [3, 2, 2, 2] [1, 1, 1, 1]
+      : memref<3x2x2x4xi16> to memref<3x2x2x2xi16, strided<[16, 8, 4, 1]>>
+  %a = memref.alloc() : memref<1x2x5x5xf32>
+  linalg.generic {indexing_maps = [#id, #id],
+                  iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+      ins(%x : memref<1x2x5x5xi16>) outs(%a : memref<1x2x5x5xf32>) {
+  ^bb0(%in: i16, %o: f32):
+    %e = arith.extui %in : i16 to i32
+    %s = arith.shli %e, %c16 : i32
+    %v = arith.bitcast %s : i32 to f32
+    linalg.yield %v : f32
+  }
+  %b = memref.alloc() : memref<3x2x2x2xf32>
+  linalg.generic {indexing_maps = [#id, #id],
+                  iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+      ins(%sw : memref<3x2x2x2xi16, strided<[16, 8, 4, 1]>>)
+      outs(%b : memref<3x2x2x2xf32>) {
+  ^bb0(%in: i16, %o: f32):
+    %e = arith.extui %in : i16 to i32
+    %s = arith.shli %e, %c16 : i32
+    %v = arith.bitcast %s : i32 to f32
+    linalg.yield %v : f32
+  }
+  linalg.fill ins(%zero : f32) outs(%y : memref<1x3x4x4xf32>)
+  linalg.conv_2d_nchw_fchw
+      {dilations = dense<1> : tensor<2xi64>, strides = dense<1> : tensor<2xi64>}
+      ins(%a, %b : memref<1x2x5x5xf32>, memref<3x2x2x2xf32>)
+      outs(%y : memref<1x3x4x4xf32>)
+  memref.dealloc %a : memref<1x2x5x5xf32>
+  memref.dealloc %b : memref<3x2x2x2xf32>
+  return
+}
+)mlir";
+  auto context = CreateCompilerContext();
+  auto module = mlir::parseSourceString<mlir::ModuleOp>(kKernel, context.get());
+  ASSERT_TRUE(module);
+  ASSERT_TRUE(RunStages(*module, {ConvStage()}, "strided_kernel").ok());
+  const std::vector<ConvProblem> problems = ConvProblems(*module);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0].type, ConvOperandType::kBF16);
+  // The kernel pointer: of an i16 buffer of the kernel's shape.
+  mlir::Value kernel;
+  module->walk([&](mlir::func::CallOp call) {
+    auto cast = call.getOperand(2).getDefiningOp<mlir::arith::IndexCastOp>();
+    auto pointer =
+        cast ? cast.getIn()
+                   .getDefiningOp<mlir::memref::ExtractAlignedPointerAsIndexOp>()
+             : nullptr;
+    if (pointer) kernel = pointer.getSource();
+  });
+  ASSERT_TRUE(kernel);
+  EXPECT_TRUE(kernel.getDefiningOp<mlir::memref::AllocOp>());
+  EXPECT_EQ(kernel.getType().cast<mlir::MemRefType>().getShape(),
+            llvm::ArrayRef<int64_t>({3, 2, 2, 2}));
+}
+
 }  // namespace
 }  // namespace rbln::compiler
