@@ -90,7 +90,36 @@ def _idx(n, high):
 #   CONV2D = Blocker("convolution (2-d, strided)", lambda: _compiles(
 #       lambda x, w: F.conv2d(x, w, stride=2) * 2, _h(1, 3, 16, 16), _h(8, 3, 3, 3)))
 # (_eager and _idx probe eager kernels and index inputs the same way.)
-# None is pending today: every model passes in every mode.
+
+
+def _expert_ids():
+    return torch.tensor([0, 1, 1, 3, 2, 3, 3], dtype=torch.int32).to(DEV)
+
+
+def _offsets(*ends):
+    return torch.tensor(ends, dtype=torch.int32).to(DEV)
+
+
+# transformers' grouped_mm experts (integrations/moe.py) count the tokens per
+# expert with torch.histc on int32 expert ids on every device but the CPU
+# (CUDA's histc takes integers, the CPU's does not).
+INT_HISTC = Blocker("histc of int32 expert ids (CUDA's integer histc) on the device", lambda: _eager(
+    lambda x: torch.histc(x, bins=4, min=0, max=3), _expert_ids()))
+INT_HISTC_COMPILED = Blocker("histc of int32 expert ids in the compiler", lambda: _compiles(
+    lambda x: torch.histc(x, bins=4, min=0, max=3).cumsum(0, dtype=torch.int32), _expert_ids()))
+# Under torch.compile transformers multiplies the experts of non-bfloat16
+# weights with its own opaque op (transformers::grouped_mm_fallback), bfloat16
+# ones with torch._grouped_mm.
+def _transformers_grouped_mm(x, w, offs):
+    import transformers.integrations.moe  # noqa: F401 -- registers the op
+
+    return torch.ops.transformers.grouped_mm_fallback(x, w, offs)
+
+
+GROUPED_MM_COMPILED = Blocker("grouped GEMM in the compiler (transformers::grouped_mm_fallback)",
+                              lambda: _compiles(
+    lambda x, w, offs: _transformers_grouped_mm(x, w, offs) * 2,
+    _h(8, 64), _h(4, 64, 128), _offsets(2, 2, 5, 8)))
 
 
 def describe(blockers) -> str:

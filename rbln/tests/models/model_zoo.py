@@ -27,7 +27,8 @@ from typing import Callable, Dict, Tuple
 import torch
 import transformers
 
-from blockers import Blocked, Blocker, describe, raise_if_blocked
+from blockers import (GROUPED_MM_COMPILED, INT_HISTC, INT_HISTC_COMPILED, Blocked, Blocker,
+                      describe, raise_if_blocked)
 
 VOCAB = 256
 PROMPT = 8  # Prompt tokens of the decoder LMs.
@@ -111,6 +112,12 @@ def _speech_inputs(g):
 _DECODER = dict(vocab_size=VOCAB, initializer_range=INIT_RANGE)
 _LLAMA_LIKE = dict(_DECODER, num_hidden_layers=2, hidden_size=64, intermediate_size=128,
                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+# Mixture-of-experts decoders: 8 experts, 2 routed per token, every layer
+# sparse; transformers' default experts implementation ("grouped_mm":
+# sort by expert, histc, cumsum, grouped GEMMs, weighted scatter back). The
+# router logits are a forward output (output_router_logits), so training
+# adds the load-balancing loss, as MoE training does.
+_MOE = dict(_LLAMA_LIKE, num_experts_per_tok=2, output_router_logits=True)
 
 
 def _specs():
@@ -133,6 +140,22 @@ def _specs():
             "mistral", "sliding-window attention (window 8 < prompt + new tokens)",
             lambda: T.MistralForCausalLM(T.MistralConfig(sliding_window=8, **_LLAMA_LIKE)),
             _lm_inputs, DECODER_MODES),
+        ModelSpec(
+            "qwen3_moe", "mixture of experts: softmax top-2 router with normalised weights, "
+            "grouped GEMM experts; q/k RMSNorm",
+            lambda: T.Qwen3MoeForCausalLM(T.Qwen3MoeConfig(
+                num_experts=8, moe_intermediate_size=64, head_dim=16, **_MOE)),
+            _lm_inputs, DECODER_MODES,
+            blocked={EAGER: (INT_HISTC,), GENERATE: (INT_HISTC,), TRAIN: (INT_HISTC,),
+                     COMPILED: (INT_HISTC_COMPILED, GROUPED_MM_COMPILED),
+                     STATIC: (INT_HISTC, INT_HISTC_COMPILED, GROUPED_MM_COMPILED)}),
+        ModelSpec(
+            "mixtral", "mixture of experts: top-2 router over float32 softmax, SwiGLU experts",
+            lambda: T.MixtralForCausalLM(T.MixtralConfig(num_local_experts=8, **_MOE)),
+            _lm_inputs, DECODER_MODES,
+            blocked={EAGER: (INT_HISTC,), GENERATE: (INT_HISTC,), TRAIN: (INT_HISTC,),
+                     COMPILED: (INT_HISTC_COMPILED, GROUPED_MM_COMPILED),
+                     STATIC: (INT_HISTC, INT_HISTC_COMPILED, GROUPED_MM_COMPILED)}),
         ModelSpec(
             "bloom", "ALiBi position bias, embedding LayerNorm, fused qkv",
             lambda: T.BloomForCausalLM(T.BloomConfig(

@@ -7,6 +7,11 @@ Models (configs in code, random weights, nothing downloaded):
           heads, seq 128 (rotary embeddings: sin/cos)
   resnet  ResNetForImageClassification at ResNet-18 shape (basic blocks
           [2, 2, 2, 2], widths 64..512), one 224x224 image (convolutions)
+  moe     a Qwen3-MoE sparse MoE layer (Qwen3MoeSparseMoeBlock): hidden 1024,
+          16 experts of intermediate 512, 4 routed per token, 128 tokens;
+          transformers' grouped_mm experts (softmax top-k router, sort,
+          histc, grouped GEMMs, weighted scatter back); also Inductor bf16,
+          the dtype transformers' grouped GEMM compiles in
   zoo     every family of the model suite (rbln/tests/models/model_zoo.py:
           GPT-2, Llama, Qwen2, Mistral, Bloom, GPT-J, Falcon, BERT, T5, ViT,
           ResNet, ConvNeXt, Whisper) at the suite's small sizes, warm runs
@@ -29,7 +34,7 @@ Per model it reports
 A model or variant that does not compile (or run) is reported with the
 reason, not skipped silently.
 
-    python3 rbln/tools/bench/model_bench.py [--models opt,llama,resnet,zoo] [--iters 10]
+    python3 rbln/tools/bench/model_bench.py [--models opt,llama,resnet,moe,zoo] [--iters 10]
     bazel run //rbln/tools:model_bench -- [same flags]
 
 Timing is host wall time after synchronize() (SPEC M5); warm-up first (P10).
@@ -57,7 +62,21 @@ _ZOO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, o
 
 RBLN_VARIANTS = ("rbln fp16", "rbln bf16")
 CPU_VARIANTS = ("cpu eager fp32", "cpu eager bf16", "inductor fp32")
+# Under torch.compile transformers multiplies MoE experts with
+# torch._grouped_mm only in bfloat16 (its opaque per-expert loop otherwise).
+MOE_CPU_VARIANTS = CPU_VARIANTS + ("inductor bf16",)
 VARIANTS = RBLN_VARIANTS + CPU_VARIANTS
+
+
+def variants_of(name):
+    """The variants `name` runs: rbln first, then the CPU's."""
+    return RBLN_VARIANTS + cpu_variants_of(name)
+
+
+def cpu_variants_of(name):
+    return MOE_CPU_VARIANTS if name == "moe" else CPU_VARIANTS
+
+
 FIRST_CALL_VARIANTS = ("rbln fp16", "rbln bf16", "inductor fp32")
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 PHASES = ("dynamo_capture", "aot_autograd", "fx_to_ir", "compile", "constants_upload",
@@ -99,6 +118,10 @@ def describe(name, layers, quick):
         return (f"Llama-style decoder (LlamaForCausalLM), {layers} layers, "
                 + ("hidden 64, intermediate 256, seq 16" if quick
                    else "hidden 768, intermediate 3072, seq 128"))
+    if name == "moe":
+        return ("Qwen3-MoE sparse MoE layer (Qwen3MoeSparseMoeBlock, grouped_mm experts), "
+                + ("hidden 64, 4 experts of 32, top 2, 16 tokens" if quick
+                   else "hidden 1024, 16 experts of 512, top 4, 128 tokens"))
     return ("ResNet (ResNetForImageClassification), "
             + ("tiny, 1x3x32x32" if quick else "ResNet-18 shape, 1x3x224x224"))
 
@@ -133,6 +156,22 @@ def build(name, layers, quick):
             max_position_embeddings=2048, use_cache=False)
         model = transformers.LlamaForCausalLM(config)
         inputs = {"input_ids": torch.randint(0, vocab, (1, seq))}
+    elif name == "moe":
+        from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
+
+        hidden, inter, experts, top_k, tokens = (64, 32, 4, 2, 16) if quick else (1024, 512, 16, 4,
+                                                                                 128)
+        config = transformers.Qwen3MoeConfig(
+            hidden_size=hidden, moe_intermediate_size=inter, num_experts=experts,
+            num_experts_per_tok=top_k, norm_topk_prob=True)
+        # What from_pretrained picks for a model (modeling_utils): the layer
+        # alone has no implementation chosen.
+        config._experts_implementation = "grouped_mm"
+        model = Qwen3MoeSparseMoeBlock(config)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.normal_(0.0, 0.02)
+        inputs = {"hidden_states": torch.randn(1, tokens, hidden)}
     elif name == "resnet":
         config = transformers.ResNetConfig(
             embedding_size=8 if quick else 64,
@@ -143,7 +182,7 @@ def build(name, layers, quick):
         size = 32 if quick else 224
         inputs = {"pixel_values": torch.randn(1, 3, size, size)}
     else:
-        raise ValueError(f"unknown model {name!r}; choose from opt, llama, resnet")
+        raise ValueError(f"unknown model {name!r}; choose from opt, llama, resnet, moe")
     return model.eval(), inputs
 
 
@@ -272,7 +311,7 @@ def warm(name, layers, quick, iters):
         reference = first_tensor(model(**inputs)).float()
     variants, results, errors = [], {}, {}
     torch._dynamo.reset()
-    for label in VARIANTS:
+    for label in variants_of(name):
         failures, graphs = failure_count(), len(torch.rbln.compiled_programs())
         try:
             v = Variant(label, copy.deepcopy(model), inputs)
@@ -311,7 +350,7 @@ def print_model(name, layers, quick, warm_results, first, depth):
     print(f"\n== {describe(name, layers, quick)}")
     if warm_results is not None:
         print(f"  warm forward, median ms:")
-        for label in VARIANTS:
+        for label in variants_of(name):
             r = warm_results.get(label, {})
             if "ms" in r:
                 print(f"    {label:16s} {r['ms']:10.2f}  {r.get('note', '')}")
@@ -321,7 +360,7 @@ def print_model(name, layers, quick, warm_results, first, depth):
             if "ms" not in warm_results.get(rl, {}):
                 continue
             ratios = [f"{cl} {warm_results[cl]['ms'] / warm_results[rl]['ms']:.2f}x"
-                      for cl in CPU_VARIANTS if "ms" in warm_results.get(cl, {})]
+                      for cl in cpu_variants_of(name) if "ms" in warm_results.get(cl, {})]
             print(f"    ratio cpu/{rl} (>= 1: rbln faster): " + ", ".join(ratios))
     if first:
         print("  first call, cold caches, fresh process (ms):")
@@ -358,8 +397,8 @@ def print_model(name, layers, quick, warm_results, first, depth):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", default="opt,llama,resnet,zoo",
-                        help="comma-separated: opt, llama, resnet, zoo, zoo:NAME")
+    parser.add_argument("--models", default="opt,llama,resnet,moe,zoo",
+                        help="comma-separated: opt, llama, resnet, moe, zoo, zoo:NAME")
     parser.add_argument("--layers", type=int, default=4, help="decoder layers (depth check: 2x)")
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="tiny configs (smoke test)")
