@@ -140,6 +140,10 @@ void CollectAccess(Operation* op, Operation* top, Access& access) {
 
 enum class Placement {
   kReplicated,
+  // Reads memory and yields values every worker uses (a memref.load of an
+  // index, e.g. a KV cache's write position): every worker runs it, after
+  // the barrier that follows the buffer's writer.
+  kReplicatedRead,
   kSplit,            // a linalg op, by slices of split_dim
   kSplitIterations,  // a kParallelIterationsAttr loop, by iteration ranges
   kChiplet0,
@@ -212,6 +216,18 @@ std::optional<int> SplitDim(mlir::linalg::LinalgOp op) {
     if (disjoint) return d;
   }
   return std::nullopt;
+}
+
+// True for an op without regions whose only memory effects are reads
+// (memref.load): every worker may run it.
+bool OnlyReads(Operation& op) {
+  auto iface = llvm::dyn_cast<mlir::MemoryEffectOpInterface>(op);
+  if (!iface || op.getNumRegions() != 0) return false;
+  llvm::SmallVector<mlir::MemoryEffects::EffectInstance> effects;
+  iface.getEffects(effects);
+  return llvm::all_of(effects, [](const mlir::MemoryEffects::EffectInstance& e) {
+    return llvm::isa<mlir::MemoryEffects::Read>(e.getEffect());
+  });
 }
 
 // The trip count of a kParallelIterationsAttr loop from 0 by 1 to a
@@ -380,6 +396,9 @@ class PartitionPass
         return std::nullopt;  // Per-worker stack memory cannot be shared.
       } else if (mlir::isMemoryEffectFree(&op)) {
         top.placement = Placement::kReplicated;
+      } else if (OnlyReads(op)) {
+        top.placement = Placement::kReplicatedRead;
+        CollectAccess(&op, &op, top.access);
       } else {
         CollectAccess(&op, &op, top.access);
         if (auto attr = op.getAttrOfType<mlir::IntegerAttr>(kWorkAttr)) {
@@ -485,6 +504,7 @@ class PartitionPass
         case Placement::kScratch:
           op->erase();
           break;
+        case Placement::kReplicatedRead:
         case Placement::kSplit:
         case Placement::kSplitIterations:
         case Placement::kChiplet0: {
@@ -503,7 +523,7 @@ class PartitionPass
             Split(b, llvm::cast<mlir::linalg::LinalgOp>(op), top, slice);
           } else if (top.placement == Placement::kSplitIterations) {
             SplitIterations(b, llvm::cast<mlir::scf::ForOp>(op), top, slice);
-          } else {
+          } else if (top.placement == Placement::kChiplet0) {
             auto only = b.create<mlir::scf::IfOp>(op->getLoc(), is_chiplet0,
                                                   /*withElseRegion=*/false);
             op->moveBefore(only.thenBlock()->getTerminator());
@@ -519,14 +539,16 @@ class PartitionPass
     module->setAttr(kWorkspaceSegmentsAttr, b.getDenseI64ArrayAttr(segments));
   }
 
-  // The scratch buffers (their allocs) that a split op touches, so more
-  // than worker 0; kUnknown if some split op's accesses are unknown.
+  // The scratch buffers (their allocs) that a split op or a replicated
+  // read touches, so more than worker 0; kUnknown if some such op's
+  // accesses are unknown.
   static llvm::SmallPtrSet<const void*, 8> SharedScratch(
       const std::vector<TopLevelOp>& plan) {
     llvm::SmallPtrSet<const void*, 8> shared;
     for (const TopLevelOp& top : plan) {
       if (top.placement != Placement::kSplit &&
-          top.placement != Placement::kSplitIterations) {
+          top.placement != Placement::kSplitIterations &&
+          top.placement != Placement::kReplicatedRead) {
         continue;
       }
       shared.insert(top.access.reads.begin(), top.access.reads.end());

@@ -16,7 +16,9 @@
 //    pattern, calls such as the BLAS rewrite's cblas_sgemm) runs on worker 0
 //    only.
 //  - replicated: pure and view ops (constants, subviews, reshapes) run on
-//    every worker.
+//    every worker, and so do reads whose values they all use (a memref.load
+//    of an index: a KV cache's write position), after the barrier that
+//    follows the buffer's writer.
 // Internal buffers (top-level memref.alloc) must be shared by the team, so
 // they become kernel arguments (after the outputs, before the slice index)
 // that the caller places in the program's workspace; their deallocs are

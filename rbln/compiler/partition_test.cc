@@ -784,6 +784,33 @@ TEST(PartitionTest, SliceLocalChainsNeedNoBarrier) {
   ExpectSameSplit(g, {y}, true, "softmax, transposed, plus its input");
 }
 
+// spec: A2 -- a static KV cache's update: index_copy of one row at a position
+// an earlier op computes (cache_position = arange + the cache's length).
+// The position's load is a top-level read every worker makes (it used to
+// keep the whole program on one worker); it waits for the add that writes it.
+TEST(PartitionTest, OneRowIndexCopyAtAComputedPosition) {
+  HostTensor cache = Random(ir::FLOAT32, {6, 9, 5}, 24);
+  HostTensor length = Tensor(ir::INT64, {1}, {3});
+  HostTensor one = Tensor(ir::INT64, {1}, {1});
+  HostTensor row = Random(ir::FLOAT32, {6, 1, 5}, 25);
+  ir::Graph g;
+  g.set_name("kv_cache_update");
+  AddInput(g, "cache", cache.type());
+  AddInput(g, "length", length.type());
+  AddInput(g, "one", one.type());
+  AddInput(g, "row", row.type());
+  AddNode(g, "add", {"length", "one"}, "position", length.type());
+  AddNode(g, "index_copy", {"cache", "position", "row"}, "updated", cache.type());
+  (*g.mutable_nodes(1)->mutable_attrs())["dim"] = IntA(1);
+  AddNode(g, "mul", {"updated", "updated"}, "out", cache.type());
+  g.add_outputs("updated");
+  g.add_outputs("out");
+  const std::string text = PartitionedText(g);
+  EXPECT_NE(text.find("rbln.partitions = 4"), std::string::npos) << text;
+  EXPECT_GE(Count(text, "call @rbln_chiplet_barrier"), 1) << text;
+  ExpectSameSplit(g, {cache, length, one, row}, true, "one-row index_copy");
+}
+
 TEST(ChipletTeamTest, BarrierSeparatesPhases) {
   ChipletTeam team(4);
   for (int round = 0; round < 200; ++round) {

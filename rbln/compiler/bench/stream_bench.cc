@@ -1,14 +1,17 @@
 // STREAM-style memory bandwidth of this machine: copy, scale, add and triad
 // over float arrays much larger than the caches, on every core (one thread
 // each, static partition, arrays first touched by the thread that uses
-// them). Prints the best and median GB/s of each kernel over --reps runs,
-// bytes counted as STREAM does (copy and scale move 2 arrays, add and
-// triad 3). The reference the fused element-wise kernels are measured
-// against (rbln/tools/bench/kernel_bench.py, docs/benchmarks.md).
+// them), and read: the same arrays only read (what a decode step's GEMVs
+// do with their weights). Prints the best and median GB/s of each kernel
+// over --reps runs, bytes counted as STREAM does (copy and scale move 2
+// arrays, add and triad 3, read 1). The reference the fused element-wise
+// kernels and the LLM decode are measured against
+// (rbln/tools/bench/kernel_bench.py, llm_bench.py, docs/benchmarks.md).
 //
 //   bazel run -c opt //rbln/compiler:stream_bench -- [--floats N] [--reps R]
 //       [--threads T]
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -99,6 +102,8 @@ int main(int argc, char** argv) {
     }
   });
   const float s = 3.0f;
+  // The read kernel's result (kept observable below).
+  std::atomic<uint64_t> read_sum{0};
   std::vector<Kernel> kernels = {
       {"copy", 2,
        [&](int64_t begin, int64_t end) {
@@ -115,6 +120,22 @@ int main(int argc, char** argv) {
       {"triad", 3,
        [&](int64_t begin, int64_t end) {
          for (int64_t i = begin; i < end; ++i) a[i] = b[i] + s * c[i];
+       }},
+      // Integer xors in 8 independent chains: the loads, not a float add's
+      // latency, bound it; reads a once.
+      {"read", 1,
+       [&](int64_t begin, int64_t end) {
+         const uint64_t* p = reinterpret_cast<const uint64_t*>(a + begin);
+         const int64_t words = (end - begin) / 2;
+         uint64_t x[8] = {};
+         int64_t i = 0;
+         for (; i + 8 <= words; i += 8) {
+           for (int j = 0; j < 8; ++j) x[j] ^= p[i + j];
+         }
+         for (; i < words; ++i) x[0] ^= p[i];
+         uint64_t sum = 0;
+         for (uint64_t v : x) sum ^= v;
+         read_sum.fetch_xor(sum, std::memory_order_relaxed);
        }},
   };
   std::vector<std::vector<double>> seconds(kernels.size());
@@ -140,6 +161,7 @@ int main(int argc, char** argv) {
   // Keeps the stores observable.
   double checksum = 0;
   for (int64_t i = 0; i < n; i += 4096) checksum += a[i] + b[i] + c[i];
+  checksum += static_cast<double>(read_sum.load() & 1);
   std::printf("checksum %.1f\n", checksum);
   return 0;
 }

@@ -48,12 +48,13 @@ import copy
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 import torch
+
+import compile_phases
+from compile_phases import COMPILER_PHASES, PHASES  # noqa: F401 -- re-exported
 
 # The model suite's zoo (rbln/tests/models), next to this file in the source
 # tree and in Bazel's runfiles alike.
@@ -79,10 +80,6 @@ def cpu_variants_of(name):
 
 FIRST_CALL_VARIANTS = ("rbln fp16", "rbln bf16", "inductor fp32")
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
-PHASES = ("dynamo_capture", "aot_autograd", "fx_to_ir", "compile", "constants_upload",
-          "first_run")
-COMPILER_PHASES = ("frontend_ms", "mlir_passes_ms", "llvm_translate_ms", "llvm_optimize_ms",
-                   "llvm_codegen_ms", "disk_load_ms")
 
 
 # -- models ---------------------------------------------------------------------
@@ -268,12 +265,7 @@ def child_first_call(name, label, layers, quick):
             failure = rbln_failure()
             if failure:
                 raise RuntimeError(failure)
-            graphs = [g.inspect() for g in torch.rbln.compiled_programs()]
-            result["phases"] = {p: sum((g["compile_phases"].get(p) or 0) for g in graphs)
-                                for p in PHASES}
-            reports = [p["compile_report"] for g in graphs for p in g["programs"]
-                       if "compile_report" in p]
-            result["compiler"] = {k: sum(r[k] for r in reports) for k in reports[0]} if reports else {}
+            result.update(compile_phases.collect(torch.rbln.compiled_programs()))
             result["note"] = host_op_note()
     except Exception as e:  # noqa: BLE001 -- reported, not raised
         result["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
@@ -282,24 +274,10 @@ def child_first_call(name, label, layers, quick):
 
 def first_call(name, label, layers, quick, timeout):
     """The first call of one variant in a fresh process with cold caches."""
-    env = dict(os.environ)
-    env.pop("RBLN_COMPILER_CACHE_DIR", None)
-    with tempfile.TemporaryDirectory(prefix="model_bench_") as cache:
-        env.update(TORCHINDUCTOR_CACHE_DIR=cache, TORCHINDUCTOR_FX_GRAPH_CACHE="0",
-                   TORCHINDUCTOR_AUTOGRAD_CACHE="0", TRITON_CACHE_DIR=cache,
-                   TORCH_RBLN_DISABLE_FALLBACK="compile_error")
-        cmd = [sys.executable, os.path.abspath(__file__), "--child", name, label, str(layers)]
-        if quick:
-            cmd.append("--quick")
-        try:
-            r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return {"error": f"no result within {timeout} s"}
-    for line in r.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
-    tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
-    return {"error": f"exit code {r.returncode}: {tail[:300]}"}
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", name, label, str(layers)]
+    if quick:
+        cmd.append("--quick")
+    return compile_phases.run_child(cmd, timeout)
 
 
 # -- warm runs in this process ------------------------------------------------------
@@ -369,15 +347,8 @@ def print_model(name, layers, quick, warm_results, first, depth):
                 print(f"    {label:16s} {'-':>10s}  {r['error']}")
                 continue
             print(f"    {label:16s} {r['first_call_ms']:10.1f}  {r.get('note', '')}")
-            if "phases" in r:
-                ph = r["phases"]
-                print("      " + ", ".join(f"{p.replace('_', ' ')} {ph[p]:.1f}" for p in PHASES))
-                c = r.get("compiler") or {}
-                if c:
-                    print("      compile: " + ", ".join(
-                        f"{k[:-3].replace('_', ' ')} {c[k]:.1f}" for k in COMPILER_PHASES)
-                        + f"; {c['segments']} segments, {c['unique_segments']} unique, "
-                        f"{c['codegen']} compiled on {c['threads']} thread(s)")
+            for line in compile_phases.format_lines(r):
+                print("      " + line)
         ind = first.get("inductor fp32", {}).get("first_call_ms")
         for rl in RBLN_VARIANTS:
             mine = first.get(rl, {}).get("first_call_ms")
