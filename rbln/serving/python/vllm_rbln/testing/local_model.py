@@ -1,0 +1,88 @@
+"""A small random-init causal LM written to a local directory, with a
+tokenizer trained here by the `tokenizers` library: what the serving tests,
+the demo and the benchmark give `vllm serve` / `LLM(...)`, since no model hub
+is reachable. Deterministic: the same arguments write the same files."""
+
+import json
+import os
+
+# Sentences the tokenizer is trained on (byte-level BPE, so any text encodes).
+_CORPUS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "A paged key-value cache keeps each request's keys and values in blocks.",
+    "Continuous batching lets requests join and leave between decode steps.",
+    "The simulated NPU runs compiled programs on its chiplets.",
+    "Hello, my name is",
+    "The capital of France is",
+    "The future of AI is",
+    "Once upon a time, in a land far away, there lived a small robot.",
+    "Static shapes and buckets keep the decode loop from recompiling.",
+    "user: what is the weather like today? assistant: it is sunny.",
+]
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n"
+    "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"
+)
+
+# Architectures: the keyword arguments of their transformers config.
+ARCHITECTURES = {
+    "llama": dict(
+        hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
+    ),
+    "qwen2": dict(
+        hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True,
+    ),
+}
+
+
+def _train_tokenizer(vocab_size: int):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=["<s>", "</s>", "<pad>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(_CORPUS, trainer=trainer)
+    return tok
+
+
+def write_model_dir(path: str, arch: str = "llama", *, seed: int = 0, vocab_size: int = 512,
+                    max_position_embeddings: int = 1024, init_std: float = 0.1,
+                    **overrides) -> str:
+    """Writes a random-init `arch` model (ARCHITECTURES, with `overrides` of
+    its config) and its tokenizer to `path`; returns `path`. float32 weights
+    in safetensors; `init_std` is large enough that greedy tokens have clear
+    margins (the tests compare tokens against the CPU)."""
+    import torch
+    import transformers
+
+    os.makedirs(path, exist_ok=True)
+    tok = _train_tokenizer(vocab_size)
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(path)
+
+    kwargs = dict(ARCHITECTURES[arch])
+    kwargs.update(overrides)
+    config_cls = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config}[arch]
+    config = config_cls(
+        vocab_size=len(fast), max_position_embeddings=max_position_embeddings,
+        bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id,
+        pad_token_id=fast.pad_token_id, initializer_range=init_std, **kwargs)
+    config.dtype = torch.float32
+    model_cls = {"llama": transformers.LlamaForCausalLM,
+                 "qwen2": transformers.Qwen2ForCausalLM}[arch]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = model_cls(config).to(torch.float32).eval()
+    model.save_pretrained(path, safe_serialization=True)
+    with open(os.path.join(path, "generation_config.json"), "w") as f:
+        # Greedy by default, no sampling settings vLLM would pick up.
+        json.dump({"bos_token_id": fast.bos_token_id, "eos_token_id": fast.eos_token_id}, f)
+    return path

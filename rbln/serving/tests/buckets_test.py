@@ -1,0 +1,43 @@
+"""Bucket shapes and how a scheduler step is cut into calls (buckets.py)."""
+# spec: J2
+
+import sys
+
+import pytest
+
+from vllm_rbln.buckets import Buckets, Call
+
+
+def test_shapes_are_powers_of_two_up_to_the_limits():
+    b = Buckets(max_num_seqs=12, max_prefill=100, min_prefill=16)
+    assert b.decode == [1, 2, 4, 8, 12]
+    assert b.prefill == [16, 32, 64, 100]
+    assert b.shapes() == [(1, 1), (2, 1), (4, 1), (8, 1), (12, 1),
+                          (1, 16), (1, 32), (1, 64), (1, 100)]
+
+
+def test_decodes_share_one_call_and_prefills_run_alone():
+    b = Buckets(max_num_seqs=8, max_prefill=64)
+    assert b.plan([1, 5, 1, 1, 64, 1]) == [
+        Call(4, 1, (0, 2, 3, 5)),
+        Call(1, 16, (1,)),
+        Call(1, 64, (4,)),
+    ]
+    assert b.plan([1]) == [Call(1, 1, (0,))]
+    assert b.plan([2]) == [Call(1, 16, (0,))]
+
+
+def test_a_longer_chunk_than_the_largest_bucket_is_an_error():
+    b = Buckets(max_num_seqs=4, max_prefill=64)
+    with pytest.raises(ValueError, match="prefill chunk of 65 exceeds the largest bucket 64"):
+        b.plan([65])
+
+
+def test_limits_below_the_first_power_are_kept():
+    assert Buckets(max_num_seqs=1, max_prefill=8).shapes() == [(1, 1), (1, 8)]
+    with pytest.raises(ValueError, match="must be positive"):
+        Buckets(max_num_seqs=0, max_prefill=8)
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))

@@ -1,0 +1,113 @@
+"""Paged attention (paged_attention.py) compiled by torch.compile(backend=
+"rbln") against the same step written with loops on the CPU: the cache write
+by slot mapping and the paged read by block table are ops of the program (no
+CPU fallback, no host op), for decode grids, a prefill after cached prefix
+blocks, grouped-query heads and a sliding window."""
+# spec: J1, J2, I6
+
+import os
+import sys
+
+os.environ.setdefault("TORCH_RBLN_DISABLE_FALLBACK", "all")
+
+import pytest
+import torch
+
+from vllm_rbln import paged_attention as pa
+
+BLOCK = 4
+NUM_BLOCKS = 12
+KV_HEADS, GROUP, HEAD = 2, 2, 16
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()  # Each case is a new shape of the same function.
+    yield
+
+
+def _step(q, k, v, cache, slots, table, positions, window):
+    pa.write_kv(cache, slots, k, v)
+    return pa.attend(q, cache, table, positions, BLOCK, 0.25, window)
+
+
+def _case(batch, q_len, starts, tables, dtype, seed=0):
+    """A grid of `batch` x `q_len` queries; request b's queries are at
+    positions starts[b].. and its blocks tables[b]; the cache holds earlier
+    tokens (random), padding rows write the null block."""
+    g = torch.Generator().manual_seed(seed)
+    cache = torch.randn(pa.cache_shape(NUM_BLOCKS, BLOCK, KV_HEADS, HEAD), generator=g).to(dtype)
+    table = torch.zeros(batch, 6, dtype=torch.int64)
+    positions, slots = [], []
+    for b in range(batch):
+        table[b, :len(tables[b])] = torch.tensor(tables[b])
+        for j in range(q_len):
+            p = starts[b] + j
+            positions.append(p)
+            slots.append(int(table[b, p // BLOCK]) * BLOCK + p % BLOCK)
+    tokens = batch * q_len
+    q = torch.randn(tokens, KV_HEADS * GROUP, HEAD, generator=g).to(dtype)
+    k = torch.randn(tokens, KV_HEADS, HEAD, generator=g).to(dtype)
+    v = torch.randn(tokens, KV_HEADS, HEAD, generator=g).to(dtype)
+    return q, k, v, cache, torch.tensor(slots), table, torch.tensor(positions)
+
+
+CASES = {
+    # Three requests decoding at different lengths.
+    "decode": (3, 1, [5, 0, 13], [[1, 2], [3], [4, 5, 6, 7]]),
+    # One request: 6 new tokens after 5 cached ones (prefix blocks 1, 2).
+    "prefill_after_prefix": (1, 6, [5], [[1, 2, 8]]),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("window", [None, 3])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_compiled_step_matches_the_loops(case, window, dtype):
+    q, k, v, cache, slots, table, positions = _case(*CASES[case], dtype)
+    want_cache = cache.clone()
+    want = pa.reference(q, k, v, want_cache, slots, table, positions, BLOCK, 0.25, window)
+
+    dev_cache = cache.to("rbln")
+    ptr = dev_cache.data_ptr()
+    step = torch.compile(_step, backend="rbln", dynamic=False, fullgraph=True)
+    before = torch.rbln.counters()
+    with torch.no_grad():
+        got = step(*[t.to("rbln") for t in (q, k, v)], dev_cache,
+                   *[t.to("rbln") for t in (slots, table, positions)], window)
+    after = torch.rbln.counters()
+    for name in ("graph/cpu_fallback", "graph/host_ops", "dispatch/cpu_fallback"):
+        assert after.get(name, 0) == before.get(name, 0), name
+    tol = 1e-5 if dtype == torch.float32 else 2e-3
+    torch.testing.assert_close(got.cpu().float(), want, atol=tol, rtol=tol)
+    # The program wrote the new tokens into the caller's cache tensor.
+    assert dev_cache.data_ptr() == ptr
+    assert torch.equal(dev_cache.cpu(), want_cache)
+
+
+def test_padding_rows_only_touch_the_null_block():
+    # A decode grid of 4 with one real request: rows 1..3 are padding
+    # (slot 0, position 0, block table of zeros).
+    q, k, v, cache, slots, table, positions = _case(1, 1, [6], [[2, 3]], torch.float32)
+    pad = 3
+    q = torch.cat([q, torch.randn(pad, *q.shape[1:])])
+    k = torch.cat([k, torch.randn(pad, *k.shape[1:])])
+    v = torch.cat([v, torch.randn(pad, *v.shape[1:])])
+    slots = torch.cat([slots, torch.zeros(pad, dtype=torch.int64)])
+    positions = torch.cat([positions, torch.zeros(pad, dtype=torch.int64)])
+    table = torch.cat([table, torch.zeros(pad, table.shape[1], dtype=torch.int64)])
+    dev_cache = cache.to("rbln")
+    step = torch.compile(_step, backend="rbln", dynamic=False, fullgraph=True)
+    with torch.no_grad():
+        got = step(*[t.to("rbln") for t in (q, k, v)], dev_cache,
+                   *[t.to("rbln") for t in (slots, table, positions)], None)
+    want_cache = cache.clone()
+    want = pa.reference(q[:1], k[:1], v[:1], want_cache, slots[:1], table[:1], positions[:1],
+                        BLOCK, 0.25)
+    torch.testing.assert_close(got[:1].cpu(), want, atol=1e-5, rtol=1e-5)
+    out = dev_cache.cpu()
+    assert torch.equal(out[BLOCK:], want_cache[BLOCK:])  # Only block 0 differs.
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))

@@ -1,0 +1,44 @@
+"""The CPU reference for served tokens: transformers' model from the same
+directory, float32, greedy, one token at a time (EOS does not stop it, as
+`ignore_eos` in vLLM). A token is *decisive* when its top-1 logit leads the
+runner-up by more than MARGIN of the largest |logit|: below that, float32
+rounding on another device may pick the other token, so comparisons stop at
+the first indecisive token."""
+
+import torch
+
+MARGIN = 1e-4
+
+
+def cpu_greedy(model_dir: str, prompts, new_tokens: int):
+    """[(tokens, decisive)] per prompt (lists of token ids)."""
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=torch.float32).eval()
+    results = []
+    with torch.no_grad():
+        for prompt in prompts:
+            ids = torch.tensor([list(prompt)])
+            tokens, decisive, clear = [], 0, True
+            past = None
+            step_ids = ids
+            for _ in range(new_tokens):
+                out = model(input_ids=step_ids, past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                logits = out.logits[0, -1].float()
+                top = logits.topk(2).values
+                clear = clear and (top[0] - top[1]).item() > MARGIN * logits.abs().max().item()
+                decisive += int(clear)
+                token = int(logits.argmax())
+                tokens.append(token)
+                step_ids = torch.tensor([[token]])
+            results.append((tokens, decisive))
+    return results
+
+
+def assert_same_tokens(got, want, decisive, what):
+    """The first `decisive` tokens are equal (see the module docstring)."""
+    assert list(got[:decisive]) == list(want[:decisive]), (
+        f"{what}: rbln tokens {list(got)} != CPU tokens {list(want)} "
+        f"(the first {decisive} have a clear margin on the CPU)")
