@@ -44,5 +44,63 @@ def test_eager_forward_matches_cpu(spec):
                 cpu_fallback_ops=fallback_ops(c0, c1))
 
 
+def _deit():
+    # DeiT initialises its class and distillation tokens and its position
+    # embeddings to zero: their rows enter the first LayerNorm constant.
+    return transformers.DeiTForImageClassification(transformers.DeiTConfig(
+        image_size=32, patch_size=8, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, num_labels=10))
+
+
+def _vit_zero_class_token():
+    model = model_zoo.SPECS["vit"].build()
+    torch.nn.init.zeros_(model.vit.embeddings.cls_token)
+    torch.nn.init.zeros_(model.vit.embeddings.position_embeddings)
+    return model
+
+
+def _bert_zero_padding_row():
+    # The padding token's word embedding is zero at init; with zero position
+    # and token-type embeddings a padding token's row is zero too.
+    model = model_zoo.SPECS["bert"].build()
+    torch.nn.init.zeros_(model.bert.embeddings.position_embeddings.weight)
+    torch.nn.init.zeros_(model.bert.embeddings.token_type_embeddings.weight)
+    return model
+
+
+def _image(g):
+    return {"pixel_values": torch.randn(1, 3, 32, 32, generator=g)}
+
+
+def _padded_tokens(g):
+    ids = torch.randint(3, model_zoo.VOCAB, (1, 8), generator=g)
+    ids[0, 5:] = 0  # Padding (pad_token_id 0), attended to as plain tokens.
+    return {"input_ids": ids}
+
+
+@pytest.mark.parametrize("build,inputs", [
+    pytest.param(_deit, _image, id="deit"),
+    pytest.param(_vit_zero_class_token, _image, id="vit"),
+    pytest.param(_bert_zero_padding_row, _padded_tokens, id="bert"),
+])
+def test_eager_forward_with_zero_token_rows_matches_cpu(build, inputs):
+    # spec: G1 -- issue 28: a row with zero variance (DeiT's zero-initialised
+    # tokens, a padding row) meets LayerNorm(eps=1e-12). PyTorch computes the
+    # norm of a float16 input in float32 with eps in float32 (the CPU gives
+    # zeros there); computed in float16, eps rounds to 0 and the row became
+    # 0 * inf = NaN logits.
+    torch.manual_seed(0)
+    model = build().eval()
+    assert model.config.layer_norm_eps == 1e-12
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.half().float())
+        x = inputs(torch.Generator().manual_seed(1))
+        want = logits(model(**x))
+        got = logits(model.half().to(DEV)(**to_device(x)))
+    assert not got.cpu().isnan().any(), "NaN logits"
+    assert_close_fp16(got, want, "logits")
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"], plugins=[ResultsPlugin()]))

@@ -16,12 +16,23 @@
 // The list (evidence: fallback counters of rbln/tests/demo.py-style eager
 // runs -- the GPT-2 block's layer norm, an SGD/Adam training step, and sdpa's
 // math decomposition under autograd):
-//   native_batch_norm             eager layer_norm on a non-CPU device
-//                                 decomposes into it (math_native_layer_norm)
+//   native_batch_norm             batch_norm and instance_norm
 //   threshold_backward.grad_input relu's backward
 //   addcmul.out, addcdiv.out      optimizer updates (Adam, RMSprop, momentum)
 //   tril.out, isneginf.out,       the math sdpa's causal mask and its
 //   all.all_out, where.self_out     all-masked-row guard (training)
+// and ops pinned for PyTorch's opmath (docs/numerics.md): without an rbln
+// kernel these would run ATen's composite kernel, which computes a float16/
+// bfloat16 input in its own dtype where the CPU kernel computes in float32
+// (at::opmath_type) with eps and alpha in float32:
+//   native_layer_norm             math_native_layer_norm: native_batch_norm
+//                                 in half, where eps=1e-12 rounds to 0 and a
+//                                 zero-variance row becomes 0 * inf = NaN
+//   native_group_norm             var_mean, + eps and rsqrt in half (same)
+//   silu_backward, mish_backward  math_*_backward round every step in half
+//                                 (silu's and mish's backward in training)
+//   addr, addr.out                math_addr rounds the outer product in half
+//                                 before it adds beta * self
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
@@ -146,6 +157,10 @@ constexpr const char* kPinnedToCpu[] = {
     "addcmul.out",        "addcdiv.out",
     "tril.out",           "isneginf.out",
     "all.all_out",        "where.self_out",
+    // Opmath: the CPU kernel computes half inputs in float32.
+    "native_layer_norm",  "native_group_norm",
+    "silu_backward",      "mish_backward",
+    "addr",               "addr.out",
 };
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -169,8 +169,8 @@ def test_pinned_ops_take_the_fast_host_path():
         tri = torch.tril(a.to("rbln"))
     torch.testing.assert_close(ln.cpu(), F.layer_norm(x.float(), (128,), w.float(), w.float()).half(),
                                atol=1e-2, rtol=1e-2)
-    assert d.get("dispatch/host_path/aten::native_batch_norm") == 1, d
-    assert "dispatch/cpu_fallback/aten::native_batch_norm" not in d, d
+    assert d.get("dispatch/host_path/aten::native_layer_norm") == 1, d
+    assert "dispatch/cpu_fallback/aten::native_layer_norm" not in d, d
     assert ret is ar and torch.allclose(ar.cpu(), a.addcmul(b, c, value=0.5))
     assert torch.equal(tri.cpu(), torch.tril(a)) and tri.device.type == "rbln"
     facts = region.to_dict()
@@ -178,7 +178,7 @@ def test_pinned_ops_take_the_fast_host_path():
     assert why.get("aten::tril.out: pinned_to_cpu") == 1, why
     assert why.get("aten::addcmul.out: pinned_to_cpu", 0) >= 1, why
     candidates = {c["op"] for c in facts["optimization_candidates"]}
-    assert not candidates & {"aten::tril.out", "aten::addcmul.out", "aten::native_batch_norm"}, candidates
+    assert not candidates & {"aten::tril.out", "aten::addcmul.out", "aten::native_layer_norm"}, candidates
 
 
 def test_pinned_ops_ignore_disable_fallback():
