@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "rbln/core/status_macros.h"
 #include "rbln/runtime/compute_slices.h"
 #include "rbln/runtime/placement.h"
@@ -157,12 +158,18 @@ absl::Status Executor::Run(const Executable& program,
     absl::StatusOr<void*> segment =
         segments.Allocate(worker.unit, worker.workspace_bytes);
     if (!segment.ok()) {
+      // The allocator's message first (an out-of-memory error reads as an
+      // eager one: NPU, chiplet, requested, free, cached, allocation unit),
+      // then what the memory was for; the code stays (ResourceExhausted is
+      // torch.OutOfMemoryError).
+      absl::string_view detail = segment.status().message();
+      absl::ConsumePrefix(&detail, "rbln: ");
       return absl::Status(
           segment.status().code(),
-          absl::StrFormat("rbln: workspace of worker %d of program %s (%d "
-                          "bytes on %s): %s",
-                          w, program.DebugName(), worker.workspace_bytes,
-                          ComputeUnitName(worker.unit), segment.status().message()));
+          absl::StrFormat("rbln: %s; while allocating the workspace of worker %d of "
+                          "program %s (%d bytes of intermediate buffers on %s)",
+                          detail, w, program.DebugName(), worker.workspace_bytes,
+                          ComputeUnitName(worker.unit)));
     }
     worker.workspace = *segment;
     workspace_bytes_->Add(worker.workspace_bytes);

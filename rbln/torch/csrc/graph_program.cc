@@ -28,6 +28,7 @@
 #include "rbln/torch/csrc/device_state.h"
 #include "rbln/torch/csrc/explain_signals.h"
 #include "rbln/torch/csrc/fallback_policy.h"
+#include "rbln/torch/csrc/python_errors.h"
 
 namespace py = pybind11;
 
@@ -360,14 +361,11 @@ void RegisterGraphProgramBindings(py::module_& m) {
       .def(
           "run",
           [](const GraphProgram& p, const std::vector<at::Tensor>& inputs) {
-            try {
-              return p.Run(inputs);
-            } catch (const c10::IndexError& e) {
-              // An index a kernel found out of range (SPEC P8), as eager.
-              throw py::index_error(e.what_without_backtrace());
-            } catch (const c10::Error& e) {
-              throw std::runtime_error(e.what_without_backtrace());
-            }
+            // As eager: an index a kernel found out of range is an
+            // IndexError (SPEC P8); running out of device memory -- the
+            // workspace, an input's upload, an output -- is
+            // torch.OutOfMemoryError.
+            return CallWithPythonErrors([&] { return p.Run(inputs); });
           },
           py::arg("inputs"))
       .def_property_readonly("name", &GraphProgram::Name)

@@ -6,7 +6,6 @@
 #include <pybind11/stl.h>
 
 #include <c10/util/Exception.h>
-#include <torch/csrc/Exceptions.h>  // torch::PyWarningHandler
 #include <torch/csrc/utils/pybind.h>  // at::Generator <-> torch.Generator
 
 #include <map>
@@ -31,6 +30,7 @@
 #include "rbln/torch/csrc/graph_program.h"
 #include "rbln/torch/csrc/memory_snapshot_bindings.h"
 #include "rbln/torch/csrc/pinned_host_allocator.h"
+#include "rbln/torch/csrc/python_errors.h"
 
 namespace py = pybind11;
 
@@ -50,32 +50,10 @@ class SyncOpScopeHolder {
 };
 
 // Wraps `fn` so that c10 errors become the matching Python exceptions
-// (torch.OutOfMemoryError for OOMs) without the C++ backtrace, and TORCH_WARN a
-// Python warning (as torch's own
-// bindings do). Pass captureless lambdas with a unary +.
+// (python_errors.h). Pass captureless lambdas with a unary +.
 template <typename R, typename... Args>
 std::function<R(Args...)> Translated(R (*fn)(Args...)) {
-  return [fn](Args... args) -> R {
-    torch::PyWarningHandler warnings;
-    try {
-      return fn(args...);
-    } catch (const c10::IndexError& e) {
-      warnings.set_in_exception();
-      throw py::index_error(e.what_without_backtrace());
-    } catch (const c10::ValueError& e) {
-      warnings.set_in_exception();
-      throw py::value_error(e.what_without_backtrace());
-    } catch (const c10::OutOfMemoryError& e) {
-      // torch.OutOfMemoryError, as torch's own bindings raise it.
-      warnings.set_in_exception();
-      const py::object type = py::module_::import("torch").attr("OutOfMemoryError");
-      PyErr_SetString(type.ptr(), e.what_without_backtrace());
-      throw py::error_already_set();
-    } catch (const c10::Error& e) {
-      warnings.set_in_exception();
-      throw std::runtime_error(e.what_without_backtrace());
-    }
-  };
+  return [fn](Args... args) -> R { return CallWithPythonErrors([&] { return fn(args...); }); };
 }
 
 // torch.cuda.memory_stats()-style keys: "<stat>.all.<current|peak|...>".
@@ -268,8 +246,10 @@ PYBIND11_MODULE(_C, m) {
           d["offload_path"] = info->offload_path;
           return d;
         }));
-  m.def("_bind_device_memory", Translated(+[](uintptr_t address) {
-          ThrowIfError(RuntimeOrThrow().storage().Bind(address));
+  m.def("_bind_device_memory", Translated(+[](uintptr_t address, int index) {
+          // Errors name the logical device, as an eager op's do.
+          ThrowIfErrorOn(c10::Device(c10::DeviceType::PrivateUse1, index),
+                         RuntimeOrThrow().storage().Bind(address));
         }));
   // Caching-allocator statistics of a physical NPU: its exact totals and one
   // dict per chiplet, keyed like torch.cuda.memory_stats().

@@ -1,6 +1,7 @@
 """Device memory statistics, the E6 summary and per-chiplet OOM."""
 # spec: D3, E1, E2, E3, E4, E5, E6, E7
 
+import json
 import re
 import sys
 
@@ -118,6 +119,98 @@ def test_spec_e7_one_chiplet_full_while_card_has_room():
     assert "cannot span chiplets" in out
     assert "alloc retries: 0   ooms: 1" in out
     assert out.strip().split("\n")[-1] == "[2.0, 2.0] 1"
+
+
+# Runs in a child with 32 MiB chiplets: a compiled graph whose workspace
+# (up to 16 MiB of intermediate buffers per chiplet) fits an empty device
+# runs once; then the device is filled with ballast down to fragments under
+# 1 MiB, and the graph, an input it has to upload, and eager ops need memory.
+_OOM_CHILD = """
+import json, torch
+import torch_rbln._dynamo as rbln_dynamo
+
+MIB = 1 << 20
+out = {}
+keep = torch.arange(4096, dtype=torch.float16, device="rbln") * 1  # device-latest
+
+def f(x):
+    e = torch.exp(x)
+    return (e @ e.t()).softmax(-1).sum(0)
+
+x_host = (torch.randn(2048, 1024, generator=torch.Generator().manual_seed(0)) / 8).half()
+x = x_host.to("rbln") * 1
+compiled = torch.compile(f, backend="rbln", dynamic=False)
+first = compiled(x).cpu()
+(graph,) = rbln_dynamo.compiled_programs()
+out["workspace"] = graph.inspect()["programs"][0]["partitioning"]["workspace_bytes_per_chiplet"]
+host = torch.ones(2048, 1024, dtype=torch.float16).to("rbln")  # host-latest: no memory yet
+
+torch.rbln.empty_cache()
+ballast = []
+for mib in (16, 8, 4, 2, 1):
+    while True:
+        try:
+            ballast.append(torch.rbln.bind_device_memory(
+                torch.empty(mib * MIB // 2, dtype=torch.float16, device="rbln")))
+        except torch.OutOfMemoryError:
+            break
+
+def attempt(name, fn):
+    before = torch.rbln.memory_allocated()
+    ooms = torch.rbln.memory_stats()["num_ooms"]
+    try:
+        fn()
+        out[name] = {"raised": None}
+        return
+    except torch.OutOfMemoryError as e:
+        out[name] = {"raised": "OutOfMemoryError", "message": str(e)}
+    except Exception as e:
+        out[name] = {"raised": type(e).__name__, "message": str(e)}
+    out[name]["allocated_unchanged"] = torch.rbln.memory_allocated() == before
+    out[name]["ooms"] = torch.rbln.memory_stats()["num_ooms"] - ooms
+
+attempt("graph_workspace", lambda: compiled(x))
+attempt("graph_input_upload", lambda: compiled(host))
+attempt("eager_op", lambda: x * 2)
+attempt("eager_copy", lambda: x.clone())
+attempt("bind_device_memory",
+        lambda: torch.rbln.bind_device_memory(torch.empty(2 * MIB, device="rbln")))
+out["keep_intact"] = torch.equal(keep.cpu(), torch.arange(4096, dtype=torch.float16))
+out["x_intact"] = torch.equal(x.cpu(), x_host)
+del ballast
+out["rerun_equal"] = torch.equal(compiled(x).cpu(), first)
+out["host_input_runs"] = compiled(host).shape == (2048,)
+print(json.dumps(out))
+"""
+
+
+def test_every_device_oom_is_torch_out_of_memory_error():
+    # spec: E7 -- issue 28: a compiled program's workspace (and an input
+    # uploaded when it runs) out of device memory raises torch.OutOfMemoryError
+    # as eager allocations do, with the eager message's detail; nothing on
+    # the device is lost, nothing stays allocated, and the same program runs
+    # once memory is free.
+    r = rbln_test_util.run_python(_OOM_CHILD, {"RBLN_SIM_MEMORY_PER_CHIPLET": "32MiB"},
+                                  timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert max(out["workspace"].values()) >= 4 << 20, out["workspace"]
+    detail = re.compile(
+        r"^rbln:0: out of device memory on NPU 0 chiplet \d: tried to allocate \d+ bytes; "
+        r"chiplet \d has \d+ bytes free and \d+ cached of 33554432; .*"
+        r"after rounding to 4096-byte units")
+    for case in ("graph_workspace", "graph_input_upload", "eager_op", "eager_copy",
+                 "bind_device_memory"):
+        got = out[case]
+        assert got["raised"] == "OutOfMemoryError", (case, got)
+        assert detail.search(got["message"]), (case, got["message"])
+        assert got["allocated_unchanged"], (case, got)
+        assert got["ooms"] >= 1, (case, got)
+    assert re.search(r"while allocating the workspace of worker \d of program rbln_graph_\w+ "
+                     r"\(\d+ bytes of intermediate buffers on npu\.0\.chiplet\.\d\)",
+                     out["graph_workspace"]["message"]), out["graph_workspace"]["message"]
+    assert out["keep_intact"] and out["x_intact"], out
+    assert out["rerun_equal"] and out["host_input_runs"], out
 
 
 def test_e1_empty_cache_returns_memory_and_drops_programs():

@@ -617,7 +617,7 @@ def bind_device_memory(t: torch.Tensor) -> torch.Tensor:
         raise ValueError("bind_device_memory needs a contiguous tensor; call .contiguous() first")
     _check_whole_storage(t, "bind_device_memory", "the tensor")
     if t.numel():
-        _C._bind_device_memory(t.data_ptr())
+        _C._bind_device_memory(t.data_ptr(), t.device.index)
     return t
 
 
