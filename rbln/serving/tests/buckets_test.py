@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from vllm_rbln.buckets import Buckets, Call
+from vllm_rbln.buckets import Buckets, Call, order
 
 
 def test_shapes_are_powers_of_two_up_to_the_limits():
@@ -37,6 +37,23 @@ def test_limits_below_the_first_power_are_kept():
     assert Buckets(max_num_seqs=1, max_prefill=8).shapes() == [(1, 1), (1, 8)]
     with pytest.raises(ValueError, match="must be positive"):
         Buckets(max_num_seqs=0, max_prefill=8)
+
+
+def test_a_call_filling_a_block_runs_before_the_calls_reading_it():
+    # Request 0 hits block 7, which request 2 fills in the same step (vLLM
+    # cached it when it scheduled request 2); request 1 decodes on its own.
+    calls = [Call(1, 16, (0,)), Call(1, 1, (1,)), Call(1, 32, (2,))]
+    writes = [{9}, {4}, {7, 8}]
+    reads = [{7}, {3, 4}, set()]
+    assert order(calls, writes, reads) == [calls[1], calls[2], calls[0]]
+    # Without shared blocks the plan's order stays.
+    assert order(calls, [{9}, {4}, {8}], [set(), {3}, set()]) == calls
+
+
+def test_calls_that_fill_each_others_blocks_are_an_error():
+    calls = [Call(1, 16, (0,)), Call(1, 16, (1,))]
+    with pytest.raises(RuntimeError, match="a cycle"):
+        order(calls, [{1}, {2}], [{2}, {1}])
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 greedy tokens equal transformers' greedy tokens on the CPU for a batch of
 prompts of different lengths, while vLLM's scheduler batches them
 continuously (4 running of 8, each with its own length), chunks the long
-prompts (64 tokens a step), reuses cached prefix blocks and preempts requests
-when its small KV cache (18 blocks) is full; the steps never compile after
+prompts (64 tokens a step), reuses cached prefix blocks (also blocks another
+request fills in the same step) and preempts requests when its small KV
+cache (18 blocks) is full; the steps never compile after
 warm-up and never fall back to the CPU (TORCH_RBLN_DISABLE_FALLBACK=all makes
 a fallback an error).
 Runs in the serving venv (serving_venv.py)."""
@@ -11,6 +12,7 @@ Runs in the serving venv (serving_venv.py)."""
 
 import json
 import os
+import random
 import sys
 
 from serving_venv import pinned, reexec_in_serving_venv
@@ -115,6 +117,26 @@ def test_cached_prefix_blocks_give_the_same_tokens(llm, model_dir):
     want = cpu_greedy(model_dir, [shared + [7, 8, 9], shared + [11, 12]], NEW_TOKENS)
     assert_same_tokens(first, want[0][0], want[0][1], "prompt before the cached prefix")
     assert_same_tokens(second, want[1][0], want[1][1], "prompt after the cached prefix")
+
+
+def test_requests_sharing_prefix_blocks_in_one_step(llm, model_dir):
+    # Prompts that start alike, submitted together in shuffled order: vLLM
+    # gives a later request the prefix blocks an earlier one fills in the
+    # same step, and the runner must run the filling call first
+    # (buckets.order; stats["reordered_steps"] counts such steps).
+    rng = random.Random(0)
+    (before,) = llm.collective_rpc("rbln_stats")
+    for _ in range(4):
+        base = [rng.randrange(3, 400) for _ in range(40)]  # Not cached yet.
+        prompts = [base[:rng.choice([5, 20, 40])] + [rng.randrange(3, 400)] for _ in range(6)]
+        rng.shuffle(prompts)
+        max_tokens = [rng.choice([3, 8]) for _ in prompts]
+        got = _generate(llm, prompts, max_tokens)
+        want = cpu_greedy(model_dir, prompts, 8)
+        for i, (tokens, (ref, decisive)) in enumerate(zip(got, want)):
+            assert_same_tokens(tokens, ref, min(decisive, max_tokens[i]), f"prompt {i}")
+    (after,) = llm.collective_rpc("rbln_stats")
+    assert after["reordered_steps"] > before["reordered_steps"], after
 
 
 def test_steps_never_compile_or_fall_back_after_warm_up(llm, model_dir):

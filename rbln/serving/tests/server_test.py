@@ -8,11 +8,7 @@ steps neither compile nor fall back to the CPU (its log says so: step_stats).
 Runs in the serving venv (serving_venv.py)."""
 # spec: J2, I6
 
-import os
-import socket
-import subprocess
 import sys
-import time
 
 from serving_venv import reexec_in_serving_venv
 
@@ -25,16 +21,10 @@ import pytest
 
 from token_check import assert_same_tokens, cpu_greedy
 from vllm_rbln.testing.local_model import write_model_dir
+from vllm_rbln.testing.server import Server
 
 NEW_TOKENS = 12
 MAX_MODEL_LEN = 256
-START_TIMEOUT_S = 600  # A shared 2-core machine under load.
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -44,43 +34,12 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(model_dir, tmp_path_factory):
-    """`vllm serve` (the vllm-rbln wheel's `vllm` command: vllm_rbln.cli)."""
-    port = _free_port()
-    log_path = tmp_path_factory.mktemp("server") / "server.log"
-    env = dict(os.environ, TORCH_RBLN_DISABLE_FALLBACK="all")
-    log = open(log_path, "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "vllm_rbln.cli", "serve", model_dir, "--dtype", "float32",
-         "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", "8",
-         "--max-num-batched-tokens", "64", "--kv-cache-memory-bytes", str(16 << 20),
-         "--host", "127.0.0.1", "--port", str(port), "--served-model-name", "tiny-llama"],
-        stdout=log, stderr=subprocess.STDOUT, env=env)
-    import httpx
-
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while True:
-        if proc.poll() is not None:
-            log.close()
-            pytest.fail(f"vllm serve exited with {proc.returncode}:\n"
-                        + open(log_path).read()[-4000:])
-        try:
-            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"vllm serve not up after {START_TIMEOUT_S} s:\n"
-                        + open(log_path).read()[-4000:])
-        time.sleep(1)
-    yield base, log_path
-    proc.terminate()
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+    log_path = str(tmp_path_factory.mktemp("server") / "server.log")
+    args = ["--dtype", "float32", "--max-model-len", MAX_MODEL_LEN, "--max-num-seqs", 8,
+            "--max-num-batched-tokens", 64, "--kv-cache-memory-bytes", 16 << 20,
+            "--served-model-name", "tiny-llama"]
+    with Server(model_dir, args, log_path, env={"TORCH_RBLN_DISABLE_FALLBACK": "all"}) as s:
+        yield s.base_url, log_path
 
 
 PROMPTS = [
@@ -162,7 +121,7 @@ def test_concurrent_requests_match_cpu_and_bad_ones_get_http_errors(server, mode
     for i, ((prompt_ids, ids, text), (ref, decisive)) in enumerate(zip(results, want)):
         assert prompt_ids and len(ids) == NEW_TOKENS, (i, prompt_ids, ids)
         assert text, i
-        assert_same_tokens(ids, ref, decisive, f"request {i}")
+        assert_same_tokens(ids, ref, decisive, f"request {i} (prompt {prompt_ids}, text {text!r})")
     assert sum(d for _, d in want) >= 0.8 * 16 * NEW_TOKENS
 
     (too_long, too_long_body), (malformed, _), (bad_value, bad_value_body) = bad

@@ -10,6 +10,14 @@ batch sizes and sequence lengths, padding, buckets):
     bucket (min_prefill, 2 * min_prefill, ... up to the longest chunk the
     scheduler hands out): a grid of 1 x Q.
 All programs are compiled at warm-up; a step after that never compiles.
+
+Calls of one step run in an order that respects the KV cache: with prefix
+caching, vLLM may hand a request blocks that another request of the same
+step is still to fill (both prompts start alike; vLLM caches a block when it
+schedules the tokens that fill it). On a GPU every layer writes the whole
+batch's keys and values before any attention reads them; here each call runs
+all layers, so a call that fills a block runs before the calls that read it
+(`order`).
 """
 
 from dataclasses import dataclass
@@ -66,3 +74,23 @@ class Buckets:
             if n > 1:
                 calls.append(Call(1, self._fit(self.prefill, n, "prefill chunk of"), (r,)))
         return calls
+
+
+def order(calls, writes, reads) -> list:
+    """`calls` sorted so that a call writing a block runs before every other
+    call reading it; `writes[r]` / `reads[r]`: the blocks request r fills in
+    this step / reads from earlier tokens. Otherwise the order is kept."""
+    written = [set().union(*(writes[r] for r in c.requests)) for c in calls]
+    read = [set().union(*(reads[r] for r in c.requests)) for c in calls]
+    before = [{j for j in range(len(calls)) if j != i and written[j] & read[i]}
+              for i in range(len(calls))]
+    done, ordered = set(), []
+    while len(ordered) < len(calls):
+        ready = [i for i in range(len(calls)) if i not in done and before[i] <= done]
+        if not ready:
+            raise RuntimeError(
+                "rbln: the calls of a step read blocks each other fills (a cycle); "
+                f"calls {calls}, blocks written {written}, read {read}")
+        done.add(ready[0])
+        ordered.append(calls[ready[0]])
+    return ordered

@@ -29,6 +29,7 @@ from vllm.v1.worker.utils import bind_kv_cache
 
 from . import paged_attention
 from .attention import RblnCallMetadata, RblnStepMetadata
+from . import buckets
 from .buckets import Buckets
 from .step_stats import StepStats
 
@@ -150,8 +151,11 @@ class RblnModelRunner(CPUModelRunner):
         # Only the rows vLLM samples from (each request's last token) are set.
         logits = torch.empty((num_tokens, self._vocab), dtype=torch.float32)
         saved = context.attn_metadata, context.slot_mapping
+        planned = self.buckets.plan(query_lens.tolist())
+        calls = buckets.order(planned, *self._blocks_touched(step, qsl))
+        self.stats.reordered_steps += calls != planned
         try:
-            for call in self.buckets.plan(query_lens.tolist()):
+            for call in calls:
                 rows = self._run_call(context, call, qsl, input_ids.numpy(),
                                       positions.numpy(), step)
                 for i, r in enumerate(call.requests):
@@ -159,6 +163,18 @@ class RblnModelRunner(CPUModelRunner):
         finally:
             context.attn_metadata, context.slot_mapping = saved
         return logits
+
+    def _blocks_touched(self, step, qsl):
+        """Per request, the blocks this step fills (its slots) and those it
+        reads from earlier tokens (its table up to its first new position)."""
+        slots = step.slot_mapping.numpy()
+        table = step.block_table.numpy()
+        start = step.seq_lens.numpy()[:step.num_reqs] - np.diff(qsl)
+        writes, reads = [], []
+        for r in range(step.num_reqs):
+            writes.append(set((slots[qsl[r]:qsl[r + 1]] // self.block_size).tolist()))
+            reads.append(set(table[r, :-(-int(start[r]) // self.block_size)].tolist()))
+        return writes, reads
 
     def _run_call(self, context, call, qsl, input_ids, positions, step):
         """Uploads one call's padded grid, runs its program, returns the

@@ -33,6 +33,9 @@ class StepStats:
         self.seconds = {}  # (batch, q_len) -> seconds in those calls
         self.after_warm_up = dict.fromkeys(COMPILES + FALLBACKS, 0)
         self.warm_up = dict.fromkeys(COMPILES + FALLBACKS, 0)
+        # Steps whose calls ran out of plan order (buckets.order): a call
+        # filling prefix blocks that another call of the step reads.
+        self.reordered_steps = 0
 
     def warmed_up(self) -> None:
         self.warm = True
@@ -63,6 +66,7 @@ class StepStats:
             "warm": self.warm,
             "warm_up": dict(self.warm_up),
             "after_warm_up": dict(self.after_warm_up),
+            "reordered_steps": self.reordered_steps,
             "calls": {f"{b}x{q}": n for (b, q), n in sorted(self.calls.items())},
             "ms_per_call": {f"{b}x{q}": 1e3 * self.seconds[(b, q)] / n
                             for (b, q), n in sorted(self.calls.items())},
