@@ -1,8 +1,8 @@
-"""Smoke test of the LLM benchmark at tiny widths (no timing asserted): both
-architectures run every variant through prefill and static-cache decode,
-decode compiles nothing in its timed loop, rbln's greedy tokens match the CPU
-eager ones at these widths, device memory and the read bandwidth are
-reported, and the first calls in fresh processes come with their phases."""
+"""Smoke test of the LLM benchmark at tiny widths (no timing asserted): the
+Llama architecture runs every variant through prefill and static-cache decode
+and reports its first calls in fresh processes with their phases, Qwen runs
+on rbln and the CPU; decode compiles nothing in its timed loop, and device
+memory and the read bandwidth are reported."""
 # spec: J1, J3, J7
 
 import json
