@@ -1,13 +1,17 @@
-// Moments: var and var_mean (std and std_mean decompose to them).
+// Moments: var, var_mean, std, std_mean.
 //
 // Two passes in f64, as accurate as ATen's Welford with a double
 // accumulator: the sum (for the mean), then the sum of squared deviations
 // from that mean; var = m2 / max(N - correction, 0), so N <= correction gives
-// inf (or NaN when m2 is 0) and an empty reduction NaN, as in PyTorch. Each
-// output is rounded once to its dtype.
+// inf (or NaN when m2 is 0) and an empty reduction NaN, as in PyTorch. std
+// is the f64 square root of that, taken before rounding (as ATen does: the
+// decomposition sqrt(var) would round var first, which overflows float32
+// for values above 1.8e19 whose std is finite). Each output is rounded once
+// to its dtype.
 //
 // IR conventions (output dtypes and shapes come from the node):
-//   var(x) -> var, var_mean(x) -> (var, mean)
+//   var(x) -> var, var_mean(x) -> (var, mean), std(x) -> std,
+//   std_mean(x) -> (std, mean)
 //     "dim"         reduced dims, as the reductions (absent: all);
 //     "correction"  int or float, default 1 (Bessel's correction);
 //     "keepdim"     bool, default false.
@@ -18,6 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/IR/AffineMap.h"
 #include "rbln/compiler/graph_importer.h"
 #include "rbln/compiler/ops/reduction_util.h"
@@ -37,7 +42,8 @@ Value F64Const(OpBuilder& b, Location l, double v) {
 }
 
 absl::Status ConvertVar(GraphImporter& im, const ir::Node& node) {
-  const bool with_mean = node.op() == "var_mean";
+  const bool with_mean = node.op() == "var_mean" || node.op() == "std_mean";
+  const bool root = node.op() == "std" || node.op() == "std_mean";
   if (absl::Status s = CheckArity(node, 1, with_mean ? 2 : 1); !s.ok()) {
     return s;
   }
@@ -115,6 +121,7 @@ absl::Status ConvertVar(GraphImporter& im, const ir::Node& node) {
       parallel, [&](OpBuilder& b, Location l, ValueRange args) {
         Value v =
             b.create<mlir::arith::DivFOp>(l, args[0], F64Const(b, l, divisor));
+        if (root) v = b.create<mlir::math::SqrtOp>(l, v);
         return llvm::SmallVector<Value>{narrow(b, l, v, var_dtype)};
       })[0];
   im.Define(node.outputs(0), var);
@@ -136,6 +143,8 @@ absl::Status ConvertVar(GraphImporter& im, const ir::Node& node) {
 void RegisterMomentOps(OpConverterTable& table) {
   table["var"] = &ConvertVar;
   table["var_mean"] = &ConvertVar;
+  table["std"] = &ConvertVar;
+  table["std_mean"] = &ConvertVar;
 }
 
 }  // namespace rbln::compiler

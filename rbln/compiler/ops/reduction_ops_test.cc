@@ -745,9 +745,9 @@ TEST(ReductionOpsTest, RmsNormDefaultEpsIsFloatEpsilon) {
 // --- prod, any, all.
 // ---------------------------------------------------------
 
-// prod multiplies in the output dtype in index order: half types round after
-// every step (ATen's scalar_t accumulation), integers and bool give int64.
-TEST(ReductionOpsTest, ProdMultipliesInTheOutputDtype) {
+// prod multiplies in index order in the compute type: f32 for half types,
+// rounded once (opmath); integers and bool give int64.
+TEST(ReductionOpsTest, ProdMultipliesInTheComputeType) {
   for (ir::DType dtype : {ir::FLOAT32, ir::FLOAT16, ir::BFLOAT16, ir::INT32,
                           ir::INT64, ir::BOOL}) {
     const bool is_float =
@@ -769,13 +769,14 @@ TEST(ReductionOpsTest, ProdMultipliesInTheOutputDtype) {
       // Row-major input order is the kernel's order within each output.
       for (size_t i = 0; i < x.values.size(); ++i) {
         double& w = want[ix.out[i]];
-        w = out == ir::FLOAT32
-                ? static_cast<float>(static_cast<float>(w) *
-                                     static_cast<float>(x.values[i]))
-                : RoundTo(out, w * x.values[i]);
+        w = static_cast<float>(static_cast<float>(w) * static_cast<float>(x.values[i]));
         iwant[ix.out[i]] *= static_cast<int64_t>(x.values[i]);
       }
-      if (!is_float) want.assign(iwant.begin(), iwant.end());
+      if (is_float) {
+        for (double& w : want) w = RoundTo(out, w);
+      } else {
+        want.assign(iwant.begin(), iwant.end());
+      }
       Attrs attrs = ReduceAttrs(c);
       auto got = CompileAndRun(
           OneOpGraph("prod", {x.type()}, {Type(out, out_shape)}, attrs), {x});

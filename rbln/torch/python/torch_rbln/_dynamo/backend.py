@@ -88,6 +88,11 @@ _NATIVE_OPS = frozenset({
     # ATen computes x + value * t1 / t2 in float and rounds once; the
     # decomposition rounds t1 / t2 to a half dtype first.
     "addcdiv",
+    # ATen takes the square root of the double variance before rounding;
+    # the decomposition sqrt(var) rounds var first, which overflows float32
+    # where std is finite (values above 1.8e19; issue 28's edge cases).
+    "std",
+    "std_mean",
 })
 
 _lock = threading.Lock()
