@@ -3,22 +3,26 @@
 A seeded generator writes random PyTorch programs -- chains of element-wise
 ops with broadcasting, scalars, casts, views (permute, slices, expand,
 reshape), reductions, softmax/norms, matmuls, concatenation and indexing --
-as Python source. Each program runs compiled with `torch.compile(backend=
-"rbln", fullgraph=True, dynamic=False)` (host ops off, the compile_error
-fallback disabled) and eagerly on the CPU in the same dtype, and both are
-judged against a float32 CPU run of the same inputs: the rbln result must be
-about as accurate as the CPU's own result in that dtype (elementwise
-|rbln - ref| <= 4 |cpu - ref| + tol), with the same dtype, shape and
-NaN/inf positions. That oracle tolerates the rounding differences of fused
-half-precision chains (the compiler keeps f32 between fused ops, eager CPU
-rounds after each op) and still catches wrong values.
+as Python source; a third of the data inputs carry edge values (+-inf, NaN,
++-0, the dtype's extremes, subnormals: `edge_values.sprinkle`, issue 28).
+Each program runs compiled with `torch.compile(backend="rbln",
+fullgraph=True, dynamic=False)` (host ops off, the compile_error fallback
+disabled) and eagerly on the CPU in the same dtype, and both are judged
+against a float64 CPU run of the same inputs: the rbln result must be about
+as accurate as the CPU's own result in that dtype (elementwise
+|rbln - ref| <= 4 |cpu - ref| + tol), with the same dtype and shape, and NaN
+and inf where the CPU or the float64 run has them. That oracle tolerates the
+rounding differences of fused half-precision chains (the compiler keeps f32
+between fused ops, eager CPU rounds after each op) and still catches wrong
+values.
 
 A failing program is printed as a self-contained reproducer. The bounded,
 fixed-seed run is `graph_fuzz_test`; a longer one is
 
   TORCH_RBLN_DISABLE_FALLBACK=compile_error python -m torch_rbln.testing.graph_fuzz --seed 1 --graphs 2000
 
-Bugs it finds become regression tests in `graph_fuzz_regressions_test.py`.
+Bugs it finds become regression tests (the compiler's op tests, and
+`edge_cases_test.py` for edge values).
 """
 
 import argparse
@@ -30,7 +34,11 @@ import traceback
 
 import torch
 
+from torch_rbln.testing import edge_values
+
 FLOAT_DTYPES = ("float16", "bfloat16", "float32")
+# Data inputs that get special values sprinkled in (edge_values.sprinkle).
+EDGE_VALUE_FRACTION = 0.3
 
 
 class _Value:
@@ -61,22 +69,34 @@ class Program:
     def make_inputs(self):
         gen = torch.Generator().manual_seed(self.seed)
         out = []
-        for shape, dtype, kind in self.inputs:
+        for i, (shape, dtype, kind) in enumerate(self.inputs):
             if kind == "index":
                 high = dtype  # For index inputs `dtype` holds the bound.
                 out.append(torch.randint(0, high, shape, generator=gen))
             elif kind == "mask":
                 out.append(torch.rand(shape, generator=gen) > 0.5)
             else:
-                t = torch.randn(shape, generator=gen) * 2
-                out.append(t.to(getattr(torch, dtype)))
+                t = (torch.randn(shape, generator=gen) * 2).to(getattr(torch, dtype))
+                if self.has_edge_values(i):
+                    t = edge_values.sprinkle(t, gen)
+                out.append(t)
         return out
+
+    def has_edge_values(self, i):
+        """Whether data input `i` holds edge values (issue 28): +-inf, NaN,
+        +-0, the dtype's extremes, subnormals among the random values. Drawn
+        from the seed apart from the program's structure, so a seed's
+        program is the same with or without them."""
+        return random.Random(self.seed * 7919 + i).random() < EDGE_VALUE_FRACTION
 
     def reproducer(self):
         specs = ", ".join(repr(i) for i in self.inputs)
+        edges = [i for i, (_, _, kind) in enumerate(self.inputs)
+                 if kind == "data" and self.has_edge_values(i)]
         return (
             "import torch\n\n" + self.source +
             f"\n# inputs: (shape, dtype or index bound, kind): {specs}\n"
+            f"# edge values (inf, NaN, +-0, extremes, subnormals) in inputs {edges}\n"
             f"# seed {self.seed}: torch_rbln.testing.graph_fuzz.Program.make_inputs\n"
         )
 
@@ -364,7 +384,13 @@ def _judge(got, cpu, ref):
         return None if bad == 0 else f"{bad} of {got.numel()} values differ"
     g, c, r = got.double(), cpu.double(), ref.double()
     nonfinite = ~torch.isfinite(c) | ~torch.isfinite(r)
-    if (torch.isnan(g) != torch.isnan(c))[~torch.isnan(r)].any():
+    # NaN where the CPU has NaN, or where the float64 run has: a half chain
+    # on the CPU overflows an intermediate to inf (then inf - inf) where the
+    # compiled chain, in float32 between fused ops, does not; and some CPU
+    # kernels give NaN where float64 (and rbln) do not (vectorized gelu of
+    # +inf).
+    nan = torch.isnan(g)
+    if ((nan != torch.isnan(c)) & (nan != torch.isnan(r))).any():
         return "NaN positions differ from the CPU's"
     finite = ~nonfinite & torch.isfinite(g)
     if (~torch.isfinite(g) & ~nonfinite).any():
@@ -376,7 +402,7 @@ def _judge(got, cpu, ref):
     if bad.any():
         i = bad.nonzero()[0].tolist()
         return (f"{int(bad.sum())} of {got.numel()} values off: at {i} rbln {g[tuple(i)].item():.6g}, "
-                f"CPU {c[tuple(i)].item():.6g}, float32 reference {r[tuple(i)].item():.6g}")
+                f"CPU {c[tuple(i)].item():.6g}, float64 reference {r[tuple(i)].item():.6g}")
     return None
 
 
@@ -386,7 +412,7 @@ def run_program(program):
     inputs = program.make_inputs()
     try:
         cpu = fn(*inputs)
-        ref = fn(*[t.float() if t.is_floating_point() else t for t in inputs])
+        ref = fn(*[t.double() if t.is_floating_point() else t for t in inputs])
     except Exception as e:  # noqa: BLE001 -- a generator bug, not the compiler's
         return "skip", f"CPU raises {type(e).__name__}: {e}"
     torch._dynamo.reset()
