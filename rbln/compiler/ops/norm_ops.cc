@@ -1,10 +1,14 @@
 // Batch and group normalization (layer_norm and rms_norm are in
 // reduction_ops.cc).
 //
-// Statistics are two-pass f32 reductions (the mean, then the mean of squared
-// deviations: the biased variance); outputs are x * scale + shift per
-// channel, with scale = invstd * weight and shift = bias - mean * scale as
-// ATen's CPU kernels compute them, rounded once to the output dtype.
+// Statistics are two-pass reductions (the mean, then the mean of squared
+// deviations: the biased variance) in f32, batch norm's in ATen's acc_type
+// (f64 for float32 input, as its CPU kernel); outputs are (x - mean) * invstd *
+// weight + bias in f32, rounded once to the output dtype. (ATen's CPU
+// kernels fold the affine part into x * scale + (bias - mean * scale),
+// which cancels catastrophically when invstd is large: a constant group
+// with eps=1e-12 gives bias plus noise of |mean| * 1e6 * 2^-24 there, not
+// bias; PyTorch's decompositions subtract the mean first, as here.)
 //
 // Batch norm, every ATen form a graph carries:
 //   _native_batch_norm_legit_functional(x, weight?, bias?, running_mean,
@@ -80,6 +84,23 @@ absl::StatusOr<std::vector<const std::string*>> OptionalInputs(
 Value ReadCompute(GraphImporter& im, OpBuilder& b, Value v,
                   const std::string* name) {
   return im.ToCompute(b, v, im.TypeOf(*name).dtype());
+}
+
+// (x - mean) * invstd [* weight] [+ bias] in f32, from a body's arguments
+// (x, mean, invstd, weight?, bias?).
+Value Normalized(GraphImporter& im, OpBuilder& b, Location l, ValueRange a,
+                 ir::DType t, const std::string* weight,
+                 const std::string* bias) {
+  Value v = b.create<arith::MulFOp>(
+      l, b.create<arith::SubFOp>(l, im.ToCompute(b, a[0], t), a[1]), a[2]);
+  int next = 3;
+  if (weight) {
+    v = b.create<arith::MulFOp>(l, v, ReadCompute(im, b, a[next++], weight));
+  }
+  if (bias) {
+    v = b.create<arith::AddFOp>(l, v, ReadCompute(im, b, a[next++], bias));
+  }
+  return v;
 }
 
 absl::Status CheckChannelVector(GraphImporter& im, const ir::Node& node,
@@ -225,37 +246,55 @@ absl::Status ConvertBatchNorm(GraphImporter& im, const ir::Node& node) {
   reduce[1] = IteratorType::parallel;
   Value xv = im.ValueOf(x);
   // mean and invstd per channel (f32), from the batch or the running stats.
-  Value mean, invstd, var_sum;
+  // Batch statistics accumulate in ATen's acc_type: f64 for float32 input
+  // (values near the float32 limit sum past it), f32 for half types.
+  const Type acc = t == ir::FLOAT32 ? im.builder().getF64Type() : f32;
+  auto acc_const = [acc](OpBuilder& b, Location l, double v) -> Value {
+    return b.create<arith::ConstantOp>(l, b.getFloatAttr(acc, v));
+  };
+  auto widen = [&](OpBuilder& b, Location l, Value v) -> Value {
+    return acc == f32 ? v : b.create<arith::ExtFOp>(l, acc, v);
+  };
+  auto narrow = [&](OpBuilder& b, Location l, Value v) -> Value {
+    return acc == f32 ? v : b.create<arith::TruncFOp>(l, f32, v);
+  };
+  Value mean, invstd, batch_mean, var_sum;
   if (training) {
-    Value sum = Generic(im, xv, Filled(im, {channels}, f32, 0.0),
+    Value sum = Generic(im, xv, Filled(im, {channels}, acc, 0.0),
                         {id, channel}, reduce,
                         [&](OpBuilder& b, Location l, ValueRange a) {
                           return llvm::SmallVector<Value>{
                               b.create<arith::AddFOp>(
-                                  l, a[1], im.ToCompute(b, a[0], t))};
+                                  l, a[1], widen(b, l, im.ToCompute(b, a[0], t)))};
                         })[0];
-    mean = Parallel(im, sum, {IdentityMap(im, 1)}, {channels}, f32,
-                    [&](OpBuilder& b, Location l, ValueRange a) {
-                      return b.create<arith::DivFOp>(
-                          l, a[0], F32Const(b, l, count));
-                    });
-    var_sum = Generic(im, ValueRange{xv, mean},
-                      Filled(im, {channels}, f32, 0.0), {id, channel, channel},
+    batch_mean = Parallel(im, sum, {IdentityMap(im, 1)}, {channels}, acc,
+                          [&](OpBuilder& b, Location l, ValueRange a) {
+                            return b.create<arith::DivFOp>(
+                                l, a[0], acc_const(b, l, count));
+                          });
+    var_sum = Generic(im, ValueRange{xv, batch_mean},
+                      Filled(im, {channels}, acc, 0.0), {id, channel, channel},
                       reduce, [&](OpBuilder& b, Location l, ValueRange a) {
                         Value d = b.create<arith::SubFOp>(
-                            l, im.ToCompute(b, a[0], t), a[1]);
+                            l, widen(b, l, im.ToCompute(b, a[0], t)), a[1]);
                         return llvm::SmallVector<Value>{b.create<arith::AddFOp>(
                             l, a[2], b.create<arith::MulFOp>(l, d, d))};
                       })[0];
+    mean = Parallel(im, batch_mean, {IdentityMap(im, 1)}, {channels}, f32,
+                    [&](OpBuilder& b, Location l, ValueRange a) {
+                      return narrow(b, l, a[0]);
+                    });
     invstd = Parallel(im, var_sum, {IdentityMap(im, 1)}, {channels}, f32,
                       [&](OpBuilder& b, Location l, ValueRange a) {
                         Value var = b.create<arith::DivFOp>(
-                            l, a[0], F32Const(b, l, count));
-                        return b.create<arith::DivFOp>(
-                            l, F32Const(b, l, 1.0),
-                            b.create<mlir::math::SqrtOp>(
-                                l, b.create<arith::AddFOp>(
-                                       l, var, F32Const(b, l, eps))));
+                            l, a[0], acc_const(b, l, count));
+                        return narrow(
+                            b, l,
+                            b.create<arith::DivFOp>(
+                                l, acc_const(b, l, 1.0),
+                                b.create<mlir::math::SqrtOp>(
+                                    l, b.create<arith::AddFOp>(
+                                           l, var, acc_const(b, l, eps)))));
                       });
   } else {
     mean = ToComputeTensor(im, im.ValueOf(*running_mean),
@@ -272,7 +311,7 @@ absl::Status ConvertBatchNorm(GraphImporter& im, const ir::Node& node) {
                                        F32Const(b, l, eps))));
                       });
   }
-  // y = x * scale + shift, scale = invstd * w, shift = b - mean * scale.
+  // y = (x - mean) * invstd * w + b.
   std::vector<Value> inputs = {xv, mean, invstd};
   std::vector<AffineMap> maps = {id, channel, channel};
   if (weight) {
@@ -286,25 +325,8 @@ absl::Status ConvertBatchNorm(GraphImporter& im, const ir::Node& node) {
   im.Define(node.outputs(0),
             Parallel(im, inputs, maps, xs, im.StorageType(t),
                      [&](OpBuilder& b, Location l, ValueRange a) {
-                       Value scale = a[2];
-                       int next = 3;
-                       if (weight) {
-                         scale = b.create<arith::MulFOp>(
-                             l, scale, ReadCompute(im, b, a[next++], weight));
-                       }
-                       Value shift = b.create<arith::SubFOp>(
-                           l, F32Const(b, l, 0.0),
-                           b.create<arith::MulFOp>(l, a[1], scale));
-                       if (bias) {
-                         shift = b.create<arith::AddFOp>(
-                             l, shift, ReadCompute(im, b, a[next++], bias));
-                       }
-                       Value y = b.create<arith::AddFOp>(
-                           l,
-                           b.create<arith::MulFOp>(l, im.ToCompute(b, a[0], t),
-                                                   scale),
-                           shift);
-                       return im.FromCompute(b, y, t);
+                       return im.FromCompute(
+                           b, Normalized(im, b, l, a, t, weight, bias), t);
                      }));
   if (training) {
     im.Define(node.outputs(1),
@@ -330,8 +352,9 @@ absl::Status ConvertBatchNorm(GraphImporter& im, const ir::Node& node) {
                          }));
       continue;
     }
-    // (1 - momentum) * running + momentum * batch (unbiased variance).
-    Value batch = i == 3 ? mean : var_sum;
+    // (1 - momentum) * running + momentum * batch (unbiased variance), in
+    // the accumulator type.
+    Value batch = i == 3 ? batch_mean : var_sum;
     const double scale = i == 3 ? 1.0 : 1.0 / (count - 1);
     im.Define(node.outputs(i),
               Parallel(im, {im.ValueOf(*stat), batch},
@@ -339,12 +362,12 @@ absl::Status ConvertBatchNorm(GraphImporter& im, const ir::Node& node) {
                        im.StorageType(st),
                        [&](OpBuilder& b, Location l, ValueRange a) {
                          Value old = b.create<arith::MulFOp>(
-                             l, im.ToCompute(b, a[0], st),
-                             F32Const(b, l, 1.0 - momentum));
+                             l, widen(b, l, im.ToCompute(b, a[0], st)),
+                             acc_const(b, l, 1.0 - momentum));
                          Value fresh = b.create<arith::MulFOp>(
-                             l, a[1], F32Const(b, l, momentum * scale));
+                             l, a[1], acc_const(b, l, momentum * scale));
                          return im.FromCompute(
-                             b, b.create<arith::AddFOp>(l, old, fresh), st);
+                             b, narrow(b, l, b.create<arith::AddFOp>(l, old, fresh)), st);
                        }));
   }
   return absl::OkStatus();
@@ -440,8 +463,7 @@ absl::Status ConvertGroupNorm(GraphImporter& im, const ir::Node& node) {
                                   l, b.create<arith::AddFOp>(
                                          l, var, F32Const(b, l, eps))));
                         });
-  // y[n, g, c, s] = x * scale + shift, scale = rstd * w[g*C/G + c],
-  // shift = b[...] - mean * scale.
+  // y[n, g, c, s] = (x - mean) * rstd * w[g*C/G + c] + b[...].
   auto dim = [&](int i) { return mlir::getAffineDimExpr(i, im.context()); };
   const AffineMap per_channel =
       AffineMap::get(4, 0, {dim(1) * per_group + dim(2)}, im.context());
@@ -458,22 +480,7 @@ absl::Status ConvertGroupNorm(GraphImporter& im, const ir::Node& node) {
   Value y = Parallel(
       im, inputs, maps, grouped, im.StorageType(t),
       [&](OpBuilder& b, Location l, ValueRange a) {
-        Value scale = a[2];
-        int next = 3;
-        if (weight) {
-          scale = b.create<arith::MulFOp>(
-              l, scale, ReadCompute(im, b, a[next++], weight));
-        }
-        Value shift = b.create<arith::SubFOp>(
-            l, F32Const(b, l, 0.0), b.create<arith::MulFOp>(l, a[1], scale));
-        if (bias) {
-          shift = b.create<arith::AddFOp>(l, shift,
-                                          ReadCompute(im, b, a[next++], bias));
-        }
-        Value v = b.create<arith::AddFOp>(
-            l, b.create<arith::MulFOp>(l, im.ToCompute(b, a[0], t), scale),
-            shift);
-        return im.FromCompute(b, v, t);
+        return im.FromCompute(b, Normalized(im, b, l, a, t, weight, bias), t);
       });
   im.Define(node.outputs(0),
             ExpandDim(im, CollapseDims(im, y, 0, 4), 0, xs));

@@ -96,6 +96,21 @@ def test_prod_of_half_types_accumulates_in_float32(dtype):
     assert torch.equal(got, want), (got, want)
 
 
+def test_batch_norm_of_float32_near_the_limit_is_finite():
+    # Found by the sweep: compiled batch norm summed float32 statistics in
+    # float32, so a channel of values near 3.4e38 overflowed to NaN. The
+    # statistics now accumulate in f64 (ATen's acc_type for float32) and
+    # the output is the float64 result. (The CPU's own output there is 0:
+    # its variance, ~2e75, is stored as float32 inf, so invstd is 0.)
+    x = edge_values.edge_rows(64, torch.float32, same_sign_extremes=True)
+    x = x.reshape(1, x.shape[0], 64)
+    fn = lambda x: F.batch_norm(x, None, None, training=True, eps=1e-5)  # noqa: E731
+    want = fn(x.double()).float()
+    assert torch.isfinite(want[0, 3]).all() and (want[0, 3] != 0).any()
+    got = compiled(fn)(x.to("rbln")).cpu()
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, equal_nan=True)
+
+
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_gelu_of_inf_is_inf(mode, dtype):

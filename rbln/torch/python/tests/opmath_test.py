@@ -123,6 +123,49 @@ def test_layer_norm_snippet_of_issue_28(dtype):
 
 
 @pytest.mark.parametrize("dtype", HALF_TYPES, ids=str)
+@pytest.mark.parametrize("norm", ["layer_norm", "layer_norm_no_affine", "group_norm",
+                                  "rms_norm"])
+def test_compiled_norms_of_constant_rows_are_opmath(norm, dtype):
+    # The compile path's converters: statistics in float32, eps an f32
+    # constant (eps=1e-12 stays 1e-12), the mean subtracted before scaling,
+    # so a constant row gives the bias exactly -- the float64 result. (The
+    # CPU's half group_norm computes x * scale + (bias - mean * scale),
+    # which leaves |mean| * 1e6 * 2^-24 of noise there: 0.125 for a bias of
+    # -0.025. Instance norm's CPU kernel is batch norm's: see below.)
+    x = rows_with_zero_variance((4, 8, 64), dtype)
+    gen = torch.Generator().manual_seed(1)
+    w, b = (torch.randn(64, generator=gen).to(dtype) for _ in range(2))
+    fn = lambda x, w, b: NORMS[norm](x, w, b, 1e-12)  # noqa: E731
+    want = fn(x.double(), w.double(), b.double()).to(dtype)
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="rbln", dynamic=False, fullgraph=True)(
+        x.to("rbln"), w.to("rbln"), b.to("rbln")).cpu()
+    assert not got.isnan().any()
+    tol = 1e-2 if dtype == torch.float16 else 4e-2
+    torch.testing.assert_close(got, want, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("norm", ["batch_norm", "instance_norm"])
+def test_compiled_batch_norm_of_a_constant_channel_is_opmath(norm):
+    # The norm whose CPU kernel is not opmath: in training it keeps
+    # 1/sqrt(var + eps) in half, so a zero-variance channel with eps=1e-12
+    # gives NaN on the CPU (and in eager rbln, which runs that kernel;
+    # instance_norm is batch_norm over [1, N*C, *]). torch.compile follows
+    # PyTorch's decomposition, in float32: zeros, as Inductor gives.
+    x = rows_with_zero_variance((4, 8, 64), torch.float16).transpose(0, 1).contiguous()
+    if norm == "batch_norm":
+        fn = lambda x: F.batch_norm(x, None, None, training=True, eps=1e-12)  # noqa: E731
+    else:
+        fn = lambda x: F.instance_norm(x, eps=1e-12)  # noqa: E731
+    assert fn(x)[:, 0].isnan().all()
+    assert fn(x.to("rbln")).cpu()[:, 0].isnan().all()
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="rbln", dynamic=False, fullgraph=True)(x.to("rbln")).cpu()
+    assert torch.equal(got[:, 0], torch.zeros_like(got[:, 0]))
+    torch.testing.assert_close(got, fn(x.double()).half(), atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("dtype", HALF_TYPES, ids=str)
 @pytest.mark.parametrize("norm", ["layer_norm", "group_norm"])
 def test_norm_gradients_equal_the_cpu(norm, dtype):
     x = rows_with_zero_variance((4, 8, 64), dtype)

@@ -150,11 +150,14 @@ INPUTS = {
 }
 
 
+def _ramp(x, n, end):
+    """n affine parameters from -end to end (a weight) or end to -end."""
+    return torch.linspace(-end, end, n, dtype=x.dtype, device=x.device)
+
+
 def _norm_affine(x, eps):
     n = x.shape[-1]
-    w = torch.linspace(-2, 2, n, dtype=x.dtype, device=x.device)
-    b = torch.linspace(1, -1, n, dtype=x.dtype, device=x.device)
-    return F.layer_norm(x, (n,), w, b, eps=eps)
+    return F.layer_norm(x, (n,), _ramp(x, n, 2), _ramp(x, n, -1), eps=eps)
 
 
 def _cases():
@@ -226,6 +229,12 @@ def _cases():
                      ("rms_norm_eps5", lambda x: F.rms_norm(x, x.shape[-1:], eps=1e-5)),
                      ("group_norm", lambda x: F.group_norm(x.reshape(1, x.shape[0], -1),
                                                            x.shape[0], eps=1e-12)),
+                     ("group_norm_affine", lambda x: F.group_norm(
+                         x.reshape(1, x.shape[0], -1), x.shape[0], _ramp(x, x.shape[0], 2),
+                         _ramp(x, x.shape[0], -1), eps=1e-12)),
+                     ("batch_norm_train", lambda x: F.batch_norm(
+                         x.reshape(1, x.shape[0], -1), None, None, _ramp(x, x.shape[0], 2),
+                         _ramp(x, x.shape[0], -1), training=True, eps=1e-5)),
                      ("batch_norm_eval", lambda x: F.batch_norm(
                          x.reshape(1, x.shape[0], -1), torch.zeros_like(x[:, 0]),
                          torch.zeros_like(x[:, 0]), training=False, eps=1e-5))]:
