@@ -53,3 +53,8 @@ _printing.install()
 from . import distributed as _distributed  # noqa: E402
 
 _distributed.register()
+
+# torch.optim's foreach ops and fused Adam/AdamW as compiled programs (issue 29).
+from . import _optim_kernels  # noqa: E402
+
+_optim_kernels.register()
