@@ -4,6 +4,8 @@ included, with no CPU fallback; each op and a whole compiled GPT-2 training
 step match the CPU."""
 # spec: G1, I3, J1
 
+import sys
+
 import pytest
 import torch
 import transformers
@@ -115,3 +117,7 @@ def test_compiled_gpt2_training_step_with_adamw_runs_on_rbln(flavor):
         for r, p in zip(reference, params):
             torch.testing.assert_close(p.detach().cpu(), r.detach(), rtol=1e-5, atol=1e-6)
     assert compiles[1:] == [0, 0], f"the optimizer step compiled again: {compiles}"
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v"]))
