@@ -3,20 +3,17 @@ float16/bfloat16/float32 and int32/int64, against the CPU: constant and zero
 rows, eps 1e-12 and 1e-5, values near the range limits, subnormals, +-inf
 and NaN, empty and size-1 dims, negative zero, integer wrap-around
 (`torch_rbln.testing.edge_cases`). Seeded; RBLN_EDGE_LONG=1 runs the long
-mode (more seeds, a width off the vector length, chiplet-partitioned
-shapes):
+mode (more seeds, a width off the vector length and a wide one, every
+program split over the chiplets):
 
   RBLN_EDGE_LONG=1 bazel test //rbln/torch:edge_cases_test --test_env=RBLN_EDGE_LONG
 
 Below the sweep, one regression test per finding it made."""
 # spec: G1, H2, J1, P3
 
-import os
+from torch_rbln.testing.edge_cases import configure_environment, long_mode
 
-from torch_rbln.testing.edge_cases import UNCHECKED
-
-os.environ["TORCH_RBLN_DEV_DISABLE_OP_CPU_FALLBACK"] = UNCHECKED
-os.environ["TORCH_RBLN_DISABLE_FALLBACK"] = "compile_error"
+configure_environment(long_mode())
 
 import io  # noqa: E402
 import sys  # noqa: E402

@@ -27,8 +27,9 @@ cases count as "ran on the CPU".
   python -m torch_rbln.testing.edge_cases [--long] [--mode eager|compiled]
 
 runs the test outside Bazel; --long (or RBLN_EDGE_LONG=1) adds seeds, a
-width that is not a multiple of the vector length, and shapes large enough
-that compiled programs are split over the chiplets.
+width that is not a multiple of the vector length and a wide one, and
+splits every compiled program over the chiplets
+(RBLN_COMPILER_PARTITION_MIN_WORK=0).
 """
 
 import argparse
@@ -115,8 +116,8 @@ def _empty(dtype, width, seed):
 
 
 def _size_one(dtype, width, seed):
-    # A size-1 normalized / reduced dim: each row of edge values as a column.
-    return [ev.edge_rows(width, dtype, seed).t().contiguous()[:, :1].contiguous()]
+    # A size-1 normalized / reduced dim: every edge value in a row of its own.
+    return [ev.edge_rows(width, dtype, seed).reshape(-1, 1)]
 
 
 def _ints(dtype, width, seed):
@@ -527,13 +528,22 @@ def plan(long):
     return (0,), (64,)
 
 
+def configure_environment(long):
+    """The settings a run needs, read when the first op compiles: checks
+    off in eager (UNCHECKED), compile errors raised, and in long mode every
+    compiled program split over the chiplets (no minimum of work)."""
+    os.environ.setdefault("TORCH_RBLN_DEV_DISABLE_OP_CPU_FALLBACK", UNCHECKED)
+    os.environ.setdefault("TORCH_RBLN_DISABLE_FALLBACK", "compile_error")
+    if long:
+        os.environ.setdefault("RBLN_COMPILER_PARTITION_MIN_WORK", "0")
+
+
 def main(argv: Sequence[str] = None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--long", action="store_true", default=long_mode())
     parser.add_argument("--mode", choices=("eager", "compiled"), action="append")
     args = parser.parse_args(argv)
-    os.environ.setdefault("TORCH_RBLN_DEV_DISABLE_OP_CPU_FALLBACK", UNCHECKED)
-    os.environ.setdefault("TORCH_RBLN_DISABLE_FALLBACK", "compile_error")
+    configure_environment(args.long)
     seeds, widths = plan(args.long)
     start = time.time()
     outcomes = run(tuple(args.mode or ("eager", "compiled")), seeds, widths)
