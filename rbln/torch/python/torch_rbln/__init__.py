@@ -58,3 +58,8 @@ _distributed.register()
 from . import _optim_kernels  # noqa: E402
 
 _optim_kernels.register()
+
+# Integer histc as CUDA computes it, on the device (issue 30; the CPU rejects it).
+from . import _device_only_ops  # noqa: E402
+
+_device_only_ops.register()

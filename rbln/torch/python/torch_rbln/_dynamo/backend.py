@@ -41,6 +41,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
 from .. import _C
+from .. import _device_only_ops
 from . import fake_impls as _fake_impls
 from . import fx_to_ir as _fx_to_ir
 from . import host_copies as _host_copies
@@ -702,6 +703,8 @@ def _decompositions():
     table[torch.ops.aten.split_with_sizes.default] = _split_with_sizes
     table[torch.ops.aten._cdist_forward.default] = _cdist_forward
     table[torch.ops.aten._pdist_forward.default] = _pdist_forward
+    # Integer histc (CUDA's; the IR op takes float input): ATen ops.
+    table[torch.ops.aten.histc.default] = _device_only_ops.histc_integer
     return table
 
 
