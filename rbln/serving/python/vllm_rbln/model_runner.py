@@ -202,10 +202,15 @@ class RblnModelRunner(CPUModelRunner):
             positions=torch.from_numpy(pos).to(dev))
         self._bind_call(context, meta)
         with self.stats.call((b, q)):
-            out = self._compiled_step(torch.from_numpy(ids).to(dev), meta.positions,
-                                      torch.from_numpy(last).to(dev))
-            out = out.float().cpu()
+            out = self._host_logits(torch.from_numpy(ids).to(dev), meta.positions,
+                                    torch.from_numpy(last).to(dev))
         return out[:len(call.requests)]
+
+    def _host_logits(self, ids, positions, last):
+        """The step program's logits as float32 on the host. Warm-up takes
+        this same path: the float32 conversion of a bf16/fp16 model's logits
+        is an eager op whose program compiles on its first call per shape."""
+        return self._compiled_step(ids, positions, last).float().cpu()
 
     def _bind_call(self, context, meta: RblnCallMetadata) -> None:
         """Puts one call's metadata into vLLM's forward context, the same way
@@ -230,7 +235,7 @@ class RblnModelRunner(CPUModelRunner):
             with set_forward_context(None, self.vllm_config), \
                     self.stats.call((b, q), warm_up=True):
                 self._bind_call(get_forward_context(), meta)
-                self._compiled_step(zeros(b * q), meta.positions, zeros(b)).cpu()
+                self._host_logits(zeros(b * q), meta.positions, zeros(b))
         self.compile_seconds = time.perf_counter() - start
         self.stats.warmed_up()
         logger.info("rbln: warm-up compiled %d step shapes %s in %.1f s", len(

