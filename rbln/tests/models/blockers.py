@@ -92,21 +92,10 @@ def _idx(n, high):
 # (_eager and _idx probe eager kernels and index inputs the same way.)
 
 
-def _expert_ids():
-    return torch.tensor([0, 1, 1, 3, 2, 3, 3], dtype=torch.int32).to(DEV)
-
-
 def _offsets(*ends):
     return torch.tensor(ends, dtype=torch.int32).to(DEV)
 
 
-# transformers' grouped_mm experts (integrations/moe.py) count the tokens per
-# expert with torch.histc on int32 expert ids on every device but the CPU
-# (CUDA's histc takes integers, the CPU's does not).
-INT_HISTC = Blocker("histc of int32 expert ids (CUDA's integer histc) on the device", lambda: _eager(
-    lambda x: torch.histc(x, bins=4, min=0, max=3), _expert_ids()))
-INT_HISTC_COMPILED = Blocker("histc of int32 expert ids in the compiler", lambda: _compiles(
-    lambda x: torch.histc(x, bins=4, min=0, max=3).cumsum(0, dtype=torch.int32), _expert_ids()))
 # Under torch.compile transformers multiplies the experts of non-bfloat16
 # weights with its own opaque op (transformers::grouped_mm_fallback), bfloat16
 # ones with torch._grouped_mm.
