@@ -91,7 +91,11 @@ def test_bad_arguments_raise_clearly():
         torch.histc(x, bins=0)
     with pytest.raises(RuntimeError, match="max must be larger than min"):
         torch.histc(x, bins=4, min=3, max=1)
-    # The input is still intact on the device.
+    small = torch.tensor([1, 2], dtype=torch.int8, device="rbln")
+    with pytest.raises(RuntimeError, match=r"torch.int8 is not a device dtype.*\.int\(\)"):
+        torch.histc(small, bins=4, min=0, max=3)
+    # The inputs are still intact on the device.
+    assert small.cpu().tolist() == [1, 2]
     assert x.cpu().tolist() == [1, 2]
 
 
