@@ -61,6 +61,10 @@ struct Primitive {
   dnnl_memory_desc_t plain_b;
   dnnl_primitive_t pack = nullptr;
   size_t packed_b_bytes = 0;
+  // The blocked layout of `b` (dnnl_format_tag_undef: as stored). It
+  // depends on B's shape and type only, never on M: the packed copy of a
+  // weight serves every M (prefill of any length, decode).
+  dnnl_format_tag_t packed_layout = dnnl_format_tag_undef;
 };
 
 std::string Describe(const GemmProblem& p) {
@@ -179,6 +183,7 @@ std::unique_ptr<Primitive> TryCreatePrimitive(
   prim->scratchpad = *d.primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
   prim->scratchpad_bytes = d.memory_desc_get_size(&prim->scratchpad);
   if (b_layout != dnnl_format_tag_undef) {
+    prim->packed_layout = b_layout;
     prim->packed_b_bytes = d.memory_desc_get_size(&prim->b);
     dnnl_primitive_desc_t reorder = nullptr;
     Check(d.reorder_primitive_desc_create(&reorder, &prim->plain_b, d.engine,
@@ -233,6 +238,26 @@ const Primitive& PrimitiveFor(const Api& d, const GemmProblem& p,
   absl::MutexLock lock(&mu);
   auto [it, inserted] = cache->try_emplace(std::move(key), std::move(created));
   return *it->second;  // another thread's, if it was first
+}
+
+// The words naming the packed copy of weight block `q`'s B that `prim`
+// (created with packed weights) reads, made by `route` (0 for B as it is,
+// else an F16GemmRoute): B's type, orientation, shape, row stride and the
+// packed layout -- not M, A's or C's strides or the epilogue, so that GEMMs
+// of any M over one weight share one copy (PackedWeightCache).
+std::vector<int64_t> PackedWeightKey(const GemmProblem& q,
+                                     const Primitive& prim, int64_t route) {
+  // A version of its own, apart from GemmProblem::Encode()'s words.
+  constexpr int64_t kPackedWeightKeyVersion = 2;
+  return {kPackedWeightKeyVersion,
+          route,
+          static_cast<int64_t>(q.type),
+          q.trans_b,
+          q.k,
+          q.n,
+          q.ldb,
+          static_cast<int64_t>(prim.packed_layout),
+          static_cast<int64_t>(prim.packed_b_bytes)};
 }
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -760,19 +785,19 @@ void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
   const float* sides_block = sides ? sides + part.column : nullptr;
   // A weight (B read from an input that keeps its bytes) is packed into
   // the layout oneDNN's brgemm reads once per version of its bytes, not
-  // re-laid out (and for f16 widened) by every call.
+  // re-laid out (and for f16 widened) by every call; one copy for every M.
+  // Where the cache keeps none (a version's first use, no room) the call
+  // packs a copy of its own: every call runs the same packed primitive.
   const std::optional<InputContent> weight = WeightContent(q, b_block);
   if (p.type != GemmOperandType::kF16) {
     const GemmProblem dense = WithDenseC(q);
     if (weight.has_value()) {
       const Primitive& prim = PrimitiveFor(d, dense, /*packed_weights=*/true);
-      std::shared_ptr<const void> packed =
-          prim.pack == nullptr
-              ? nullptr
-              : PackedWeightCache::Global().Get(
-                    *weight, dense.Encode(), prim.packed_b_bytes,
-                    [&](void* out) { PackWeights(d, prim, b_block, out, dense); });
-      if (packed != nullptr) {
+      if (prim.pack != nullptr) {
+        std::shared_ptr<const void> packed =
+            PackedWeightCache::Global().GetOrPackOnce(
+                *weight, PackedWeightKey(dense, prim, 0), prim.packed_b_bytes,
+                [&](void* out) { PackWeights(d, prim, b_block, out, dense); });
         Multiply(d, thread, dense, prim, a_block, packed.get(), c_block, q.ldc,
                  sides_block, p.n);
         return;
@@ -811,16 +836,16 @@ void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
   };
   if (weight.has_value() && a3 != nullptr) {
     // A weight: split and packed once per version, under a key of its own
-    // (the f32 widening's is q.Encode()), with a byte after the packed B
-    // saying whether it was finite.
+    // (the route's), with a byte after the packed B saying whether it was
+    // finite.
     const GemmProblem tripled = WithDenseC(TripledProblem(q));
     const Primitive& prim = PrimitiveFor(d, tripled, /*packed_weights=*/true);
-    std::vector<int64_t> key = q.Encode();
-    key.push_back(static_cast<int64_t>(F16GemmRoute::kBf16x3));
+    const std::vector<int64_t> key = PackedWeightKey(
+        q, prim, static_cast<int64_t>(F16GemmRoute::kBf16x3));
     std::shared_ptr<const void> packed =
         prim.pack == nullptr
             ? nullptr
-            : PackedWeightCache::Global().Get(
+            : PackedWeightCache::Global().GetOrPackOnce(
                   *weight, key, prim.packed_b_bytes + 1, [&](void* out) {
                     std::vector<uint16_t> b3(3 * q.k * q.n);
                     const bool finite = SplitB(q, b_block, q.n, b3.data());
@@ -837,14 +862,17 @@ void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
     }
   }
   if (weight.has_value() && a3 == nullptr) {
-    // A weight: widened and packed once, keyed by its f16 problem.
+    // A weight: widened and packed once, under the f32 route's key.
     const GemmProblem wide = WithDenseC(WidenedProblem(q));
     const Primitive& prim = PrimitiveFor(d, wide, /*packed_weights=*/true);
     std::shared_ptr<const void> packed =
         prim.pack == nullptr
             ? nullptr
-            : PackedWeightCache::Global().Get(
-                  *weight, q.Encode(), prim.packed_b_bytes, [&](void* out) {
+            : PackedWeightCache::Global().GetOrPackOnce(
+                  *weight,
+                  PackedWeightKey(
+                      q, prim, static_cast<int64_t>(F16GemmRoute::kWidenedF32)),
+                  prim.packed_b_bytes, [&](void* out) {
                     std::vector<float> b32(q.k * q.n);
                     if (q.trans_b) {
                       WidenHalfStack(b_block, 1, q.n, q.k, q.ldb, 0, b32.data());

@@ -57,6 +57,22 @@ float HalfValue(uint16_t bits) {
 
 // Operands of `p` filled with random values representable in its type;
 // `a`/`b` hold them as f32 for the reference, `a_raw`/`b_raw` as passed.
+// A dense, unbatched m x k by op(B) problem, C plain.
+GemmProblem DenseProblem(GemmOperandType type, bool trans_b, int64_t m,
+                         int64_t n, int64_t k) {
+  GemmProblem p;
+  p.type = type;
+  p.trans_b = trans_b;
+  p.accumulate = false;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.lda = k;
+  p.ldb = trans_b ? k : n;
+  p.ldc = n;
+  return p;
+}
+
 struct Operands {
   std::vector<float> a, b, c;
   std::vector<char> a_raw, b_raw;
@@ -275,6 +291,63 @@ TEST_F(OnednnGemmTest, PackedWeightsFollowTheirContentVersion) {
   }
 }
 
+// One packed copy of a weight serves GEMMs of every M (a prefill of any
+// length and the decode steps): a bf16 Linear weight [n, k] multiplied by
+// 64, 1, 17 and again 64 and 1 rows is packed into the cache once (at its
+// second use), reused by every later call, and its first call -- packed
+// for that call alone -- gives the bits of the later ones.
+TEST_F(OnednnGemmTest, OnePackedCopyServesEveryM) {
+  if (!__builtin_cpu_supports("avx512f")) {
+    GTEST_SKIP() << "oneDNN's brgemm takes blocked weights with AVX-512 only";
+  }
+  constexpr int64_t kN = 128, kK = 256;
+  auto problem = [&](int64_t m) {
+    return DenseProblem(GemmOperandType::kBF16, /*trans_b=*/true, m, kN, kK);
+  };
+  Operands weight = Make(problem(1), 4242);
+  runtime::BufferView b_view;
+  b_view.data = weight.b_raw.data();
+  b_view.dtype = DType::kBFloat16;
+  b_view.sizes = {kN * kK};
+  b_view.strides = {1};
+  b_view.content_address = 0x7700000;
+  b_view.content_version = 1;
+  std::vector<runtime::BufferView> args = {b_view};
+  std::vector<void*> data = {weight.b_raw.data()};
+  InputContentScope scope(args, data, 1);
+  const PackedWeightCache::Stats before = PackedWeightCache::Global().stats();
+  std::vector<std::vector<float>> first_results(65);
+  for (int64_t m : {64, 1, 17, 64, 1}) {
+    const GemmProblem p = problem(m);
+    Operands o = Make(p, static_cast<uint32_t>(m));
+    o.b = weight.b;
+    o.b_raw = weight.b_raw;  // the values; B is read from `weight`
+    const std::vector<double> want = Reference(p, o);
+    RunGemmBlock(p, o.a_raw.data(), weight.b_raw.data(), o.c.data(), nullptr,
+                 0, 1);
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(o.c[i], want[i], 1e-6 * (kK + 1) + 1e-6)
+          << Describe(p) << " element " << i;
+    }
+    if (first_results[m].empty()) {
+      first_results[m] = o.c;
+    } else {
+      EXPECT_EQ(first_results[m], o.c) << "m " << m;
+    }
+  }
+  const PackedWeightCache::Stats after = PackedWeightCache::Global().stats();
+  // First use: packed for the call alone; second: packed and kept; then
+  // three hits, whatever M.
+  EXPECT_EQ(after.packs_once - before.packs_once, 1);
+  EXPECT_EQ(after.packs - before.packs, 1);
+  EXPECT_EQ(after.hits - before.hits, 3);
+  EXPECT_EQ(after.evictions - before.evictions, 0);
+  // One copy: the weight's bytes, padded to whole blocks at most 2x.
+  const uint64_t kept = after.bytes - before.bytes;
+  EXPECT_GE(kept, uint64_t{kN * kK * 2});
+  EXPECT_LE(kept, uint64_t{2 * kN * kK * 2});
+}
+
 TEST_F(OnednnGemmTest, BlocksOnThreadsGiveTheSameBitsAsInSequence) {
   for (const GemmProblem& p : Problems()) {
     for (std::optional<F16GemmRoute> route : RoutesFor(p)) {
@@ -486,17 +559,9 @@ TEST_F(OnednnGemmTest, Bf16x3IsWithinF32GemmError) {
       for (auto [trans_b, batch, m, n, k] :
            {std::tuple{false, 1, 33, 47, 256}, {true, 1, 20, 70, 1024},
             {false, 2, 9, 16, 100}, {true, 1, 3, 400, 77}}) {
-        GemmProblem p;
-        p.type = GemmOperandType::kF16;
-        p.trans_b = trans_b;
-        p.accumulate = false;
+        GemmProblem p =
+            DenseProblem(GemmOperandType::kF16, trans_b, m, n, k);
         p.batch = batch;
-        p.m = m;
-        p.n = n;
-        p.k = k;
-        p.lda = k;
-        p.ldb = trans_b ? k : n;
-        p.ldc = n;
         if (batch > 1) {
           p.stride_a = m * k;
           p.stride_b = k * n;

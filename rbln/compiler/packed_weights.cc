@@ -80,6 +80,7 @@ struct PackedWeightCache::Impl {
       if (oldest == entries.end()) return;
       Drop(oldest);
       Count().evictions->Increment();
+      ++stats.evictions;
     }
   }
 
@@ -100,6 +101,7 @@ struct PackedWeightCache::Impl {
   absl::flat_hash_map<Key, Entry> entries ABSL_GUARDED_BY(mu);
   uint64_t total ABSL_GUARDED_BY(mu) = 0;
   uint64_t tick ABSL_GUARDED_BY(mu) = 0;
+  Stats stats ABSL_GUARDED_BY(mu);
 };
 
 PackedWeightCache::PackedWeightCache(uint64_t capacity_bytes)
@@ -146,6 +148,7 @@ std::shared_ptr<const void> PackedWeightCache::Get(
     if (seen && it->second.data != nullptr) {
       it->second.last_use = ++c.tick;
       Count().hits->Increment();
+      ++c.stats.hits;
       return it->second.data;
     }
     if (!seen) {
@@ -163,6 +166,7 @@ std::shared_ptr<const void> PackedWeightCache::Get(
   pack(data.get());
   Count().packs->Increment();
   absl::MutexLock lock(&c.mu);
+  ++c.stats.packs;
   auto it = c.entries.find(key);
   if (it != c.entries.end()) c.Drop(it);  // a concurrent run's copy
   c.MakeRoom(bytes);
@@ -170,6 +174,25 @@ std::shared_ptr<const void> PackedWeightCache::Get(
   c.total += bytes;
   Count().bytes->Add(static_cast<int64_t>(bytes));
   return data;
+}
+
+std::shared_ptr<const void> PackedWeightCache::GetOrPackOnce(
+    const InputContent& content, absl::Span<const int64_t> layout,
+    uint64_t bytes, absl::FunctionRef<void(void* out)> pack) {
+  std::shared_ptr<const void> kept = Get(content, layout, bytes, pack);
+  if (kept != nullptr) return kept;
+  std::shared_ptr<void> once = AlignedBuffer(bytes);
+  pack(once.get());
+  absl::MutexLock lock(&impl_->mu);
+  ++impl_->stats.packs_once;
+  return once;
+}
+
+PackedWeightCache::Stats PackedWeightCache::stats() const {
+  absl::MutexLock lock(&impl_->mu);
+  Stats s = impl_->stats;
+  s.bytes = impl_->total;
+  return s;
 }
 
 void PackedWeightCache::Clear() {

@@ -11,7 +11,13 @@
 // simulated device memory (like oneDNN's own scratchpads); their size is
 // bounded by RBLN_COMPILER_PACKED_WEIGHTS_MB (default 4096, 0: keep none),
 // least recently used first out, and shown by the counters
-// compiler/packed_weights/{bytes,packs,hits,evictions}.
+// compiler/packed_weights/{bytes,packs,hits,evictions} (all caches) and
+// stats() (one cache).
+//
+// A copy is keyed by the weight's bytes and the words naming its packed
+// layout only (onednn_gemm.cc's PackedWeightKey: never A's row count), so
+// GEMMs of every M over one weight -- a prefill of any length and the
+// decode steps -- share one copy.
 #ifndef RBLN_COMPILER_PACKED_WEIGHTS_H_
 #define RBLN_COMPILER_PACKED_WEIGHTS_H_
 
@@ -48,6 +54,24 @@ class PackedWeightCache {
                                   absl::Span<const int64_t> layout,
                                   uint64_t bytes,
                                   absl::FunctionRef<void(void* out)> pack);
+
+  // Get(), except that where Get() gives null, a copy `pack` fills for the
+  // caller alone (not kept): every call of a GEMM reads the weight in the
+  // same layout with the same primitive, the first one included, so it
+  // computes the same bits.
+  std::shared_ptr<const void> GetOrPackOnce(
+      const InputContent& content, absl::Span<const int64_t> layout,
+      uint64_t bytes, absl::FunctionRef<void(void* out)> pack);
+
+  // What this cache did since it was created (or Clear()ed: `bytes` only).
+  struct Stats {
+    int64_t packs = 0;           // copies packed and kept
+    int64_t packs_once = 0;      // copies packed for one call (GetOrPackOnce)
+    int64_t hits = 0;            // kept copies reused
+    int64_t evictions = 0;       // kept copies dropped for room
+    uint64_t bytes = 0;          // bytes kept now
+  };
+  Stats stats() const;
 
   void Clear();
   // Clears Global() if it exists: never reads the environment (whose bad

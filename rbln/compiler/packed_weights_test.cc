@@ -88,6 +88,12 @@ TEST(PackedWeightCacheTest, PacksAtTheSecondUseOfAVersion) {
   EXPECT_EQ(static_cast<const char*>(a.get())[0], 1);
   EXPECT_EQ(cache.entries(), 2);
   EXPECT_EQ(cache.bytes(), 512u);
+  const PackedWeightCache::Stats stats = cache.stats();
+  EXPECT_EQ(stats.packs, 3);
+  EXPECT_EQ(stats.hits, 1);
+  EXPECT_EQ(stats.evictions, 0);
+  EXPECT_EQ(stats.packs_once, 0);
+  EXPECT_EQ(stats.bytes, 512u);
   cache.Clear();
   EXPECT_EQ(cache.entries(), 0);
   EXPECT_EQ(cache.bytes(), 0u);
@@ -105,6 +111,7 @@ TEST(PackedWeightCacheTest, EvictsLeastRecentlyUsedAndSkipsOversize) {
   use(0x1000, 400);  // hit: 0x2000 is now the least recently used
   for (int i = 0; i < 2; ++i) use(0x3000, 400);  // evicts 0x2000
   EXPECT_EQ(packs, 3);
+  EXPECT_EQ(cache.stats().evictions, 1);
   EXPECT_LE(cache.bytes(), 1000u);
   EXPECT_NE(use(0x1000, 400), nullptr);
   EXPECT_EQ(packs, 3);
@@ -120,6 +127,35 @@ TEST(PackedWeightCacheTest, EvictsLeastRecentlyUsedAndSkipsOversize) {
   }
   EXPECT_EQ(packs, 3);
   EXPECT_EQ(none.entries(), 0);
+}
+
+TEST(PackedWeightCacheTest, GetOrPackOnceAlwaysGivesAPackedCopy) {
+  PackedWeightCache cache(1000);
+  int packs = 0;
+  auto pack = [&](void* out) {
+    ++packs;
+    std::memset(out, packs, 64);
+  };
+  // First use: a copy for the caller alone, not kept.
+  std::shared_ptr<const void> first =
+      cache.GetOrPackOnce({0x1000, 1}, {}, 64, pack);
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(static_cast<const char*>(first.get())[0], 1);
+  EXPECT_EQ(cache.bytes(), 0u);
+  // Second: packed and kept; third: the kept one.
+  std::shared_ptr<const void> kept =
+      cache.GetOrPackOnce({0x1000, 1}, {}, 64, pack);
+  EXPECT_EQ(cache.GetOrPackOnce({0x1000, 1}, {}, 64, pack).get(), kept.get());
+  // Larger than the capacity: a copy per call, never kept.
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_NE(cache.GetOrPackOnce({0x2000, 1}, {}, 2000, pack), nullptr);
+  }
+  EXPECT_EQ(packs, 4);
+  const PackedWeightCache::Stats stats = cache.stats();
+  EXPECT_EQ(stats.packs_once, 3);
+  EXPECT_EQ(stats.packs, 1);
+  EXPECT_EQ(stats.hits, 1);
+  EXPECT_EQ(stats.bytes, 64u);
 }
 
 TEST(PackedWeightCacheTest, CapacityFromTheEnvironment) {
