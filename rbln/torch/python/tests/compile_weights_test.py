@@ -66,8 +66,8 @@ def test_weights_are_packed_once_and_reused(dtype):
     before_packs, before_hits = packs(), hits()
     check(cpu, compiled, dtype, calls=4)
     # Whether oneDNN takes a packed layout depends on the CPU (brgemm); when
-    # it does, the first call reads the weights as stored, the second packs
-    # them, the rest reuse the packed copies.
+    # it does, the first call packs the weights for itself alone, the second
+    # packs copies that are kept, the rest reuse them.
     new_packs, new_hits = packs() - before_packs, hits() - before_hits
     if new_packs:
         assert new_hits >= new_packs, (new_packs, new_hits)
