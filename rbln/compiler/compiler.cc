@@ -10,16 +10,16 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
 #include "mlir/IR/MLIRContext.h"
-#include "rbln/compiler/blas_loader.h"
-#include "rbln/compiler/chiplet_team.h"
-#include "rbln/compiler/disk_cache.h"
-#include "rbln/compiler/frontend.h"
+#include "rbln/compiler/execution/chiplet_team.h"
+#include "rbln/compiler/execution/disk_cache.h"
+#include "rbln/compiler/frontend/frontend.h"
 #include "rbln/compiler/ir/graph_util.h"
-#include "rbln/compiler/mlir_compat.h"
-#include "rbln/compiler/mlir_setup.h"
-#include "rbln/compiler/onednn_gemm.h"
-#include "rbln/compiler/packed_weights.h"
-#include "rbln/compiler/pipelines.h"
+#include "rbln/compiler/kernels/blas_loader.h"
+#include "rbln/compiler/kernels/onednn_gemm.h"
+#include "rbln/compiler/kernels/packed_weights.h"
+#include "rbln/compiler/pipelines/mlir_compat.h"
+#include "rbln/compiler/pipelines/mlir_setup.h"
+#include "rbln/compiler/pipelines/pipelines.h"
 #include "rbln/core/device_profile.h"
 #include "rbln/core/env.h"
 #include "rbln/core/status_macros.h"
@@ -59,6 +59,12 @@ absl::StatusOr<CompilerOptions> CompilerOptions::FromEnv() {
   if (segments == 0) options.segment.min_work = std::numeric_limits<int>::max();
   return options;
 }
+
+std::vector<std::string> Compiler::ImplementedOps() {
+  return compiler::ImplementedOps();
+}
+
+void Compiler::ClearPackedWeights() { PackedWeightCache::ClearGlobal(); }
 
 std::string Compiler::TargetDescription(const PartitionOptions& partition) {
   // The GEMM library is part of the target: a program compiled for one

@@ -61,10 +61,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "rbln/compiler/compiled_program.h"
+#include "rbln/compiler/abi/partition_layout.h"
+#include "rbln/compiler/execution/compiled_program.h"
 #include "rbln/compiler/ir/graph.pb.h"
 #include "rbln/compiler/ir/graph_segments.h"
-#include "rbln/compiler/partition_pass.h"
 #include "rbln/core/counters.h"
 
 namespace mlir {
@@ -130,6 +130,14 @@ class Compiler {
   // code generation switches (BLAS on or off, chiplet partitions and their
   // size threshold).
   static std::string TargetDescription(const PartitionOptions& partition);
+
+  // Every IR op name the frontend converts, sorted (frontend/frontend.h):
+  // callers that cut graphs (torch.compile's host ops, SPEC J6) decide with
+  // it which ops run outside the device program.
+  static std::vector<std::string> ImplementedOps();
+  // Drops the weights packed for library calls in this process
+  // (kernels/packed_weights.h): the next call packs them again.
+  static void ClearPackedWeights();
 
  private:
   explicit Compiler(absl::StatusOr<CompilerOptions> options);

@@ -16,8 +16,8 @@
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "rbln/compiler/compiler.h"
-#include "rbln/compiler/disk_cache.h"
-#include "rbln/compiler/ops/op_test_util.h"
+#include "rbln/compiler/execution/disk_cache.h"
+#include "rbln/compiler/testing/op_test_util.h"
 
 extern char** environ;
 

@@ -12,8 +12,8 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "rbln/compiler/compiler.h"
-#include "rbln/compiler/ops/op_test_util.h"
-#include "rbln/compiler/test_graphs.h"
+#include "rbln/compiler/testing/op_test_util.h"
+#include "rbln/compiler/testing/test_graphs.h"
 #include "rbln/runtime/compute_slices.h"
 
 namespace rbln::compiler {

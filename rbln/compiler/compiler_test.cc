@@ -6,7 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "rbln/compiler/test_graphs.h"
+#include "rbln/compiler/testing/test_graphs.h"
 #include "rbln/runtime/runtime.h"
 
 namespace rbln::compiler {

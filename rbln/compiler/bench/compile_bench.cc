@@ -5,9 +5,9 @@
 // references: a fused element-wise chain and a triad against a STREAM-style
 // C++ triad loop, and a compiled f32 matmul against calling cblas_sgemm.
 //
-//   bazel run //rbln/compiler:compile_bench [-- --quick]
-//   bazel run //rbln/compiler:compile_bench -- --matmul [rounds]   # matmul only
-//   bazel run //rbln/compiler:compile_bench -- --layers [max] [--no-whole]
+//   bazel run //rbln/compiler/bench:compile_bench [-- --quick]
+//   bazel run //rbln/compiler/bench:compile_bench -- --matmul [rounds]   # matmul only
+//   bazel run //rbln/compiler/bench:compile_bench -- --layers [max] [--no-whole]
 //
 // Warm-up first (P10): one compile of an unrelated graph creates the MLIR
 // context and initializes LLVM, so the timings are of the steady state.
@@ -26,9 +26,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "rbln/compiler/blas_loader.h"
 #include "rbln/compiler/compiler.h"
-#include "rbln/compiler/test_graphs.h"
+#include "rbln/compiler/kernels/blas_loader.h"
+#include "rbln/compiler/testing/test_graphs.h"
 
 namespace rbln::compiler {
 namespace {

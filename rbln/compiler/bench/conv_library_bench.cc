@@ -7,7 +7,7 @@
 // Per variant: the best thread-CPU time of one call on 1 thread (robust to
 // other load on the machine) and the median wall time, as GFLOP/s.
 //
-//   bazel run -c opt //rbln/compiler:conv_library_bench -- [--reps 9]
+//   bazel run -c opt //rbln/compiler/bench:conv_library_bench -- [--reps 9]
 #include <time.h>
 
 #include <algorithm>
@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "rbln/compiler/onednn_conv.h"
+#include "rbln/compiler/kernels/onednn_conv.h"
 
 namespace {
 

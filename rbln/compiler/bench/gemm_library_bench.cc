@@ -13,7 +13,7 @@
 // as compiled programs run it: blocks on the chiplet team (1, 2, 4
 // workers), cut by rows or columns, C stored as f32 or bf16.
 //
-//   bazel run -c opt //rbln/compiler:gemm_library_bench -- [--n 1024]
+//   bazel run -c opt //rbln/compiler/bench:gemm_library_bench -- [--n 1024]
 //       [--openblas libopenblas.so.0] [--openblas /path/libscipy_openblas.so]
 // A library whose symbols carry a prefix (scipy-openblas32: scipy_) is
 // found by trying "scipy_" too.
@@ -31,9 +31,9 @@
 #include <thread>
 #include <vector>
 
-#include "rbln/compiler/chiplet_team.h"
-#include "rbln/compiler/input_content.h"
-#include "rbln/compiler/onednn_gemm.h"
+#include "rbln/compiler/execution/chiplet_team.h"
+#include "rbln/compiler/kernels/input_content.h"
+#include "rbln/compiler/kernels/onednn_gemm.h"
 #include "rbln/runtime/executable.h"
 
 namespace {

@@ -8,8 +8,8 @@
 //    live in the per-worker workspace segments.
 // Speedups are bounded by the host's cores (this machine: 2, shared).
 //
-//   bazel run -c opt //rbln/compiler:partition_bench [-- --quick]
-//   RBLN_COMPILER_BLAS=0 bazel run -c opt //rbln/compiler:partition_bench
+//   bazel run -c opt //rbln/compiler/bench:partition_bench [-- --quick]
+//   RBLN_COMPILER_BLAS=0 bazel run -c opt //rbln/compiler/bench:partition_bench
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -19,9 +19,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "rbln/compiler/chiplet_team.h"
 #include "rbln/compiler/compiler.h"
-#include "rbln/compiler/test_graphs.h"
+#include "rbln/compiler/execution/chiplet_team.h"
+#include "rbln/compiler/testing/test_graphs.h"
 
 namespace rbln::compiler {
 namespace {

@@ -8,7 +8,7 @@
 // kernels and the LLM decode are measured against
 // (rbln/tools/bench/kernel_bench.py, llm_bench.py, docs/benchmarks.md).
 //
-//   bazel run -c opt //rbln/compiler:stream_bench -- [--floats N] [--reps R]
+//   bazel run -c opt //rbln/compiler/bench:stream_bench -- [--floats N] [--reps R]
 //       [--threads T]
 #include <immintrin.h>
 

@@ -8,7 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "rbln/compiler/ir/graph_util.h"
-#include "rbln/compiler/test_graphs.h"
+#include "rbln/compiler/testing/test_graphs.h"
 
 namespace rbln::compiler::ir {
 namespace {

@@ -1,6 +1,6 @@
 """Compiled-kernel speed against PyTorch on the CPU, in one run (issue 17).
 
-1. The machine's memory bandwidth: //rbln/compiler:stream_bench (STREAM
+1. The machine's memory bandwidth: //rbln/compiler/bench:stream_bench (STREAM
    copy/scale/add/triad on every core), run as a subprocess.
 2. matmul 1024x1024x1024 compiled with torch.compile(backend="rbln") in
    bfloat16 and float16 (GEMMs through oneDNN, see docs/benchmarks.md),
@@ -54,8 +54,8 @@ def stream_bench_path():
     for root in (os.environ.get("RUNFILES_DIR"), os.environ.get("PYTHON_RUNFILES"),
                  os.path.join(here, "..", "..", "..")):
         if root:
-            candidates.append(os.path.join(root, "torch_rbln", "rbln", "compiler", "stream_bench"))
-            candidates.append(os.path.join(root, "rbln", "compiler", "stream_bench"))
+            candidates.append(os.path.join(root, "torch_rbln", "rbln", "compiler", "bench", "stream_bench"))
+            candidates.append(os.path.join(root, "rbln", "compiler", "bench", "stream_bench"))
     for path in candidates:
         if os.access(path, os.X_OK):
             return path
@@ -165,7 +165,7 @@ def main():
     p.add_argument("--elements", type=int, default=4 << 20)
     p.add_argument("--stream-floats", type=int, default=32 << 20)
     p.add_argument("--stream-bench", default=None,
-                   help="path of //rbln/compiler:stream_bench (default: runfiles)")
+                   help="path of //rbln/compiler/bench:stream_bench (default: runfiles)")
     args = p.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s), "
           f"rbln profile {torch.rbln.get_device_profile()['name']}, "

@@ -19,7 +19,7 @@ CPU eager. Per model it reports:
     tokens/s, and the GB/s the step achieves (weights + the KV cache the
     attention reads, over the step's time) against the machine's read
     bandwidth measured at the start of the run (a read-only stream over all
-    cores: //rbln/compiler:stream_bench's `read` when built, else PyTorch's
+    cores: //rbln/compiler/bench:stream_bench's `read` when built, else PyTorch's
     float32 sum over 512 MiB; the larger of the two);
   - the ratios rbln / CPU eager and rbln / Inductor (>= 1: rbln is faster);
   - recompiles during the timed decode loop (must be 0), and whether rbln's
@@ -239,7 +239,7 @@ def rbln_compiles():
 # -- read bandwidth ---------------------------------------------------------------
 
 def stream_bench_path(explicit=None):
-    """//rbln/compiler:stream_bench: --stream-bench, Bazel runfiles, or the
+    """//rbln/compiler/bench:stream_bench: --stream-bench, Bazel runfiles, or the
     source tree's bazel-bin; None if not built."""
     if explicit:
         return explicit
@@ -248,8 +248,8 @@ def stream_bench_path(explicit=None):
              os.path.join(here, "..", "..", ".."),
              os.path.join(here, "..", "..", "..", "bazel-bin")]
     for root in filter(None, roots):
-        for rel in (("torch_rbln", "rbln", "compiler", "stream_bench"),
-                    ("rbln", "compiler", "stream_bench")):
+        for rel in (("torch_rbln", "rbln", "compiler", "bench", "stream_bench"),
+                    ("rbln", "compiler", "bench", "stream_bench")):
             path = os.path.join(root, *rel)
             if os.path.isfile(path) and os.access(path, os.X_OK):
                 return path
@@ -577,7 +577,7 @@ def main(argv=None):
     p.add_argument("--iters", type=int, default=3, help="timed prefill calls")
     p.add_argument("--max-cache-len", type=int, default=1024)
     p.add_argument("--no-first-call", action="store_true")
-    p.add_argument("--stream-bench", default=None, help="path of //rbln/compiler:stream_bench")
+    p.add_argument("--stream-bench", default=None, help="path of //rbln/compiler/bench:stream_bench")
     p.add_argument("--timeout", type=int, default=1800, help="per first-call process, s")
     p.add_argument("--json", help="also write the results here")
     p.add_argument("--child", nargs=2, metavar=("MODEL", "LAYERS"), help=argparse.SUPPRESS)

@@ -42,7 +42,6 @@
 #include "absl/strings/str_join.h"
 #include "rbln/compiler/compiler.h"
 #include "rbln/compiler/ir/graph.pb.h"
-#include "rbln/compiler/packed_weights.h"
 #include "rbln/core/counters.h"
 #include "rbln/torch/csrc/cpu_fallback.h"
 #include "rbln/torch/csrc/device_allocator.h"
@@ -71,7 +70,7 @@ const bool g_dropper_registered [[maybe_unused]] = [] {
   RegisterCacheDropper([] {
     WarmCache::Global().Clear();
     compiler::Compiler::Global().ClearCache();
-    compiler::PackedWeightCache::ClearGlobal();
+    compiler::Compiler::ClearPackedWeights();
   });
   return true;
 }();

@@ -16,12 +16,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "rbln/compiler/compiled_program.h"
 #include "rbln/compiler/compiler.h"
-#include "rbln/compiler/frontend.h"
+#include "rbln/compiler/execution/compiled_program.h"
 #include "rbln/compiler/ir/graph.pb.h"
 #include "rbln/compiler/ir/graph_util.h"
 #include "rbln/core/counters.h"
@@ -379,7 +378,7 @@ void RegisterGraphProgramBindings(py::module_& m) {
       .def_property_readonly("output_specs", &GraphProgram::OutputSpecs);
   // IR op names the compiler's frontend converts: the Dynamo backend makes
   // the others host ops when options={"host_ops": "unimplemented"} (SPEC J6).
-  m.def("_graph_implemented_ops", [] { return compiler::ImplementedOps(); });
+  m.def("_graph_implemented_ops", [] { return compiler::Compiler::ImplementedOps(); });
   // Marks a storage (by base address) as a buffer of a cached program:
   // counted as reserved, not allocated/active, until unmarked or freed
   // (SPEC E2); applies to device memory it acquires later too.

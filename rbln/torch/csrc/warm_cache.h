@@ -16,7 +16,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
-#include "rbln/compiler/compiled_program.h"
+#include "rbln/compiler/execution/compiled_program.h"
 
 namespace rbln::torch_backend {
 

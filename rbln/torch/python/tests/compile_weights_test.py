@@ -1,5 +1,5 @@
 """Compiled GEMMs keep their weights packed between calls (oneDNN's blocked
-layouts, rbln/compiler/packed_weights.h) and must still see every write to
+layouts, rbln/compiler/kernels/packed_weights.h) and must still see every write to
 them: in-place updates, writes through .data (which bypass autograd's
 version counter), load_state_dict and optimizer steps all reach the next
 call. The runtime's per-storage content version is what the cache checks."""

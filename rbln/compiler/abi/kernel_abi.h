@@ -1,0 +1,51 @@
+// What a compiled kernel and the code around it agree on, by name: the
+// kernel's function, the attributes the passes record on its module for the
+// code that runs it, and the runtime functions it calls. Names only: the
+// values behind them are documented where they are produced
+// (transforms/passes.h) and where they are implemented (kernels/,
+// execution/). No MLIR.
+#ifndef RBLN_COMPILER_ABI_KERNEL_ABI_H_
+#define RBLN_COMPILER_ABI_KERNEL_ABI_H_
+
+namespace rbln::compiler {
+
+// The function every compiled module exports (frontend/frontend.h).
+inline constexpr char kKernelName[] = "kernel";
+
+// --- Attributes of the module and its top-level ops ---
+// Set by the partition pass (transforms/passes.h), read back with the
+// layout (PartitionLayout, partition_layout.h).
+inline constexpr char kPartitionsAttr[] = "rbln.partitions";
+inline constexpr char kScratchBytesAttr[] = "rbln.scratch_bytes";
+inline constexpr char kScratchBuffersAttr[] = "rbln.scratch_buffers";
+inline constexpr char kWorkspaceSegmentsAttr[] = "rbln.workspace_segments";
+// On a top-level scf.for with constant bounds: its iterations are
+// independent, so workers may run disjoint ranges of them (the GEMM and
+// convolution blocks of the library rewrites).
+inline constexpr char kParallelIterationsAttr[] = "rbln.parallel_iterations";
+// On a top-level op that is not a linalg op: its work in loop iterations,
+// counted towards the partitioning threshold.
+inline constexpr char kWorkAttr[] = "rbln.work";
+
+// --- Runtime functions kernels call (resolved by the JIT by name) ---
+// Between dependent ops of a partitioned kernel (execution/chiplet_team.h).
+inline constexpr char kChipletBarrierSymbol[] = "rbln_chiplet_barrier";
+// Run-time errors of kernels (SPEC P8; execution/kernel_errors.h).
+inline constexpr char kReportIndexErrorSymbol[] = "rbln_report_index_error";
+inline constexpr char kReportZeroDivisionSymbol[] =
+    "rbln_report_zero_division";
+// GEMM blocks through oneDNN: the problem as arguments (no epilogue), or as
+// GemmProblem::Encode()d words (gemm_problem.h; kernels/onednn_gemm.h).
+inline constexpr char kOnednnGemmSymbol[] = "rbln_gemm";
+inline constexpr char kOnednnGemmProblemSymbol[] = "rbln_gemm_problem";
+// Convolution blocks through oneDNN (conv_problem.h; kernels/onednn_conv.h).
+inline constexpr char kOnednnConvSymbol[] = "rbln_conv";
+// OpenBLAS's GEMM (kernels/blas_loader.h).
+inline constexpr char kSgemmName[] = "cblas_sgemm";
+
+// The GEMM library a kernel's GEMMs call.
+enum class GemmLibrary { kOpenBlas, kOnednn };
+
+}  // namespace rbln::compiler
+
+#endif  // RBLN_COMPILER_ABI_KERNEL_ABI_H_

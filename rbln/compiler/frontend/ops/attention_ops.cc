@@ -1,0 +1,297 @@
+// Scaled dot-product attention, composed from the other converters:
+//   s = (q @ k^T) * scale, masked (causal and/or attn_mask),
+//   p = softmax(s, -1), out = p @ v,
+// all in f32 (half inputs are converted first and the result rounded once),
+// so half types accumulate in f32 as PyTorch's CPU kernels do. The steps are
+// internal nodes named "<output>/<step>", so fusion sees ordinary ops.
+//
+// IR conventions:
+//   scaled_dot_product_attention(q[..., L, E], k[..., S, E], v[..., S, Ev]
+//       [, attn_mask])  -> out[..., L, Ev]
+//     "is_causal" bool (top-left aligned: query i sees keys j <= i),
+//     "scale" float (default 1/sqrt(E)); "dropout_p" must be 0.
+//     attn_mask broadcasts to [..., L, S]: bool keeps true positions, a
+//     float mask is added to the scores.
+//   _scaled_dot_product_flash_attention_for_cpu(q[B,H,L,E], k, v
+//       [, attn_mask]) -> (out[B,H,L,Ev], logsumexp[B,H,L] f32), the same
+//     attributes.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "rbln/compiler/frontend/graph_importer.h"
+#include "rbln/compiler/frontend/ops/op_families.h"
+#include "rbln/compiler/ir/graph_util.h"
+
+namespace rbln::compiler {
+namespace {
+
+namespace arith = ::mlir::arith;
+using ::mlir::Location;
+using ::mlir::OpBuilder;
+using ::mlir::Value;
+using ::mlir::ValueRange;
+
+// Builds and converts the internal nodes of one attention node.
+class Steps {
+ public:
+  Steps(GraphImporter& im, const ir::Node& node) : im_(im), node_(node) {}
+
+  // Converts one step; returns the name of its (first) output.
+  absl::StatusOr<std::string> Emit(const std::string& op,
+                                   const std::vector<std::string>& inputs,
+                                   const std::string& step, ir::DType dtype,
+                                   const Shape& shape,
+                                   std::vector<std::pair<std::string, ir::Attribute>> attrs = {}) {
+    ir::Node n = Make(op, inputs, step, dtype, shape, std::move(attrs));
+    if (absl::Status s = im_.EmitNode(n); !s.ok()) return s;
+    return n.outputs(0).name();
+  }
+
+  ir::Node Make(const std::string& op, const std::vector<std::string>& inputs,
+                const std::string& step, ir::DType dtype, const Shape& shape,
+                std::vector<std::pair<std::string, ir::Attribute>> attrs = {}) {
+    ir::Node n;
+    n.set_op(op);
+    for (const std::string& in : inputs) n.add_inputs(in);
+    ir::Value* v = n.add_outputs();
+    v->set_name(absl::StrFormat("%s/%s", node_.outputs(0).name(), step));
+    v->mutable_type()->set_dtype(dtype);
+    for (int64_t d : shape) v->mutable_type()->add_shape(d);
+    for (auto& [k, a] : attrs) (*n.mutable_attrs())[k] = a;
+    return n;
+  }
+
+ private:
+  GraphImporter& im_;
+  const ir::Node& node_;
+};
+
+ir::Attribute Int(int64_t v) {
+  ir::Attribute a;
+  a.set_i(v);
+  return a;
+}
+ir::Attribute Bool(bool v) {
+  ir::Attribute a;
+  a.set_b(v);
+  return a;
+}
+
+// NumPy broadcast of two batch shapes.
+absl::StatusOr<Shape> BroadcastBatch(const ir::Node& node, const Shape& a,
+                                     const Shape& b) {
+  Shape out(std::max(a.size(), b.size()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int64_t x = i < out.size() - a.size() ? 1 : a[i - (out.size() - a.size())];
+    const int64_t y = i < out.size() - b.size() ? 1 : b[i - (out.size() - b.size())];
+    if (x != y && x != 1 && y != 1) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "op %s: batch dims [%s] and [%s] do not broadcast", node.op(),
+          absl::StrJoin(a, ","), absl::StrJoin(b, ",")));
+    }
+    out[i] = x == 1 ? y : x;
+  }
+  return out;
+}
+
+absl::Status ConvertAttention(GraphImporter& im, const ir::Node& node) {
+  const bool flash = node.op() == "_scaled_dot_product_flash_attention_for_cpu";
+  const int num_outputs = flash ? 2 : 1;
+  if (node.inputs_size() < 3 || node.inputs_size() > 4 ||
+      node.outputs_size() != num_outputs) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "op %s takes 3 or 4 inputs (query, key, value[, attn_mask]) and %d "
+        "output(s), got %d and %d",
+        node.op(), num_outputs, node.inputs_size(), node.outputs_size()));
+  }
+  if (FloatAttr(node, "dropout_p", 0.0) != 0.0) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "The following operators are not implemented: ['%s' with dropout_p > "
+        "0]",
+        node.op()));
+  }
+  const ir::TensorType &qt = im.TypeOf(node.inputs(0)),
+                       &kt = im.TypeOf(node.inputs(1)),
+                       &vt = im.TypeOf(node.inputs(2));
+  const ir::DType out_dtype = node.outputs(0).type().dtype();
+  for (const ir::TensorType* t : {&qt, &kt, &vt}) {
+    if (!IsFloat(t->dtype()) || t->shape_size() < 2) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "op %s: query, key and value must be float tensors of rank >= 2, "
+          "got %s, %s, %s",
+          node.op(), ir::TypeToText(qt), ir::TypeToText(kt),
+          ir::TypeToText(vt)));
+    }
+  }
+  const Shape q = ShapeOf(qt), k = ShapeOf(kt), v = ShapeOf(vt);
+  const int64_t L = q[q.size() - 2], E = q.back(), S = k[k.size() - 2],
+                Ev = v.back();
+  if (k.back() != E || v[v.size() - 2] != S) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "op %s: key %s must be [..., S, %d] and value %s [..., S, Ev]",
+        node.op(), ir::TypeToText(kt), E, ir::TypeToText(vt)));
+  }
+  absl::StatusOr<Shape> qk_batch = BroadcastBatch(
+      node, Shape(q.begin(), q.end() - 2), Shape(k.begin(), k.end() - 2));
+  if (!qk_batch.ok()) return qk_batch.status();
+  absl::StatusOr<Shape> batch =
+      BroadcastBatch(node, *qk_batch, Shape(v.begin(), v.end() - 2));
+  if (!batch.ok()) return batch.status();
+  Shape expected = *batch;
+  expected.push_back(L);
+  expected.push_back(Ev);
+  if (ShapeOf(node.outputs(0).type()) != expected || !IsFloat(out_dtype)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "op %s: output %%%s is %s, expected a float tensor of shape [%s]",
+        node.op(), node.outputs(0).name(),
+        ir::TypeToText(node.outputs(0).type()), absl::StrJoin(expected, ",")));
+  }
+  const double scale =
+      FloatAttr(node, "scale", 1.0 / std::sqrt(static_cast<double>(E)));
+  const bool causal = BoolAttr(node, "is_causal", false);
+  Steps steps(im, node);
+
+  // f32 operands.
+  std::vector<std::string> f32_in;
+  for (int i = 0; i < 3; ++i) {
+    const ir::TensorType& t = im.TypeOf(node.inputs(i));
+    if (t.dtype() == ir::FLOAT32) {
+      f32_in.push_back(node.inputs(i));
+      continue;
+    }
+    absl::StatusOr<std::string> c =
+        steps.Emit("_to_copy", {node.inputs(i)}, absl::StrFormat("f32_%d", i),
+                   ir::FLOAT32, ShapeOf(t));
+    if (!c.ok()) return c.status();
+    f32_in.push_back(*c);
+  }
+  Shape k_t = k;
+  std::swap(k_t[k_t.size() - 1], k_t[k_t.size() - 2]);
+  absl::StatusOr<std::string> key_t =
+      steps.Emit("transpose", {f32_in[1]}, "key_t", ir::FLOAT32, k_t,
+                 {{"dim0", Int(-2)}, {"dim1", Int(-1)}});
+  if (!key_t.ok()) return key_t.status();
+  Shape s_shape = *qk_batch;
+  s_shape.push_back(L);
+  s_shape.push_back(S);
+  absl::StatusOr<std::string> qk = steps.Emit(
+      "matmul", {f32_in[0], *key_t}, "qk", ir::FLOAT32, s_shape);
+  if (!qk.ok()) return qk.status();
+
+  // Scale and mask in one element-wise generic over the scores.
+  ir::Node masked = steps.Make("scaled_masked_scores", {*qk}, "scores",
+                               ir::FLOAT32, s_shape);
+  std::vector<ir::DType> operand_dtypes = {ir::FLOAT32};
+  bool bool_mask = false;
+  if (node.inputs_size() == 4) {
+    const ir::TensorType& mt = im.TypeOf(node.inputs(3));
+    bool_mask = mt.dtype() == ir::BOOL;
+    if (!bool_mask && !IsFloat(mt.dtype())) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "op %s: attn_mask must be bool or float, got %s", node.op(),
+          ir::TypeToText(mt)));
+    }
+    masked.add_inputs(node.inputs(3));
+    operand_dtypes.push_back(bool_mask ? ir::BOOL : ir::FLOAT32);
+  }
+  const int rank = s_shape.size();
+  absl::StatusOr<Value> scores = im.Elementwise(
+      masked, operand_dtypes, [&](OpBuilder& b, Location l, ValueRange x) {
+        auto f32 = [&](double c) -> Value {
+          return b.create<arith::ConstantOp>(l, b.getF32FloatAttr(c));
+        };
+        Value s = b.create<arith::MulFOp>(l, x[0], f32(scale));
+        Value neg_inf = f32(-std::numeric_limits<float>::infinity());
+        if (x.size() > 1) {
+          if (bool_mask) {
+            Value keep = b.create<arith::CmpIOp>(
+                l, arith::CmpIPredicate::ne, x[1],
+                b.create<arith::ConstantIntOp>(l, 0, 8));
+            s = b.create<arith::SelectOp>(l, keep, s, neg_inf);
+          } else {
+            s = b.create<arith::AddFOp>(l, s, x[1]);
+          }
+        }
+        if (causal) {
+          Value i = b.create<mlir::linalg::IndexOp>(l, rank - 2);
+          Value j = b.create<mlir::linalg::IndexOp>(l, rank - 1);
+          Value future =
+              b.create<arith::CmpIOp>(l, arith::CmpIPredicate::ugt, j, i);
+          s = b.create<arith::SelectOp>(l, future, neg_inf, s);
+        }
+        return s;
+      });
+  if (!scores.ok()) return scores.status();
+  im.Define(masked.outputs(0), *scores);
+
+  absl::StatusOr<std::string> probs =
+      steps.Emit("softmax", {masked.outputs(0).name()}, "probs", ir::FLOAT32,
+                 s_shape, {{"dim", Int(-1)}});
+  if (!probs.ok()) return probs.status();
+  const bool round = out_dtype != ir::FLOAT32;
+  absl::StatusOr<std::string> out = steps.Emit(
+      "matmul", {*probs, f32_in[2]}, round ? "out_f32" : "out", ir::FLOAT32,
+      expected);
+  if (!out.ok()) return out.status();
+  if (round) {
+    out = steps.Emit("_to_copy", {*out}, "out", out_dtype, expected);
+    if (!out.ok()) return out.status();
+  }
+  im.Define(node.outputs(0), im.ValueOf(*out));
+
+  if (flash) {
+    // logsumexp over keys: max + log(sum(exp(s - max))).
+    Shape row = s_shape;
+    row.back() = 1;
+    Shape lse_shape(s_shape.begin(), s_shape.end() - 1);
+    const std::string s_name = masked.outputs(0).name();
+    absl::StatusOr<std::string> m =
+        steps.Emit("amax", {s_name}, "row_max", ir::FLOAT32, row,
+                   {{"dim", Int(-1)}, {"keepdim", Bool(true)}});
+    if (!m.ok()) return m.status();
+    absl::StatusOr<std::string> sh =
+        steps.Emit("sub", {s_name, *m}, "shifted", ir::FLOAT32, s_shape);
+    if (!sh.ok()) return sh.status();
+    absl::StatusOr<std::string> e =
+        steps.Emit("exp", {*sh}, "exp", ir::FLOAT32, s_shape);
+    if (!e.ok()) return e.status();
+    absl::StatusOr<std::string> z = steps.Emit(
+        "sum", {*e}, "sum", ir::FLOAT32, lse_shape, {{"dim", Int(-1)}});
+    if (!z.ok()) return z.status();
+    absl::StatusOr<std::string> logz =
+        steps.Emit("log", {*z}, "log_sum", ir::FLOAT32, lse_shape);
+    if (!logz.ok()) return logz.status();
+    absl::StatusOr<std::string> m_flat =
+        steps.Emit("view", {*m}, "row_max_flat", ir::FLOAT32, lse_shape);
+    if (!m_flat.ok()) return m_flat.status();
+    const ir::TensorType& lse_type = node.outputs(1).type();
+    if (ShapeOf(lse_type) != lse_shape) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "op %s: logsumexp output %%%s is %s, expected [%s]", node.op(),
+          node.outputs(1).name(), ir::TypeToText(lse_type),
+          absl::StrJoin(lse_shape, ",")));
+    }
+    ir::Node add = steps.Make("add", {*m_flat, *logz}, "lse",
+                              lse_type.dtype(), lse_shape);
+    *add.mutable_outputs(0) = node.outputs(1);
+    if (absl::Status s = im.EmitNode(add); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterAttentionOps(OpConverterTable& table) {
+  table["scaled_dot_product_attention"] = &ConvertAttention;
+  table["_scaled_dot_product_flash_attention_for_cpu"] = &ConvertAttention;
+}
+
+}  // namespace rbln::compiler

@@ -1,0 +1,167 @@
+// scaled_dot_product_attention against a double-precision reference.
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "rbln/compiler/testing/op_test_util.h"
+
+namespace rbln::compiler::testing {
+namespace {
+
+struct Reference {
+  std::vector<double> out, lse;
+};
+
+int64_t Offset(const Shape& shape, const Shape& batch_index) {
+  // Index of the leading (batch) dims of `shape`, broadcasting size 1.
+  const size_t nb = shape.size() - 2;
+  int64_t flat = 0;
+  for (size_t i = 0; i < nb; ++i) {
+    const int64_t bi = batch_index[batch_index.size() - nb + i];
+    flat = flat * shape[i] + (shape[i] == 1 ? 0 : bi);
+  }
+  return flat * shape[shape.size() - 2] * shape.back();
+}
+
+// mask: bool (keep) or float (added), shaped [L, S] or broadcastable
+// [..., L, S] with every batch dim 1.
+Reference Attention(const HostTensor& q, const HostTensor& k,
+                    const HostTensor& v, const Shape& batch, bool causal,
+                    double scale, const HostTensor* mask) {
+  const int64_t L = q.shape[q.shape.size() - 2], E = q.shape.back(),
+                S = k.shape[k.shape.size() - 2], Ev = v.shape.back();
+  Reference r;
+  for (int64_t bflat = 0; bflat < NumElements(batch); ++bflat) {
+    Shape bi(batch.size());
+    for (int64_t rem = bflat, d = batch.size() - 1; d >= 0; --d) {
+      bi[d] = rem % batch[d];
+      rem /= batch[d];
+    }
+    const int64_t qo = Offset(q.shape, bi), ko = Offset(k.shape, bi),
+                  vo = Offset(v.shape, bi);
+    for (int64_t i = 0; i < L; ++i) {
+      std::vector<double> s(S);
+      double mx = -INFINITY;
+      for (int64_t j = 0; j < S; ++j) {
+        double dot = 0;
+        for (int64_t e = 0; e < E; ++e) {
+          dot += q.values[qo + i * E + e] * k.values[ko + j * E + e];
+        }
+        s[j] = dot * scale;
+        if (mask != nullptr) {
+          const double m = mask->values[i * S + j];
+          if (mask->dtype == ir::BOOL) {
+            if (m == 0) s[j] = -INFINITY;
+          } else {
+            s[j] += m;
+          }
+        }
+        if (causal && j > i) s[j] = -INFINITY;
+        mx = std::max(mx, s[j]);
+      }
+      double z = 0;
+      for (int64_t j = 0; j < S; ++j) z += std::exp(s[j] - mx);
+      r.lse.push_back(mx + std::log(z));
+      for (int64_t c = 0; c < Ev; ++c) {
+        double acc = 0;
+        for (int64_t j = 0; j < S; ++j) {
+          acc += std::exp(s[j] - mx) / z * v.values[vo + j * Ev + c];
+        }
+        r.out.push_back(acc);
+      }
+    }
+  }
+  return r;
+}
+
+std::vector<double> Tolerance(ir::DType dtype, const std::vector<double>& want) {
+  std::vector<double> tol;
+  for (double w : want) tol.push_back(2 * UnitRoundoff(dtype) * std::fabs(w) + 2e-5);
+  return tol;
+}
+
+TEST(AttentionOpsTest, ScaledDotProductAttentionMatchesTheReference) {
+  struct Case {
+    Shape q, k, v;
+    bool causal;
+    std::optional<double> scale;
+    std::optional<ir::DType> mask_dtype;
+    Shape mask_shape;
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 4, 8}, {2, 3, 5, 8}, {2, 3, 5, 6}, false, {}, {}, {}},
+      {{1, 2, 4, 8}, {1, 2, 4, 8}, {1, 2, 4, 8}, true, 0.5, {}, {}},
+      {{2, 3, 4, 8}, {1, 3, 5, 8}, {1, 3, 5, 8}, false, {}, ir::BOOL, {4, 5}},
+      {{3, 4, 8}, {3, 5, 8}, {3, 5, 8}, true, {}, ir::FLOAT32, {1, 4, 5}},
+  };
+  for (ir::DType dtype : {ir::FLOAT32, ir::FLOAT16, ir::BFLOAT16}) {
+    for (const Case& c : cases) {
+      HostTensor q = Random(dtype, c.q, 1, -2, 2), k = Random(dtype, c.k, 2, -2, 2),
+                 v = Random(dtype, c.v, 3, -2, 2);
+      std::vector<HostTensor> inputs = {q, k, v};
+      std::optional<HostTensor> mask;
+      if (c.mask_dtype) {
+        mask = *c.mask_dtype == ir::BOOL
+                   ? Random(ir::BOOL, c.mask_shape, 4, 0, 2)
+                   : Random(*c.mask_dtype, c.mask_shape, 4, -1, 1);
+        if (*c.mask_dtype == ir::BOOL) {
+          // Every row keeps key 0, so no row is fully masked.
+          for (int64_t i = 0; i < c.mask_shape[0]; ++i) {
+            mask->values[i * c.mask_shape.back()] = 1;
+          }
+        }
+        inputs.push_back(*mask);
+      }
+      Shape batch(c.q.begin(), c.q.end() - 2);
+      Shape out_shape = batch;
+      out_shape.push_back(c.q[c.q.size() - 2]);
+      out_shape.push_back(c.v.back());
+      Attrs attrs = {{"is_causal", BoolA(c.causal)}};
+      if (c.scale) attrs["scale"] = FloatA(*c.scale);
+      std::vector<ir::TensorType> types;
+      for (const HostTensor& t : inputs) types.push_back(t.type());
+      ir::Graph g = OneOpGraph("scaled_dot_product_attention", types,
+                               {Type(dtype, out_shape)}, attrs);
+      absl::StatusOr<std::vector<HostTensor>> out = CompileAndRun(g, inputs);
+      ASSERT_TRUE(out.ok()) << out.status() << "\n" << ir::ToText(g);
+      const double scale = c.scale.value_or(1.0 / std::sqrt(c.q.back()));
+      Reference want = Attention(q, k, v, batch, c.causal, scale,
+                                 mask ? &*mask : nullptr);
+      ExpectClose((*out)[0], want.out, Tolerance(dtype, want.out),
+                  ir::ToText(g));
+    }
+  }
+}
+
+TEST(AttentionOpsTest, FlashAttentionForCpuReturnsLogSumExp) {
+  for (ir::DType dtype : {ir::FLOAT32, ir::FLOAT16}) {
+    HostTensor q = Random(dtype, {1, 2, 3, 4}, 5), k = Random(dtype, {1, 2, 6, 4}, 6),
+               v = Random(dtype, {1, 2, 6, 4}, 7);
+    ir::Graph g = OneOpGraph("_scaled_dot_product_flash_attention_for_cpu",
+                             {q.type(), k.type(), v.type()},
+                             {Type(dtype, {1, 2, 3, 4}), Type(ir::FLOAT32, {1, 2, 3})},
+                             {{"is_causal", BoolA(true)}});
+    absl::StatusOr<std::vector<HostTensor>> out = CompileAndRun(g, {q, k, v});
+    ASSERT_TRUE(out.ok()) << out.status();
+    Reference want = Attention(q, k, v, {1, 2}, true, 0.5, nullptr);
+    ExpectClose((*out)[0], want.out, Tolerance(dtype, want.out), "out");
+    ExpectClose((*out)[1], want.lse, Tolerance(ir::FLOAT32, want.lse), "lse");
+  }
+}
+
+TEST(AttentionOpsTest, DropoutIsNotImplemented) {
+  ir::TensorType t = Type(ir::FLOAT32, {1, 2, 4});
+  absl::StatusOr<std::vector<HostTensor>> out = CompileAndRun(
+      OneOpGraph("scaled_dot_product_attention", {t, t, t}, {t},
+                 {{"dropout_p", FloatA(0.1)}}),
+      {Random(ir::FLOAT32, {1, 2, 4}, 0), Random(ir::FLOAT32, {1, 2, 4}, 1),
+       Random(ir::FLOAT32, {1, 2, 4}, 2)});
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace rbln::compiler::testing
