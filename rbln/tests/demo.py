@@ -4,11 +4,10 @@ Only `import torch` is needed: the installed torch_rbln wheel registers the
 `rbln` device through torch's backend entry point.
 
 The last part runs a small Llama-architecture transformers model: eager,
-compiled, and greedy generation with the static KV cache against the CPU.
-While the compiler lacks ops the model needs (sin/cos of the rotary
-embeddings, pow with a scalar exponent) its compiled forward runs on the CPU
-through the compile_error fallback, which the demo and explain() say; once
-they land the same code shows one rbln program and a [clean] warm step.
+compiled (the whole forward as one rbln program, a [clean] warm step), and
+greedy generation with the static KV cache against the CPU. Should the
+graph not compile, the compile_error fallback runs it on the CPU and the
+demo prints the error instead of the program count.
 """
 
 import time
@@ -90,10 +89,10 @@ def generate_rate(model, ids, runs=2):
 
 
 def llama() -> bool:
-    """The Llama model in eager mode, compiled (whole forward as one program
-    once the compiler has its ops; until then the compile_error fallback runs
-    it on the CPU, which explain() shows), and greedy generation with the
-    static KV cache against the CPU."""
+    """The Llama model in eager mode, compiled (the whole forward as one
+    program; if it does not compile, the compile_error fallback runs it on
+    the CPU and this says so), and greedy generation with the static KV cache
+    against the CPU."""
     import warnings
 
     from torch_rbln import _dynamo as rbln_dynamo
