@@ -15,6 +15,9 @@ enum class DType : int {
   kInt32 = 3,
   kInt64 = 4,
   kBool = 5,
+  kInt8 = 6,
+  kInt16 = 7,
+  kUInt8 = 8,
 };
 
 inline int64_t DTypeSize(DType t) {
@@ -28,7 +31,11 @@ inline int64_t DTypeSize(DType t) {
     case DType::kInt64:
       return 8;
     case DType::kBool:
+    case DType::kInt8:
+    case DType::kUInt8:
       return 1;
+    case DType::kInt16:
+      return 2;
   }
   return 0;
 }
@@ -47,6 +54,12 @@ inline absl::string_view DTypeName(DType t) {
       return "int64";
     case DType::kBool:
       return "bool";
+    case DType::kInt8:
+      return "int8";
+    case DType::kInt16:
+      return "int16";
+    case DType::kUInt8:
+      return "uint8";
   }
   return "unknown";
 }

@@ -20,6 +20,7 @@ int64_t ElementBytes(ir::DType t) {
   switch (t) {
     case ir::FLOAT16:
     case ir::BFLOAT16:
+    case ir::INT16:
       return 2;
     case ir::FLOAT32:
     case ir::INT32:
@@ -27,6 +28,8 @@ int64_t ElementBytes(ir::DType t) {
     case ir::INT64:
       return 8;
     case ir::BOOL:
+    case ir::INT8:
+    case ir::UINT8:
       return 1;
     default:
       return 8;

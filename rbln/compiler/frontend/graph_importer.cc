@@ -56,6 +56,14 @@ bool IsFloat(ir::DType t) {
   return t == ir::FLOAT16 || t == ir::BFLOAT16 || t == ir::FLOAT32;
 }
 
+bool IsNarrowInt(ir::DType t) {
+  return t == ir::INT8 || t == ir::INT16 || t == ir::UINT8;
+}
+
+bool IsIntegral(ir::DType t) {
+  return t == ir::INT32 || t == ir::INT64 || IsNarrowInt(t);
+}
+
 double FloatAttr(const ir::Node& node, const std::string& name, double dflt) {
   auto it = node.attrs().find(name);
   if (it == node.attrs().end()) return dflt;
@@ -141,13 +149,23 @@ Type GraphImporter::StorageType(ir::DType t) const {
       return builder_.getI64Type();
     case ir::BOOL:
       return builder_.getI8Type();  // PyTorch stores bool as one byte.
+    case ir::INT8:
+    case ir::UINT8:
+      return builder_.getI8Type();
+    case ir::INT16:
+      return builder_.getI16Type();
     default:
       return Type();
   }
 }
 
+// Half types compute in f32 (opmath); the narrow integers in i32, where every
+// uint8 value is non-negative, so the signed ops (division, comparison,
+// min/max, int->float) give unsigned results, and truncation back to the
+// storage width wraps as PyTorch's integer arithmetic does.
 Type GraphImporter::ComputeType(ir::DType t) const {
   if (IsFloat(t)) return builder_.getF32Type();
+  if (IsNarrowInt(t)) return builder_.getI32Type();
   return StorageType(t);
 }
 
@@ -188,6 +206,11 @@ Value GraphImporter::ToCompute(OpBuilder& b, Value v, ir::DType t) const {
       return b.create<mlir::arith::ExtFOp>(loc(), b.getF32Type(), v);
     case ir::BFLOAT16:
       return Bf16ToF32(b, v);
+    case ir::INT8:
+    case ir::INT16:
+      return b.create<mlir::arith::ExtSIOp>(loc(), b.getI32Type(), v);
+    case ir::UINT8:
+      return b.create<mlir::arith::ExtUIOp>(loc(), b.getI32Type(), v);
     default:
       return v;
   }
@@ -199,6 +222,10 @@ Value GraphImporter::FromCompute(OpBuilder& b, Value v, ir::DType t) const {
       return b.create<mlir::arith::TruncFOp>(loc(), b.getF16Type(), v);
     case ir::BFLOAT16:
       return F32ToBf16(b, v);
+    case ir::INT8:
+    case ir::INT16:
+    case ir::UINT8:
+      return b.create<mlir::arith::TruncIOp>(loc(), StorageType(t), v);
     default:
       return v;
   }
@@ -374,7 +401,7 @@ absl::StatusOr<Value> GraphImporter::Elementwise(
         for (size_t i = 0; i < in_dtypes.size(); ++i) {
           const ir::DType in = in_dtypes[i], operand = operand_dtypes[i];
           Value v = CastCompute(b, ToCompute(b, args[i], in), in, operand);
-          if ((in == ir::INT32 || in == ir::INT64) &&
+          if (IsIntegral(in) &&
               (operand == ir::FLOAT16 || operand == ir::BFLOAT16)) {
             v = ToCompute(b, FromCompute(b, v, operand), operand);
           }

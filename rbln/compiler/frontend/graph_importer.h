@@ -23,6 +23,10 @@
 namespace rbln::compiler {
 
 bool IsFloat(ir::DType t);
+// int8, int16, uint8: stored narrow, computed in i32 (ComputeType).
+bool IsNarrowInt(ir::DType t);
+// Every integer dtype but bool.
+bool IsIntegral(ir::DType t);
 
 class GraphImporter;
 // Converts one node (its outputs Define()d); registered per op name.

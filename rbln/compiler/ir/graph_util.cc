@@ -27,6 +27,12 @@ const char* ShortDType(DType t) {
       return "i64";
     case BOOL:
       return "i1";
+    case INT8:
+      return "i8";
+    case INT16:
+      return "i16";
+    case UINT8:
+      return "u8";
     default:
       return "?";
   }
@@ -143,6 +149,12 @@ const char* TorchDTypeName(DType t) {
       return "int64";
     case BOOL:
       return "bool";
+    case INT8:
+      return "int8";
+    case INT16:
+      return "int16";
+    case UINT8:
+      return "uint8";
     default:
       return "unknown";
   }
@@ -160,6 +172,12 @@ rbln::DType ToRuntimeDType(DType t) {
       return rbln::DType::kInt32;
     case INT64:
       return rbln::DType::kInt64;
+    case INT8:
+      return rbln::DType::kInt8;
+    case INT16:
+      return rbln::DType::kInt16;
+    case UINT8:
+      return rbln::DType::kUInt8;
     default:
       return rbln::DType::kBool;
   }

@@ -98,6 +98,7 @@ inline size_t ElementSize(ir::DType dtype) {
   switch (dtype) {
     case ir::FLOAT16:
     case ir::BFLOAT16:
+    case ir::INT16:
       return 2;
     case ir::FLOAT32:
     case ir::INT32:
@@ -141,6 +142,17 @@ inline std::vector<uint8_t> Encode(const HostTensor& t) {
         std::memcpy(p, &x, 8);
         break;
       }
+      case ir::INT16: {
+        int16_t x = static_cast<int16_t>(v);
+        std::memcpy(p, &x, 2);
+        break;
+      }
+      case ir::INT8:
+        *p = static_cast<uint8_t>(static_cast<int8_t>(v));
+        break;
+      case ir::UINT8:
+        *p = static_cast<uint8_t>(v);
+        break;
       default:
         *p = v != 0;
     }
@@ -186,6 +198,15 @@ inline std::vector<double> Decode(ir::DType dtype,
         out.push_back(static_cast<double>(x));
         break;
       }
+      case ir::INT16: {
+        int16_t x;
+        std::memcpy(&x, p, 2);
+        out.push_back(x);
+        break;
+      }
+      case ir::INT8:
+        out.push_back(static_cast<int8_t>(*p));
+        break;
       default:
         out.push_back(*p);
     }

@@ -19,6 +19,12 @@ std::string TorchDtypeName(c10::ScalarType t) {
       return "int64";
     case c10::ScalarType::Bool:
       return "bool";
+    case c10::ScalarType::Char:
+      return "int8";
+    case c10::ScalarType::Short:
+      return "int16";
+    case c10::ScalarType::Byte:
+      return "uint8";
     default:
       return c10::toString(t);
   }

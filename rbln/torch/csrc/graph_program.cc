@@ -57,10 +57,12 @@ const GraphCounters& Counters() {
 constexpr std::pair<const char*, at::ScalarType> kDTypes[] = {
     {"float16", at::kHalf}, {"bfloat16", at::kBFloat16}, {"float32", at::kFloat},
     {"int32", at::kInt},    {"int64", at::kLong},        {"bool", at::kBool},
+    {"int8", at::kChar},    {"int16", at::kShort},       {"uint8", at::kByte},
 };
 constexpr compiler::ir::DType kIrDTypes[] = {
     compiler::ir::FLOAT16, compiler::ir::BFLOAT16, compiler::ir::FLOAT32,
     compiler::ir::INT32,   compiler::ir::INT64,    compiler::ir::BOOL,
+    compiler::ir::INT8,    compiler::ir::INT16,    compiler::ir::UINT8,
 };
 
 int DTypeIndex(const std::string& name) {
@@ -70,7 +72,7 @@ int DTypeIndex(const std::string& name) {
   throw py::value_error(absl::StrCat(
       "rbln graph: dtype '", name,
       "' has no device representation (supported: float16, bfloat16, float32, "
-      "int32, int64, bool)"));
+      "int32, int64, bool, int8, int16, uint8)"));
 }
 
 compiler::ir::Value ToIrValue(const ValueSpec& spec) {

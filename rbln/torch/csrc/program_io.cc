@@ -18,6 +18,12 @@ std::optional<compiler::ir::DType> IrDType(at::ScalarType t) {
       return compiler::ir::INT64;
     case at::kBool:
       return compiler::ir::BOOL;
+    case at::kChar:
+      return compiler::ir::INT8;
+    case at::kShort:
+      return compiler::ir::INT16;
+    case at::kByte:
+      return compiler::ir::UINT8;
     default:
       return std::nullopt;
   }
@@ -35,6 +41,12 @@ DType RuntimeDType(at::ScalarType t) {
       return DType::kInt32;
     case at::kLong:
       return DType::kInt64;
+    case at::kChar:
+      return DType::kInt8;
+    case at::kShort:
+      return DType::kInt16;
+    case at::kByte:
+      return DType::kUInt8;
     default:
       return DType::kBool;
   }

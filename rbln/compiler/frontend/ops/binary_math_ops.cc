@@ -331,7 +331,7 @@ absl::Status ConvertBitwiseNot(GraphImporter& im, const ir::Node& node) {
 template <bool kLeft>
 absl::Status ConvertShift(GraphImporter& im, const ir::Node& node) {
   const ir::DType out = OutDType(node);
-  if (out != ir::INT32 && out != ir::INT64) return NotImplementedFor(node, out);
+  if (!IsIntegral(out)) return NotImplementedFor(node, out);
   return EmitPromoted(im, node, [](OpBuilder& b, Location l, Value x,
                                    Value y) {
     Type t = x.getType();

@@ -508,7 +508,7 @@ absl::Status ConvertArange(GraphImporter& im, const ir::Node& node) {
               l, b.create<arith::ConstantIntOp>(l, IntAttr(node, "start", 0), 64),
               b.create<arith::MulIOp>(
                   l, i, b.create<arith::ConstantIntOp>(l, IntAttr(node, "step", 1), 64)));
-          if (out == ir::INT32) v = b.create<arith::TruncIOp>(l, b.getI32Type(), v);
+          if (out != ir::INT64) v = b.create<arith::TruncIOp>(l, b.getI32Type(), v);
           return v;
         }
         Type acc = out == ir::FLOAT32 ? Type(b.getF64Type()) : Type(b.getF32Type());

@@ -42,7 +42,26 @@ int Category(ir::DType t) {
 ir::DType Promote(ir::DType a, ir::DType b) {
   if (a == b) return a;
   if (Category(a) != Category(b)) return Category(a) > Category(b) ? a : b;
-  return IsFloat(a) ? ir::FLOAT32 : ir::INT64;
+  if (IsFloat(a)) return ir::FLOAT32;
+  // uint8 with int8 needs int16; otherwise the wider integer (a signed one
+  // when uint8 meets a wider type).
+  if ((a == ir::UINT8 && b == ir::INT8) || (a == ir::INT8 && b == ir::UINT8)) {
+    return ir::INT16;
+  }
+  auto width = [](ir::DType t) {
+    switch (t) {
+      case ir::INT8:
+      case ir::UINT8:
+        return 1;
+      case ir::INT16:
+        return 2;
+      case ir::INT32:
+        return 4;
+      default:
+        return 8;
+    }
+  };
+  return width(a) >= width(b) ? a : b;
 }
 
 // A tensor of dtype `t` with a Python scalar: the scalar only promotes to a
@@ -409,6 +428,21 @@ double RoundToDType(double v, ir::DType t) {
   return f.convertToFloat();
 }
 
+// An integer scalar cast to the narrow integer `t` as ATen casts it to
+// scalar_t (wrapping: clamp(uint8, -5, 100) has min 251); other dtypes keep it.
+int64_t WrapToDType(int64_t v, ir::DType t) {
+  switch (t) {
+    case ir::INT8:
+      return static_cast<int8_t>(v);
+    case ir::INT16:
+      return static_cast<int16_t>(v);
+    case ir::UINT8:
+      return static_cast<uint8_t>(v);
+    default:
+      return v;
+  }
+}
+
 // The Python scalar `a` in the compute type of `t`; with `round`, first cast
 // to `t` (PyTorch does so for comparisons and clamp bounds; arithmetic keeps
 // the scalar in f32).
@@ -416,7 +450,7 @@ Value ScalarOperand(GraphImporter& im, OpBuilder& b, Location l,
                     const ir::Attribute& a, ir::DType t, bool round) {
   Type type = im.ComputeType(t);
   if (t == ir::BOOL) return IntConstant(b, l, type, AsDouble(a) != 0);
-  if (!IsFloat(t)) return IntConstant(b, l, type, AsInt(a));
+  if (!IsFloat(t)) return IntConstant(b, l, type, WrapToDType(AsInt(a), t));
   return Constant(b, l, type,
                   round ? RoundToDType(AsDouble(a), t) : AsDouble(a));
 }

@@ -177,6 +177,12 @@ const char* ScalarTypeName(ir::DType t) {
       return "Long";
     case ir::BOOL:
       return "Bool";
+    case ir::INT8:
+      return "Char";
+    case ir::INT16:
+      return "Short";
+    case ir::UINT8:
+      return "Byte";
     default:
       return "unknown";
   }

@@ -157,7 +157,7 @@ Value LogAddExp(OpBuilder& b, Location l, Value x, Value y) {
 Value ToAcc(GraphImporter& im, OpBuilder& b, Location l, Value v,
             ir::DType from, ir::DType out, Type acc) {
   Value c = im.CastCompute(b, v, from, out);
-  if ((from == ir::INT32 || from == ir::INT64 || from == ir::BOOL) &&
+  if ((IsIntegral(from) || from == ir::BOOL) &&
       (out == ir::FLOAT16 || out == ir::BFLOAT16)) {
     c = im.ToCompute(b, im.FromCompute(b, c, out), out);
   }

@@ -56,14 +56,12 @@ _UNINITIALIZED = "the result is uninitialised memory (empty*): no values to comp
 _SPARSE = "sparse layout: rbln tensors are dense (strided) only"
 _COMPLEX = "complex dtype: no complex types on the device"
 # Casts into dtypes the device IR lacks (rbln/core/dtype.h: float16, bfloat16,
-# float32, int32, int64, bool). In the default host_ops mode such an op is a
+# float32, int32, int64, bool, int8, int16, uint8). In the default host_ops mode such an op is a
 # host op (host_ops.py); options={"host_ops": "none"} turns that off.
 _FLOAT64 = ("float64 result: the NPU has no float64 units (no float64 in the device IR); "
             "a host op by default")
 _COMPLEX_CAST = ("complex result (chalf/cfloat/cdouble): no complex types on the device; "
                  "a host op by default")
-_SMALL_INT = ("uint8/int8/int16 result: the device IR has int32/int64/bool as its integer "
-              "types, not these; a host op by default")
 _SEEDED_WRAPPER = ("the OpInfo calls the op through torch.testing._utils.wrapper_set_seed, "
                    "whose freeze_rng_state enters torch._C._DisableFuncTorch (a pybind class "
                    "Dynamo skips): Dynamo cannot capture it on the CPU either "
@@ -97,7 +95,6 @@ EXPECTED_FAILURES = {
     **dict.fromkeys(["double", "to", "float_power", "softmax.with_dtype",
                      "log_softmax.with_dtype", "nn.functional.softmin.with_dtype"], _FLOAT64),
     **dict.fromkeys(["chalf", "cfloat", "cdouble"], _COMPLEX_CAST),
-    **dict.fromkeys(["byte", "char", "short"], _SMALL_INT),
     "hash_tensor": ("returns uint64, the xor of the elements' float64 bit patterns: neither "
                     "uint64 nor float64 exist on the device; a host op by default"),
     "matrix_exp": ("data-dependent algorithm: linalg_matrix_exp (a CPU kernel, no "

@@ -26,7 +26,6 @@ import threading
 import torch
 
 _INTEGERS = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
-_DEVICE_INTEGERS = (torch.int32, torch.int64)  # the device IR's integer types
 
 _lock = threading.Lock()
 _programs = {}  # (dtype, shape, bins, min, max) -> compiled program
@@ -112,9 +111,6 @@ def _histc(self, bins=100, min=0, max=0):
     if not _ours(self):
         return _below_autograd(torch.ops.aten.histc.default, self, bins, min, max)
     _check_range(bins, int(min), int(max))
-    torch._check(self.dtype in _DEVICE_INTEGERS, lambda: (
-        f"torch.histc on rbln: {self.dtype} is not a device dtype yet (the device IR has "
-        f"int32/int64, issue 30 item 4); cast the input with .int() first"))
     x = self.contiguous()
     (out,) = _program(x, bins, min, max)(x)
     return out

@@ -19,8 +19,9 @@ contract):
   * outputs carry each result's dtype and static shape; multi-output ops list
     all results in schema order (`getitem` picks one), leaving out results
     that are `None` (`convolution_backward`'s ungated gradients: the op's
-    attributes say which are computed) and empty results of a dtype the IR
-    lacks (batch norm's uint8 reserve), which a graph output makes afresh.
+    attributes say which are computed) and empty results that are no IR
+    result: of a dtype the IR lacks, or batch norm's uint8 reserve (empty on
+    every device but cuDNN's); a graph output makes them afresh.
 So ops the compiler learns later need no change here. Unconvertible graphs
 raise `GraphConversionError` naming the node and why.
 """
@@ -52,7 +53,15 @@ DTYPE_NAMES = {
     torch.int32: "int32",
     torch.int64: "int64",
     torch.bool: "bool",
+    torch.int8: "int8",
+    torch.int16: "int16",
+    torch.uint8: "uint8",
 }
+
+
+def _is_reserve(op, v):
+    """Batch norm's reserve result: the IR's batch norm ops do not produce it."""
+    return v.dtype == torch.uint8 and "batch_norm" in op
 
 
 @dataclass(frozen=True)
@@ -330,7 +339,8 @@ class _Converter:
                 if v is None:
                     names.append(None)  # Not computed (see the module docstring).
                     continue
-                if isinstance(v, torch.Tensor) and v.numel() == 0 and v.dtype not in DTYPE_NAMES:
+                if isinstance(v, torch.Tensor) and v.numel() == 0 and (
+                        v.dtype not in DTYPE_NAMES or _is_reserve(op, v)):
                     names.append(EmptyResult(v.dtype, tuple(v.shape)))
                     continue
                 if not isinstance(v, torch.Tensor):

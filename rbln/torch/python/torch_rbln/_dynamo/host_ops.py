@@ -5,8 +5,7 @@ program:
   * ops on dtypes the device cannot hold: float64 and complex (the NPU has
     no such units; e.g. the float64 round trip Dynamo writes for
     `x * t.item()`, `x.double()`, `softmax(x, dtype=torch.float64)`), and
-    the integer types beside int32/int64/bool (uint8/int8/int16: `x.byte()`,
-    `x.char()`, `x.short()`; uint64: `hash_tensor`);
+    uint16/uint32/uint64 (`hash_tensor`);
   * data-dependent output shapes (`nonzero`, `masked_select`, `unique`,
     boolean-mask indexing) and data-dependent scalars (`Tensor.item()`): the
     program's buffers are sized at compile time, these sizes exist only once
@@ -147,7 +146,7 @@ def classify(gm: torch.fx.GraphModule, folded: dict, mode: str, implemented_ops)
 
 def _unsupported_dtype(node):
     """The first dtype of the node's tensors (result and inputs) that has no
-    device representation (float64, complex, uint8/int8/int16, uint64:
+    device representation (float64, complex, uint16/uint32/uint64:
     whatever is not in fx_to_ir.DTYPE_NAMES), or None. Empty results are
     made afresh, whatever their dtype (fx_to_ir.EmptyResult: batch norm's
     uint8 reserve)."""

@@ -59,9 +59,6 @@ _RNG = ("random numbers: rrelu's training mode draws its slopes from the generat
         "draws on the host with the CPU's algorithm (README, RNG), whose rrelu has no float16 "
         "kernel")
 
-_SMALL_INT = ("int8/int16/uint8 are not device dtypes yet (the IR's integers are int32/int64; "
-              "issue 30 item 4): the eager call raises, naming the fix (.int() first)")
-
 # (entry, dtype family) -> why rbln does not run it on the device. Families:
 # "complex" (every complex dtype), or a dtype name.
 NOT_ON_DEVICE = {
@@ -79,7 +76,6 @@ NOT_ON_DEVICE = {
     ("torch.ops.aten._efficient_attention_forward", "float16"): _CUDA_KERNEL,
     ("torch.ops.aten._efficient_attention_forward", "float32"): _CUDA_KERNEL,
     ("nn.functional.rrelu", "float16"): _RNG,
-    **{("histc", small): _SMALL_INT for small in ("int8", "int16", "uint8")},
 }
 
 STATUSES = ("done", "cpu runs it", "not on device", "open")
