@@ -71,6 +71,13 @@ class Executable {
     return Execute(args);
   }
   virtual std::string DebugName() const = 0;
+  // True if the program writes input `input` in place (an updated input: a
+  // KV cache it writes rows of); its buffer is then device-latest after the
+  // run with a new content version. Other inputs are only read.
+  virtual bool WritesInput(int input) const {
+    (void)input;
+    return false;
+  }
 
   // Workers the program is split over (1: it runs on the calling thread).
   virtual int num_workers() const { return 1; }

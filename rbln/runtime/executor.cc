@@ -109,9 +109,11 @@ absl::Status Executor::Run(const Executable& program,
       }
     }
     const uint64_t nbytes = StridedSpanBytes(arg.sizes, arg.strides, DTypeSize(arg.dtype));
-    const DeviceAccess access = static_cast<int>(i) < program.num_inputs()
-                                    ? DeviceAccess::kRead
-                                    : DeviceAccess::kWrite;
+    const bool input = static_cast<int>(i) < program.num_inputs();
+    const DeviceAccess access = !input ? DeviceAccess::kWrite
+                                : program.WritesInput(static_cast<int>(i))
+                                    ? DeviceAccess::kReadWrite
+                                    : DeviceAccess::kRead;
     const int64_t map_start = profiler ? ProfileRecorder::NowNs() : 0;
     if (nbytes == 0) {
       // An empty tensor has no storage to map (its address may be null);
@@ -121,9 +123,7 @@ absl::Status Executor::Run(const Executable& program,
       RBLN_ASSIGN_OR_RETURN(
           views[i].data,
           storage_->MapForDevice(arg.address, nbytes, access,
-                                 access == DeviceAccess::kRead
-                                     ? &views[i].content_version
-                                     : nullptr));
+                                 input ? &views[i].content_version : nullptr));
       views[i].content_address = arg.address;
     }
     if (profiler) {

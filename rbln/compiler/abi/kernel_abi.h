@@ -26,6 +26,11 @@ inline constexpr char kParallelIterationsAttr[] = "rbln.parallel_iterations";
 // On a top-level op that is not a linalg op: its work in loop iterations,
 // counted towards the partitioning threshold.
 inline constexpr char kWorkAttr[] = "rbln.work";
+// On an argument of @kernel that is a graph input the graph updates
+// (graph.proto's Update): the index of the result whose value is written
+// into it. Set by the graph importer, read by the output binding pass
+// (transforms/passes.h), which computes that result in the input's buffer.
+inline constexpr char kUpdatedByResultAttr[] = "rbln.updated_by_result";
 
 // --- Runtime functions kernels call (resolved by the JIT by name) ---
 // Between dependent ops of a partitioned kernel (execution/chiplet_team.h).

@@ -329,7 +329,14 @@ CompiledProgram::CompiledProgram(std::unique_ptr<mlir::ExecutionEngine> engine,
       layout_(layout),
       entry_(entry),
       graph_(std::move(graph)),
-      arg_types_(ArgTypes(graph_)) {}
+      arg_types_(ArgTypes(graph_)),
+      written_inputs_(graph_.inputs_size(), false) {
+  for (const ir::Update& u : graph_.updates()) {
+    for (int i = 0; i < graph_.inputs_size(); ++i) {
+      if (graph_.inputs(i).name() == u.input()) written_inputs_[i] = true;
+    }
+  }
+}
 
 CompiledProgram::~CompiledProgram() = default;
 

@@ -62,6 +62,11 @@ class CompiledProgram : public runtime::Executable {
   int num_inputs() const override { return graph_.inputs_size(); }
   int num_outputs() const override { return graph_.outputs_size(); }
   std::string DebugName() const override { return graph_.name(); }
+  // The graph's updated inputs (graph.proto's Update), written in place.
+  bool WritesInput(int input) const override {
+    return input >= 0 && input < static_cast<int>(written_inputs_.size()) &&
+           written_inputs_[input];
+  }
 
   // Checks every buffer against the specialization (dtype, shape,
   // contiguity), then calls the kernel once. Outputs are written in place.
@@ -153,6 +158,7 @@ class CompiledProgram : public runtime::Executable {
   void (*entry_)(void**);
   ir::Graph graph_;
   std::vector<ir::TensorType> arg_types_;
+  std::vector<bool> written_inputs_;  // by input index
   CompileReport report_;
   // A sequence's programs and buffers (empty for a whole program).
   std::vector<Step> steps_;

@@ -71,12 +71,18 @@ absl::StatusOr<SequenceLayout> PlanSequenceLayout(
   for (const ir::Node& node : graph.nodes()) {
     for (const ir::Value& v : node.outputs()) types[v.name()] = &v.type();
   }
+  // An update's value lives in its input's buffer, which the segment
+  // applying it writes (ir::Segment): later readers read it there.
+  absl::flat_hash_map<std::string, Ref> updated;
+  for (const ir::Segment& segment : segments) {
+    for (const ir::Update& u : segment.updates) updated[u.value()] = where.at(u.input());
+  }
   // The first occurrence of a node-defined graph output is written by the
-  // step that defines it.
+  // step that defines it (an update's value is copied after the steps).
   absl::flat_hash_map<std::string, int> output_arg;
   for (int k = 0; k < graph.outputs_size(); ++k) {
     const std::string& out = graph.outputs(k);
-    if (!where.contains(out)) output_arg.emplace(out, num_inputs + k);
+    if (!where.contains(out) && !updated.contains(out)) output_arg.emplace(out, num_inputs + k);
   }
   // Lifetimes of the values that go between steps.
   struct Crossing {
@@ -103,6 +109,7 @@ absl::StatusOr<SequenceLayout> PlanSequenceLayout(
       crossing_index[out] = static_cast<int>(crossing.size());
       crossing.push_back(Crossing{out, s, s});
     }
+    for (const ir::Update& u : segments[s].updates) where[u.value()] = updated.at(u.value());
   }
 
   SequenceLayout layout;

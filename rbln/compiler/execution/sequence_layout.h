@@ -10,7 +10,9 @@
 // scratch. After them, each worker's segment holds the largest workspace
 // any step needs of that worker; steps run one after the other, so they
 // share it. Graph outputs no step writes (a graph input returned as is, a
-// value returned twice) are copied after the last step.
+// value returned twice, an update's value) are copied after the last step.
+// A segment that applies an update (ir::Segment) writes the input's own
+// argument buffer, and later steps read the update's value there.
 #ifndef RBLN_COMPILER_EXECUTION_SEQUENCE_LAYOUT_H_
 #define RBLN_COMPILER_EXECUTION_SEQUENCE_LAYOUT_H_
 

@@ -59,6 +59,39 @@ TEST(SequenceLayoutTest, ArgumentsIntermediatesAndCopies) {
   EXPECT_EQ(layout->segment_bytes, std::vector<int64_t>{128});
 }
 
+TEST(SequenceLayoutTest, AnUpdatedInputHoldsItsValueForLaterSteps) {
+  // c <- u = relu(c) in step 0; step 1 reads u; u is also an output.
+  ir::Graph g;
+  g.set_name("update");
+  const ir::TensorType t = Type(ir::FLOAT32, {16});
+  AddInput(g, "x", t);
+  AddInput(g, "c", t);
+  AddNode(g, "add", {"c", "x"}, "u", t);
+  AddNode(g, "relu", {"u"}, "y", t);
+  g.add_outputs("y");
+  g.add_outputs("u");
+  ir::Update* update = g.add_updates();
+  update->set_input("c");
+  update->set_value("u");
+  auto segments = ir::SplitGraph(g, {0, 1});
+  ASSERT_TRUE(segments.ok()) << segments.status();
+  auto layout = PlanSequenceLayout(g, *segments, {{}, {}}, 1);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  // Step 0: inputs c, x (first use order); no outputs. Step 1 reads u in
+  // c's argument and writes y (argument 2).
+  ASSERT_EQ(layout->step_args[0].size(), 2u);
+  ASSERT_EQ(layout->step_args[1].size(), 2u);
+  EXPECT_EQ(layout->step_args[1][0].kind, Kind::kArgument);
+  EXPECT_EQ(layout->step_args[1][0].index, 1);
+  EXPECT_EQ(layout->step_args[1][1].index, 2);
+  EXPECT_TRUE(layout->intermediates.empty());
+  // Output u (argument 3) is copied from c after the steps.
+  ASSERT_EQ(layout->copies.size(), 1u);
+  EXPECT_EQ(layout->copies[0].first, 3);
+  EXPECT_EQ(layout->copies[0].second.kind, Kind::kArgument);
+  EXPECT_EQ(layout->copies[0].second.index, 1);
+}
+
 TEST(SequenceLayoutTest, DeadIntermediatesShareMemory) {
   // x -> a -> b -> c -> d -> e: b is dead once c is computed, so d reuses
   // b's buffer.

@@ -438,6 +438,15 @@ absl::StatusOr<mlir::OwningOpRef<mlir::ModuleOp>> GraphImporter::Import() {
     result_types.push_back(TensorTypeOf(defined.at(out)));
     arg_types.push_back(result_types.back());
   }
+  // Updates (graph.proto) are results too, written into their inputs'
+  // arguments (kUpdatedByResultAttr; the output binding pass), with no argument of their own.
+  std::vector<int64_t> updated_inputs;
+  for (const ir::Update& u : graph_.updates()) {
+    for (int i = 0; i < graph_.inputs_size(); ++i) {
+      if (graph_.inputs(i).name() == u.input()) updated_inputs.push_back(i);
+    }
+    result_types.push_back(TensorTypeOf(defined.at(u.input())));
+  }
 
   mlir::OwningOpRef<mlir::ModuleOp> module = mlir::ModuleOp::create(loc());
   module_ = *module;
@@ -446,7 +455,7 @@ absl::StatusOr<mlir::OwningOpRef<mlir::ModuleOp>> GraphImporter::Import() {
       loc(), kKernelName, builder_.getFunctionType(arg_types, result_types));
   func->setAttr("llvm.emit_c_interface", builder_.getUnitAttr());
   const int num_inputs = graph_.inputs_size();
-  for (size_t i = 0; i < result_types.size(); ++i) {
+  for (int i = 0; i < graph_.outputs_size(); ++i) {
     func.setArgAttr(num_inputs + i, "bufferization.writable",
                     builder_.getBoolAttr(true));
   }
@@ -469,7 +478,7 @@ absl::StatusOr<mlir::OwningOpRef<mlir::ModuleOp>> GraphImporter::Import() {
   absl::flat_hash_set<std::string> returned;
   for (const std::string& out : graph_.outputs()) {
     Value v = ValueOf(out);
-    if (v.isa<mlir::BlockArgument>() || !returned.insert(out).second) {
+    if (mlir::isa<mlir::BlockArgument>(v) || !returned.insert(out).second) {
       ir::Node copy;
       copy.set_op("copy");
       copy.add_inputs(out);
@@ -482,6 +491,26 @@ absl::StatusOr<mlir::OwningOpRef<mlir::ModuleOp>> GraphImporter::Import() {
       v = *copied;
     }
     results.push_back(v);
+  }
+  // Each update: its value, which BindOutputs computes in the input's
+  // argument in place where that is safe; a value that is an input or
+  // another result as well is copied into the input (it must be an op of
+  // its own).
+  for (int j = 0; j < graph_.updates_size(); ++j) {
+    const int i = static_cast<int>(updated_inputs[j]);
+    Value arg = entry->getArgument(i);
+    const std::string& name = graph_.updates(j).value();
+    Value v = ValueOf(name);
+    // An input updated with its own value (a no-op the converters left, e.g.
+    // a clone) is returned as is: bufferization drops it.
+    if (v != arg && (mlir::isa<mlir::BlockArgument>(v) || !returned.insert(name).second)) {
+      v = builder_.create<mlir::linalg::CopyOp>(loc(), ValueRange{v}, ValueRange{arg})
+              .getResult(0);
+    }
+    results.push_back(v);
+    func.setArgAttr(i, "bufferization.writable", builder_.getBoolAttr(true));
+    func.setArgAttr(i, kUpdatedByResultAttr,
+                    builder_.getI64IntegerAttr(graph_.outputs_size() + j));
   }
   builder_.create<mlir::func::ReturnOp>(loc(), results);
   if (mlir::failed(mlir::verify(*module))) {

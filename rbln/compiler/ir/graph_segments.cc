@@ -345,6 +345,10 @@ SegmentPlan PlanSegments(const Graph& graph, const SegmentOptions& options) {
   std::sort(starts.begin(), starts.end());
   starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
   if (starts.empty() || starts[0] != 0) starts.insert(starts.begin(), 0);
+  if (graph.updates_size() > 0 && starts.size() > 1 && !SplitGraph(graph, starts).ok()) {
+    plan.block_nodes = plan.block_repeats = plan.first_block = 0;
+    return plan;  // An update no segment can apply: one segment (starts {0}).
+  }
   plan.starts = std::move(starts);
   return plan;
 }
@@ -369,20 +373,53 @@ absl::StatusOr<std::vector<Segment>> SplitGraph(const Graph& graph,
   std::vector<Segment> segments(count);
   std::vector<absl::flat_hash_map<std::string, std::string>> names(count);
   std::vector<std::string> body_bytes(count);
+  auto segment_of = [&](int node) {
+    return static_cast<int>(std::upper_bound(starts.begin(), starts.end(), node) -
+                            starts.begin()) - 1;
+  };
+  for (int k = 0; k < count; ++k) {
+    const int end = k + 1 < count ? starts[k + 1] : n;
+    segments[k].graph = SegmentBody(index, starts[k], end, &segments[k].inputs, &names[k]);
+  }
+  // Each update goes to the segment defining its value (see Segment).
+  absl::flat_hash_set<std::string> applied;
+  for (const Update& u : graph.updates()) {
+    const Producer p = index.producer(u.value());
+    const int k = p.node < 0 ? -1 : segment_of(p.node);
+    auto reads = [&](int s) {
+      const std::vector<std::string>& in = segments[s].inputs;
+      return std::find(in.begin(), in.end(), u.input()) != in.end();
+    };
+    bool read_later = false;
+    for (int s = k + 1; k >= 0 && s < count; ++s) read_later |= reads(s);
+    if (k < 0 || !reads(k) || read_later) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "graph %s: no segment can update %%%s with %%%s in place (%s)", graph.name(),
+          u.input(), u.value(),
+          k < 0 ? "the value is a graph input"
+                : read_later ? "a later segment reads the input"
+                             : "the segment defining the value does not read the input"));
+    }
+    Update* local = segments[k].graph.add_updates();
+    local->set_input(names[k].at(u.input()));
+    local->set_value(names[k].at(u.value()));
+    segments[k].updates.push_back(u);
+    applied.insert(u.value());
+  }
   // Which (node, slot) of each segment later segments or the graph read.
   std::vector<std::vector<std::pair<int, int>>> needed(count);
   for (int k = 0; k < count; ++k) {
     const int begin = starts[k];
     const int end = k + 1 < count ? starts[k + 1] : n;
     Segment& segment = segments[k];
-    segment.graph = SegmentBody(index, begin, end, &segment.inputs, &names[k]);
     body_bytes[k] = DeterministicBytes(segment.graph);
     for (int i = begin; i < end; ++i) {
       segment.nodes.push_back(i);
       const Node& node = graph.nodes(i);
       for (int s = 0; s < node.outputs_size(); ++s) {
         const std::string& value = node.outputs(s).name();
-        if (index.last_use(value) >= end || index.is_output(value)) {
+        if (!applied.contains(value) &&
+            (index.last_use(value) >= end || index.is_output(value))) {
           needed[k].emplace_back(i - begin, s);
         }
       }

@@ -47,11 +47,17 @@ struct SegmentPlan {
   int first_block = 0;
 };
 
-// Where to cut `graph`. One segment (starts == {0}) when the graph is small
-// or has nothing worth cutting.
+// Where to cut `graph`. One segment (starts == {0}) when the graph is small,
+// has nothing worth cutting, or has an update no segment could apply.
 SegmentPlan PlanSegments(const Graph& graph, const SegmentOptions& options);
 
 // One segment as a graph of its own.
+//
+// An update of the parent (graph.proto: an input written in place) becomes
+// an update of the segment that defines its value, when that segment reads
+// the input and no later segment does (they would see the new bytes): the
+// segment writes the input's buffer itself, the value is none of its
+// outputs, and later segments that read the value read the input's buffer.
 struct Segment {
   // Named "segment_<content hash>"; inputs a0, a1, ... in order of first
   // use, node outputs v0, v1, ... in order of definition.
@@ -61,13 +67,16 @@ struct Segment {
   // The parent's value behind each input / output of `graph`.
   std::vector<std::string> inputs;
   std::vector<std::string> outputs;
+  // The parent's updates this segment applies (parent names).
+  std::vector<Update> updates;
 };
 
 // The segments that start at `starts` (ascending, starts[0] == 0). A
 // segment's outputs are its values that later segments use or that are
 // outputs of `graph`; segments with the same nodes get the same outputs (the
 // union over them), so that they stay byte-identical. Graph outputs that no
-// segment defines (graph inputs) are left to the caller.
+// segment defines (graph inputs) are left to the caller. FailedPrecondition
+// if an update cannot be applied by a segment (see Segment).
 absl::StatusOr<std::vector<Segment>> SplitGraph(const Graph& graph,
                                                 absl::Span<const int> starts);
 

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rbln/compiler/ir/graph_util.h"
 #include "rbln/compiler/testing/test_graphs.h"
@@ -133,6 +135,79 @@ TEST(GraphSegmentsTest, EqualSegmentsGetTheUnionOfOutputs) {
   EXPECT_EQ((*segments)[0].graph.name(), (*segments)[2].graph.name());
   EXPECT_EQ((*segments)[0].outputs, std::vector<std::string>{"a"});
   EXPECT_EQ((*segments)[2].outputs, std::vector<std::string>{"c"});
+}
+
+// Two layers that each write rows of their own cache input and read rows
+// of the written cache: u_l = index_copy(c_l, rows, s_l), r_l =
+// index_select(u_l, rows), s_{l+1} = r_l + s_l. Updates c_l <- u_l.
+Graph CacheStack() {
+  using compiler::testing::AddInput;
+  using compiler::testing::AddNode;
+  using compiler::testing::Type;
+  Graph g;
+  g.set_name("caches");
+  const TensorType cache = Type(FLOAT32, {16, 8}), rows = Type(INT64, {2}),
+                   row = Type(FLOAT32, {2, 8});
+  AddInput(g, "c0", cache);
+  AddInput(g, "c1", cache);
+  AddInput(g, "rows", rows);
+  AddInput(g, "s0", row);
+  for (int l = 0; l < 2; ++l) {
+    const std::string c = absl::StrCat("c", l), u = absl::StrCat("u", l),
+                      r = absl::StrCat("r", l), s = absl::StrCat("s", l),
+                      next = absl::StrCat("s", l + 1);
+    AddNode(g, "index_copy", {c, "rows", s}, u, cache);
+    AddNode(g, "index_select", {u, "rows"}, r, row);
+    AddNode(g, "add", {r, s}, next, row);
+    Update* update = g.add_updates();
+    update->set_input(c);
+    update->set_value(u);
+  }
+  g.add_outputs("s2");
+  return g;
+}
+
+TEST(GraphSegmentsTest, AnUpdateGoesToTheSegmentDefiningItsValue) {
+  const Graph g = CacheStack();
+  ASSERT_TRUE(Validate(g).ok()) << Validate(g);
+  // Cuts between each write and its read.
+  auto segments = SplitGraph(g, {0, 1, 3, 4});
+  ASSERT_TRUE(segments.ok()) << segments.status();
+  const Segment& write0 = (*segments)[0];
+  ASSERT_EQ(write0.updates.size(), 1u);
+  EXPECT_EQ(write0.updates[0].input(), "c0");
+  EXPECT_EQ(write0.updates[0].value(), "u0");
+  // The written cache is no output: the next segment reads it in c0.
+  EXPECT_TRUE(write0.outputs.empty());
+  ASSERT_EQ(write0.graph.updates_size(), 1);
+  EXPECT_TRUE(Validate(write0.graph).ok()) << Validate(write0.graph);
+  EXPECT_EQ(write0.graph.updates(0).value(), write0.graph.nodes(0).outputs(0).name());
+  EXPECT_EQ((*segments)[1].inputs[0], "u0");
+  EXPECT_EQ((*segments)[2].updates[0].input(), "c1");
+  // Equal layers stay one program, updates included.
+  EXPECT_EQ((*segments)[0].graph.name(), (*segments)[2].graph.name());
+}
+
+TEST(GraphSegmentsTest, AnUpdateNoSegmentCanApplyKeepsTheGraphWhole) {
+  Graph g = CacheStack();
+  // The second layer also reads the first cache as it was: the first
+  // layer's segment cannot write it in place.
+  compiler::testing::AddNode(g, "index_select", {"c0", "rows"}, "old",
+                             compiler::testing::Type(FLOAT32, {2, 8}));
+  g.add_outputs("old");
+  absl::StatusOr<std::vector<Segment>> segments = SplitGraph(g, {0, 3});
+  ASSERT_FALSE(segments.ok());
+  EXPECT_EQ(segments.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(segments.status().message()),
+              ::testing::HasSubstr("no segment can update %c0 with %u0 in place (a later "
+                                   "segment reads the input)"));
+  SegmentOptions options;
+  options.min_work = 1;
+  options.min_block_nodes = 2;
+  options.pieces = 4;
+  EXPECT_EQ(PlanSegments(g, options).starts, std::vector<int>{0});
+  // Without that read, the same options cut the graph.
+  EXPECT_GT(PlanSegments(CacheStack(), options).starts.size(), 1u);
 }
 
 TEST(GraphSegmentsTest, BadStartsAreErrors) {

@@ -3,6 +3,7 @@
 #include <map>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -90,7 +91,7 @@ absl::Status Validate(const Graph& graph) {
       if (absl::Status s = define(v); !s.ok()) return s;
     }
   }
-  if (graph.outputs().empty()) {
+  if (graph.outputs().empty() && graph.updates().empty()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("graph %s has no outputs", graph.name()));
   }
@@ -98,6 +99,35 @@ absl::Status Validate(const Graph& graph) {
     if (!defined.contains(out)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "graph %s: output %%%s is not defined", graph.name(), out));
+    }
+  }
+  absl::flat_hash_map<std::string, const TensorType*> input_types;
+  for (const Value& v : graph.inputs()) input_types[v.name()] = &v.type();
+  absl::flat_hash_map<std::string, const TensorType*> value_types = input_types;
+  for (const Node& node : graph.nodes()) {
+    for (const Value& v : node.outputs()) value_types[v.name()] = &v.type();
+  }
+  absl::flat_hash_set<std::string> updated;
+  for (const Update& u : graph.updates()) {
+    auto input = input_types.find(u.input());
+    if (input == input_types.end()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "graph %s: update of %%%s, which is not a graph input", graph.name(), u.input()));
+    }
+    if (!updated.insert(u.input()).second) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "graph %s: input %%%s is updated twice", graph.name(), u.input()));
+    }
+    auto value = value_types.find(u.value());
+    if (value == value_types.end()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "graph %s: update of %%%s with undefined value %%%s", graph.name(), u.input(),
+          u.value()));
+    }
+    if (value->second->SerializeAsString() != input->second->SerializeAsString()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "graph %s: update of %%%s (%s) with %%%s of another type (%s)", graph.name(),
+          u.input(), TypeToText(*input->second), u.value(), TypeToText(*value->second)));
     }
   }
   return absl::OkStatus();
@@ -204,6 +234,9 @@ std::string ToText(const Graph& graph) {
                     "(", absl::StrJoin(args, ", "), ")");
     if (!attrs.empty()) absl::StrAppend(&out, " {", absl::StrJoin(attrs, ", "), "}");
     absl::StrAppend(&out, "\n");
+  }
+  for (const Update& u : graph.updates()) {
+    absl::StrAppend(&out, "  update %", u.input(), " = %", u.value(), "\n");
   }
   std::vector<std::string> outs;
   for (const std::string& o : graph.outputs()) outs.push_back("%" + o);

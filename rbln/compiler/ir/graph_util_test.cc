@@ -50,6 +50,31 @@ TEST(GraphUtilTest, DuplicateAndMissingOutput) {
   EXPECT_THAT(Validate(g).message(), HasSubstr("no outputs"));
 }
 
+TEST(GraphUtilTest, UpdatesWriteInputsOfTheirOwnType) {
+  Graph g = AddGraph();
+  Update* u = g.add_updates();
+  u->set_input("a");
+  u->set_value("out");
+  EXPECT_TRUE(Validate(g).ok());
+  g.clear_outputs();  // An update alone is a result.
+  EXPECT_TRUE(Validate(g).ok());
+  EXPECT_THAT(ToText(g), HasSubstr("  update %a = %out\n  return \n"));
+
+  Graph twice = g;
+  *twice.add_updates() = *u;
+  EXPECT_THAT(Validate(twice).message(), HasSubstr("input %a is updated twice"));
+  Graph not_input = g;
+  not_input.mutable_updates(0)->set_input("out");
+  EXPECT_THAT(Validate(not_input).message(), HasSubstr("%out, which is not a graph input"));
+  Graph undefined = g;
+  undefined.mutable_updates(0)->set_value("nope");
+  EXPECT_THAT(Validate(undefined).message(), HasSubstr("undefined value %nope"));
+  Graph other_type = g;
+  other_type.mutable_inputs(0)->mutable_type()->set_dtype(FLOAT32);
+  EXPECT_THAT(Validate(other_type).message(),
+              HasSubstr("update of %a (f32[2,3]) with %out of another type (f16[2,3])"));
+}
+
 TEST(GraphUtilTest, FingerprintIsStableAndSensitive) {
   Graph a = AddGraph();
   Graph b = AddGraph();
@@ -59,6 +84,10 @@ TEST(GraphUtilTest, FingerprintIsStableAndSensitive) {
   Graph c = AddGraph();
   (*c.mutable_nodes(0)->mutable_attrs())["alpha"].set_f(2.0);
   EXPECT_NE(Fingerprint(a), Fingerprint(c));
+  Graph d = AddGraph();
+  d.add_updates()->set_input("a");
+  d.mutable_updates(0)->set_value("out");
+  EXPECT_NE(Fingerprint(a), Fingerprint(d));
 }
 
 TEST(GraphUtilTest, TextDump) {

@@ -31,7 +31,11 @@ std::unique_ptr<mlir::Pass> CreateFillUnsharingPass();
 
 // Each returned tensor computed in its output argument, so bufferization
 // writes results in place into the caller's buffers (SPEC P4;
-// bind_outputs_pass.cc).
+// bind_outputs_pass.cc). An updated input (an argument with
+// kUpdatedByResultAttr) has its result's destination chain rooted at the
+// input itself when nothing reads the input's old bytes after the chain's
+// root (a KV cache's index_copy then writes just its rows); otherwise the
+// value is copied into the input last.
 std::unique_ptr<mlir::Pass> CreateBindOutputsPass();
 
 // --- On buffers ---

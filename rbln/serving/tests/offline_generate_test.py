@@ -34,6 +34,7 @@ PROMPT_LENGTHS = (3, 9, 17, 31, 64, 65, 100, 150)
 
 def _vllm():
     os.environ["TORCH_RBLN_DISABLE_FALLBACK"] = "all"
+    os.environ["VLLM_RBLN_EXPLAIN"] = "1"  # explain() verdicts in rbln_stats.
     import vllm
 
     return vllm
@@ -145,6 +146,9 @@ def test_steps_never_compile_or_fall_back_after_warm_up(llm, model_dir):
     assert stats["warm"], stats
     assert stats["warm_up"]["graph/compiles"] >= 1, stats
     assert all(v == 0 for v in stats["after_warm_up"].values()), stats
+    # Every call after warm-up was clean: no CPU fallback, no copy through
+    # the host or between chiplets (the KV cache is written in place).
+    assert set(stats["explain_verdicts"]) == {"clean"}, stats
     # Decode calls batched requests; prefill calls ran alone.
     assert any(k.endswith("x1") and k != "1x1" for k in stats["calls"]), stats
     assert any(not k.endswith("x1") for k in stats["calls"]), stats

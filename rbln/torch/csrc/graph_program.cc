@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
 #include <pybind11/stl.h>
+#include <torch/csrc/autograd/VariableTypeUtils.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <algorithm>
@@ -102,9 +103,13 @@ void SetAttr(const std::string& node, const std::string& name, py::handle value,
   }
 }
 
+// (input, value): after the program the input holds the value (graph.proto).
+using UpdateSpec = std::tuple<std::string, std::string>;
+
 compiler::ir::Graph BuildGraph(const std::string& name, const std::vector<ValueSpec>& inputs,
                                const std::vector<NodeSpec>& nodes,
-                               const std::vector<std::string>& outputs) {
+                               const std::vector<std::string>& outputs,
+                               const std::vector<UpdateSpec>& updates) {
   compiler::ir::Graph graph;
   graph.set_name(name);
   for (const ValueSpec& in : inputs) *graph.add_inputs() = ToIrValue(in);
@@ -120,6 +125,11 @@ compiler::ir::Graph BuildGraph(const std::string& name, const std::vector<ValueS
     }
   }
   for (const std::string& out : outputs) graph.add_outputs(out);
+  for (const auto& [input, value] : updates) {
+    compiler::ir::Update* u = graph.add_updates();
+    u->set_input(input);
+    u->set_value(value);
+  }
   return graph;
 }
 
@@ -169,6 +179,7 @@ class GraphProgram {
                   name, ": input ", i, " is ", t.scalar_type(), t.sizes(),
                   " but the program was compiled for ", s.dtype, c10::IntArrayRef(s.shape));
     }
+    CheckUpdatedInputs(inputs);
     const c10::Device dev = device.value_or(c10::Device(c10::DeviceType::PrivateUse1,
                                                         CurrentDevice()));
     const c10::DeviceGuard guard(dev);
@@ -182,6 +193,9 @@ class GraphProgram {
     }
     std::vector<at::Tensor> outputs;
     bool any_elements = false;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      any_elements |= program_->WritesInput(static_cast<int>(i)) && inputs[i].numel() > 0;
+    }
     for (const Spec& s : specs_out_) {
       outputs.push_back(at::empty(s.shape, at::TensorOptions().dtype(s.dtype).device(dev)));
       buffers.push_back(Buffer(outputs.back(), s));
@@ -194,6 +208,13 @@ class GraphProgram {
         status = RuntimeOrThrow().executor().Run(*program_, buffers, group);
       }
       ThrowIfErrorOn(dev, status);
+    }
+    // The program wrote these in place: as an in-place op would, bump their
+    // version (autograd's checks, the CPU copies kept for fallbacks).
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (program_->WritesInput(static_cast<int>(i)) && !inputs[i].is_inference()) {
+        torch::autograd::increment_version(inputs[i]);
+      }
     }
     Counters().runs->Increment();
     return outputs;
@@ -251,6 +272,31 @@ class GraphProgram {
     DType runtime_dtype;
     std::vector<int64_t> shape;
   };
+
+  // An input the program writes in place (an update) is written through
+  // its own data pointer: it must be contiguous (no temporary copy) and
+  // share no bytes with another input (which would see the new bytes).
+  void CheckUpdatedInputs(const std::vector<at::Tensor>& inputs) const {
+    const std::string& name = program_->graph().name();
+    auto span = [](const at::Tensor& t) {
+      const auto* base = static_cast<const char*>(t.data_ptr());
+      return std::make_pair(base, base + t.numel() * t.element_size());
+    };
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (!program_->WritesInput(static_cast<int>(i)) || inputs[i].numel() == 0) continue;
+      TORCH_CHECK(inputs[i].is_contiguous(), "rbln graph ", name, ": input ", i,
+                  " is updated in place but is not contiguous (strides ",
+                  inputs[i].strides(), "); pass a contiguous tensor");
+      const auto [begin, end] = span(inputs[i]);
+      for (size_t j = 0; j < inputs.size(); ++j) {
+        if (j == i || inputs[j].numel() == 0) continue;
+        const auto [other_begin, other_end] = span(inputs[j]);
+        TORCH_CHECK(end <= other_begin || other_end <= begin, "rbln graph ", name,
+                    ": input ", i, " is updated in place and shares bytes with input ", j,
+                    "; pass tensors that do not overlap");
+      }
+    }
+  }
 
   static runtime::DeviceBuffer Buffer(const at::Tensor& t, const Spec& s) {
     runtime::DeviceBuffer b;
@@ -333,8 +379,9 @@ std::shared_ptr<GraphProgram> CompileGraph(const std::string& name,
                                            const std::vector<ValueSpec>& inputs,
                                            const std::vector<NodeSpec>& nodes,
                                            const std::vector<std::string>& outputs,
-                                           const std::string& cache_dir, int num_npus) {
-  const compiler::ir::Graph graph = BuildGraph(name, inputs, nodes, outputs);
+                                           const std::string& cache_dir, int num_npus,
+                                           const std::vector<UpdateSpec>& updates) {
+  const compiler::ir::Graph graph = BuildGraph(name, inputs, nodes, outputs, updates);
   compiler::Compiler& graph_compiler = CacheDirCompilers::Get().For(cache_dir, num_npus);
   absl::StatusOr<std::shared_ptr<const compiler::CompiledProgram>> program;
   {
@@ -390,7 +437,7 @@ void RegisterGraphProgramBindings(py::module_& m) {
   });
   m.def("_graph_compile", &CompileGraph, py::arg("name"), py::arg("inputs"),
         py::arg("nodes"), py::arg("outputs"), py::arg("cache_dir") = std::string(),
-        py::arg("num_npus") = 1);
+        py::arg("num_npus") = 1, py::arg("updates") = std::vector<UpdateSpec>());
   // torch._dynamo.reset(): programs cached by the compilers in memory go too
   // (running programs keep theirs alive until they finish); on-disk caches
   // stay (SPEC J5).

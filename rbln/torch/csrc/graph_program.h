@@ -5,8 +5,11 @@
 // file builds the ir::Graph, compiles it to one program and runs it on the
 // rbln tensors' device memory. Every graph input (parameters and buffers
 // included) is a runtime buffer, never a baked constant, so graphs with equal
-// shapes share a program. Counters: graph/compiles, graph/compile_errors,
-// graph/runs, graph/cpu_fallback, graph/host_ops.
+// shapes share a program. Inputs the graph mutates (a KV cache's
+// index_copy_) can be updated in place: the program writes them through their
+// own data pointers (graph.proto's Update) and their version is bumped.
+// Counters: graph/compiles, graph/compile_errors, graph/runs,
+// graph/cpu_fallback, graph/host_ops.
 #ifndef RBLN_TORCH_CSRC_GRAPH_PROGRAM_H_
 #define RBLN_TORCH_CSRC_GRAPH_PROGRAM_H_
 

@@ -1,12 +1,16 @@
 """What the model step calls cost and whether they stayed on the device:
 per call, the backend's counters before and after (torch.rbln.counters())
-and Dynamo's frame compiles. After warm-up a compile or a CPU fallback is a
+and Dynamo's graph compiles. After warm-up a compile or a CPU fallback is a
 warning in the log (the serving tests look for none) and is counted in
 `snapshot()`, which the worker returns to `LLM.collective_rpc("rbln_stats")`.
+With VLLM_RBLN_EXPLAIN=1 each call after warm-up also runs under
+torch.rbln.explain(): its verdicts are counted and the report of the first
+call that is not clean is logged.
 """
 
 import contextlib
 import logging
+import os
 import time
 
 import torch
@@ -36,16 +40,28 @@ class StepStats:
         # Steps whose calls ran out of plan order (buckets.order): a call
         # filling prefix blocks that another call of the step reads.
         self.reordered_steps = 0
+        self.explain = os.environ.get("VLLM_RBLN_EXPLAIN", "0") == "1"
+        self.verdicts = {}  # explain() verdict -> calls
 
     def warmed_up(self) -> None:
         self.warm = True
 
     @contextlib.contextmanager
     def call(self, shape, warm_up: bool = False):
+        region = None
+        if self.explain and self.warm and not warm_up:
+            region = torch.rbln.explain()
+            region.__enter__()
         before = _counters()
         start = time.perf_counter()
         yield
         elapsed = time.perf_counter() - start
+        if region is not None:
+            region.__exit__(None, None, None)
+            verdict = region.verdict()
+            if verdict != "clean" and not any(v != "clean" for v in self.verdicts):
+                logger.warning("rbln: step shape %s is not clean:\n%s", shape, region.report())
+            self.verdicts[verdict] = self.verdicts.get(verdict, 0) + 1
         after = _counters()
         delta = {k: after[k] - before[k] for k in before}
         total = self.after_warm_up if self.warm and not warm_up else self.warm_up
@@ -67,6 +83,7 @@ class StepStats:
             "warm_up": dict(self.warm_up),
             "after_warm_up": dict(self.after_warm_up),
             "reordered_steps": self.reordered_steps,
+            "explain_verdicts": dict(self.verdicts),
             "calls": {f"{b}x{q}": n for (b, q), n in sorted(self.calls.items())},
             "ms_per_call": {f"{b}x{q}": 1e3 * self.seconds[(b, q)] / n
                             for (b, q), n in sorted(self.calls.items())},

@@ -346,7 +346,7 @@ class CompiledGraph:
 
     def _compile_ir(self, ir):
         start = time.perf_counter()
-        if not ir.outputs:
+        if not ir.outputs and not ir.updates:
             return ir, None  # Only inputs and constants are returned.
         # A cache_dir is part of the key: compiling there must leave the
         # program on that disk even if it is already in memory elsewhere.
@@ -363,7 +363,8 @@ class CompiledGraph:
             program_name = _content_name(ir)
             try:
                 program = _C._graph_compile(program_name, ir.inputs, ir.nodes, ir.outputs,
-                                            self.options.cache_dir, self.num_npus)
+                                            self.options.cache_dir, self.num_npus,
+                                            updates=ir.updates)
             except (NotImplementedError, RuntimeError) as e:
                 # Messages name the graph as the user sees it.
                 try:
@@ -457,6 +458,7 @@ class CompiledGraph:
         a call with CPU arguments only runs on the current device and returns
         CPU tensors)."""
         args = list(args)
+        call_args = list(args)  # run() clears args; write-backs need them.
         inputs = []
         on_host = False
         if device is None:
@@ -535,6 +537,11 @@ class CompiledGraph:
                           f"{_phases_text(self.phases, program.compile_report)}")
             if on_host:
                 outs = [o.cpu() for o in outs]
+            # Mutated inputs the program could not update in place
+            # (fx_to_ir._copy_into_input), as aot_autograd writes them.
+            with torch.no_grad():
+                for placeholder, out in ir.write_backs:
+                    call_args[placeholder].copy_(outs[out])
         self._last_outputs = [weakref.ref(o) for o in outs if o.device.type == "rbln"]
         results = []
         for kind, v in ir.output_plan:
@@ -577,6 +584,10 @@ class CompiledGraph:
                 "input_specs": program.input_specs,
                 "output_specs": program.output_specs,
                 "ops": counts,
+                # Inputs the program writes in place (IR input names), and
+                # the FX inputs written back after the run instead.
+                "updated_inputs": [name for name, _ in ir.updates],
+                "written_back_inputs": [p for p, _ in ir.write_backs],
                 # A graph without host ops is one program; graphs with host
                 # ops are SegmentedGraphs (host_ops.py).
                 "host_ops": [],
@@ -1061,6 +1072,11 @@ def rbln_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=No
         inference_compiler=lambda g, i: compile_aten(g, i, "inference"),
         bw_compiler=compile_backward,
         decompositions=_decompositions(),
+        # Inputs an inference graph mutates (a static KV cache's
+        # index_copy_) stay copy_ nodes of the graph, which fx_to_ir makes
+        # updates the program writes in place, instead of whole new values
+        # that aot_autograd copies into the inputs after the run.
+        keep_inference_input_mutations=True,
     )
     _inline_python_custom_ops(gm)
     try:

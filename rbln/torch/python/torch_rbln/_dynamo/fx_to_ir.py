@@ -94,6 +94,12 @@ class IrGraph:
     # For each FX output: ("value", ir output index), ("input", ir input
     # index), ("empty", (dtype, shape)) or ("const", python value).
     output_plan: list = field(default_factory=list)
+    # Graph inputs the program writes in place: (ir input name, value name)
+    # (graph.proto's Update): aot_autograd's copy_ of a mutated input.
+    updates: list = field(default_factory=list)
+    # Mutated inputs written back after the run instead: (FX placeholder
+    # index, ir output index), where an in-place update cannot be (_copy_).
+    write_backs: list = field(default_factory=list)
 
     def key(self):
         """Hashable identity of the graph: equal keys compile to one program."""
@@ -105,6 +111,7 @@ class IrGraph:
                 for op, ins, outs, attrs in self.nodes
             ),
             tuple(self.outputs),
+            tuple(self.updates),
         )
 
     def ops(self):
@@ -201,8 +208,10 @@ class _Converter:
 
     def convert(self):
         placeholder_index = 0
+        self.placeholder_index = {}
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
+                self.placeholder_index[node] = placeholder_index
                 self._placeholder(node, placeholder_index)
                 placeholder_index += 1
             elif node.op == "get_attr":
@@ -259,6 +268,9 @@ class _Converter:
         if node in self.folded:
             return self._folded_constant(node)
         target = node.target
+        if target is torch.ops.aten.copy_.default and not node.users and getattr(
+                node.args[0], "op", None) == "placeholder":
+            return self._copy_into_input(node)
         if target is operator.getitem:
             src, idx = node.args
             produced = self.env[src]
@@ -354,6 +366,43 @@ class _Converter:
         else:
             raise GraphConversionError(f"{node.name}: result of type {type(val).__name__}")
         self.ir.nodes.append((op, inputs, outputs, attrs))
+
+    def _copy_into_input(self, node):
+        """aot_autograd's copy_ of a graph input the graph mutated (its
+        `keep_inference_input_mutations`): an update the program writes
+        into the input's buffer when the input is a contiguous rbln tensor of
+        the value's dtype and shape; else the value is an output that the
+        backend copies into the input after the run, as aot_autograd does."""
+        dst, src = node.args[0], node.args[1]
+        name, value = self.env.get(dst), self.env.get(src)
+        if not isinstance(value, str):
+            raise GraphConversionError(f"{node.name}: copy_ into an input of a non-tensor value")
+        d, v = self.value_of(dst), self.value_of(src)
+        in_place = (
+            isinstance(name, str) and name != value
+            and isinstance(d, torch.Tensor) and d.device.type == "rbln" and d.is_contiguous()
+            and d.dtype == v.dtype and tuple(d.shape) == tuple(v.shape)
+            and name not in {n for n, _ in self.ir.updates}
+            and not self._shares_storage(dst, d))
+        if in_place:
+            self.ir.updates.append((name, value))
+            return
+        self.ir.write_backs.append((self.placeholder_index[dst], len(self.ir.outputs)))
+        self.ir.outputs.append(value)
+
+    def _shares_storage(self, placeholder, t) -> bool:
+        """True if another graph input is a view of `t`'s storage (written
+        in place, `t` would change it too)."""
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        mine = StorageWeakRef(t.untyped_storage())
+        for other in self.placeholder_index:
+            if other is placeholder:
+                continue
+            o = self.value_of(other)
+            if isinstance(o, torch.Tensor) and StorageWeakRef(o.untyped_storage()) == mine:
+                return True
+        return False
 
     def _rebase_as_strided(self, node, inputs, attrs):
         """as_strided's strides and storage offset address the input's

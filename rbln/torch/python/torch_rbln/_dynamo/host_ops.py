@@ -208,6 +208,14 @@ def schedule(gm: torch.fx.GraphModule, kinds: dict) -> list:
             lv = max((avail[n] for n in node.all_input_nodes), default=0)
             level[node] = lv
             avail[node] = lv + (0 if kinds[node].kind == DEVICE else 1)
+    # Writes of mutated graph inputs (aot_autograd's copy_ into an input)
+    # go last, after every host op and segment that may read the input's old
+    # value: a segment writes them in place (fx_to_ir), unlike aot's copy
+    # after the graph.
+    top = max(level.values(), default=0)
+    for node in gm.graph.nodes:
+        if _is_input_write(node):
+            level[node] = top + 1
     steps = []
     for lv in range(max(level.values(), default=0) + 1):
         segment = [n for n in gm.graph.nodes
@@ -219,6 +227,11 @@ def schedule(gm: torch.fx.GraphModule, kinds: dict) -> list:
                 steps.append(Step(kinds[n].kind, [n], reason=kinds[n].reason))
     _wire_segments(gm, steps)
     return steps
+
+
+def _is_input_write(node) -> bool:
+    return (node.op == "call_function" and node.target is torch.ops.aten.copy_.default
+            and getattr(node.args[0], "op", None) == "placeholder")
 
 
 def _wire_segments(gm, steps):
