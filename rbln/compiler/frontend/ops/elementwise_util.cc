@@ -17,6 +17,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Matchers.h"
 #include "rbln/compiler/ir/graph_util.h"
+#include "rbln/core/dtype.h"
 
 namespace rbln::compiler::elementwise {
 
@@ -48,20 +49,10 @@ ir::DType Promote(ir::DType a, ir::DType b) {
   if ((a == ir::UINT8 && b == ir::INT8) || (a == ir::INT8 && b == ir::UINT8)) {
     return ir::INT16;
   }
-  auto width = [](ir::DType t) {
-    switch (t) {
-      case ir::INT8:
-      case ir::UINT8:
-        return 1;
-      case ir::INT16:
-        return 2;
-      case ir::INT32:
-        return 4;
-      default:
-        return 8;
-    }
-  };
-  return width(a) >= width(b) ? a : b;
+  return rbln::DTypeSize(ir::ToRuntimeDType(a)) >=
+                 rbln::DTypeSize(ir::ToRuntimeDType(b))
+             ? a
+             : b;
 }
 
 // A tensor of dtype `t` with a Python scalar: the scalar only promotes to a
