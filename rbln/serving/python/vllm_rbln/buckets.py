@@ -4,11 +4,17 @@ The rbln compiler builds one program per input shape, so a scheduler step is
 cut into calls of a few fixed shapes (the seeds' advice for services: static
 batch sizes and sequence lengths, padding, buckets):
   * decode: every request with one new token, together, padded to a batch
-    bucket (1, 2, 4, ... up to max_num_seqs): a grid of B x 1;
+    bucket (1, 2, 4, ... up to max_num_seqs): a grid of B x 1, reading a
+    block table of a context bucket (min_table_blocks, 2 * min_table_blocks,
+    ... up to the blocks of max_model_len) that covers the longest context
+    of the call: attention reads and gathers the blocks of the table, so a
+    decode of short sequences does not pay for max_model_len (vLLM's GPU
+    kernels read only the real context);
   * prefill: each request with more than one new token (a prompt, a chunk of
     one, the part after cached prefix blocks) alone, padded to a length
     bucket (min_prefill, 2 * min_prefill, ... up to the longest chunk the
-    scheduler hands out): a grid of 1 x Q.
+    scheduler hands out): a grid of 1 x Q over the whole block table (one
+    request's gather is small next to its Q tokens' work).
 All programs are compiled at warm-up; a step after that never compiles.
 
 Calls of one step run in an order that respects the KV cache: with prefix
@@ -36,24 +42,32 @@ def _powers_of_two_up_to(start: int, limit: int) -> list:
 @dataclass(frozen=True)
 class Call:
     """One program call: `batch` x `q_len` grid over `requests` (indices into
-    the step's requests, in grid order)."""
+    the step's requests, in grid order), each reading a block table of
+    `table_blocks` blocks."""
 
     batch: int
     q_len: int
     requests: tuple
+    table_blocks: int
 
 
 class Buckets:
-    def __init__(self, max_num_seqs: int, max_prefill: int, min_prefill: int = 16):
-        if max_num_seqs < 1 or max_prefill < 1:
-            raise ValueError(f"rbln buckets: max_num_seqs={max_num_seqs} and "
-                             f"max_prefill={max_prefill} must be positive")
+    def __init__(self, max_num_seqs: int, max_prefill: int, table_blocks: int,
+                 min_prefill: int = 16, min_table_blocks: int = 4):
+        if max_num_seqs < 1 or max_prefill < 1 or table_blocks < 1:
+            raise ValueError(f"rbln buckets: max_num_seqs={max_num_seqs}, "
+                             f"max_prefill={max_prefill} and table_blocks={table_blocks} "
+                             "must be positive")
         self.decode = _powers_of_two_up_to(1, max_num_seqs)
         self.prefill = _powers_of_two_up_to(min(min_prefill, max_prefill), max_prefill)
+        self.table_blocks = table_blocks
+        self.decode_tables = _powers_of_two_up_to(min(min_table_blocks, table_blocks),
+                                                  table_blocks)
 
     def shapes(self) -> list:
-        """Every (batch, q_len) a step may call, decode first."""
-        return [(b, 1) for b in self.decode] + [(1, q) for q in self.prefill]
+        """Every (batch, q_len, table_blocks) a step may call, decode first."""
+        return ([(b, 1, nb) for b in self.decode for nb in self.decode_tables] +
+                [(1, q, self.table_blocks) for q in self.prefill])
 
     @staticmethod
     def _fit(sizes, n, what):
@@ -62,17 +76,22 @@ class Buckets:
                 return s
         raise ValueError(f"rbln buckets: {what} {n} exceeds the largest bucket {sizes[-1]}")
 
-    def plan(self, query_lens) -> list:
-        """The calls of a step whose requests have `query_lens` new tokens."""
+    def plan(self, query_lens, context_blocks) -> list:
+        """The calls of a step whose requests have `query_lens` new tokens and
+        read `context_blocks` blocks each (their tokens so far, these
+        included)."""
         decodes = [r for r, n in enumerate(query_lens) if n == 1]
         calls = []
         largest = self.decode[-1]
         for i in range(0, len(decodes), largest):
             part = tuple(decodes[i:i + largest])
-            calls.append(Call(self._fit(self.decode, len(part), "decode batch"), 1, part))
+            blocks = max(context_blocks[r] for r in part)
+            calls.append(Call(self._fit(self.decode, len(part), "decode batch"), 1, part,
+                              self._fit(self.decode_tables, blocks, "context of blocks")))
         for r, n in enumerate(query_lens):
             if n > 1:
-                calls.append(Call(1, self._fit(self.prefill, n, "prefill chunk of"), (r,)))
+                calls.append(Call(1, self._fit(self.prefill, n, "prefill chunk of"), (r,),
+                                  self.table_blocks))
         return calls
 
 

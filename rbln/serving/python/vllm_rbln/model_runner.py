@@ -46,7 +46,8 @@ class RblnModelRunner(CPUModelRunner):
         # longest sequence, so one program serves any context length.
         self.table_blocks = -(-self.max_model_len // self.block_size)
         self.buckets = Buckets(scheduler.max_num_seqs,
-                               min(scheduler.max_num_batched_tokens, self.max_model_len))
+                               min(scheduler.max_num_batched_tokens, self.max_model_len),
+                               self.table_blocks)
         self.stats = StepStats()
         self.compile_seconds = 0.0
         self._caches = {}  # layer name -> rbln tensor
@@ -151,7 +152,9 @@ class RblnModelRunner(CPUModelRunner):
         # Only the rows vLLM samples from (each request's last token) are set.
         logits = torch.empty((num_tokens, self._vocab), dtype=torch.float32)
         saved = context.attn_metadata, context.slot_mapping
-        planned = self.buckets.plan(query_lens.tolist())
+        seq_lens = step.seq_lens.numpy()[:step.num_reqs]
+        planned = self.buckets.plan(query_lens.tolist(),
+                                    (-(-seq_lens // self.block_size)).tolist())
         calls = buckets.order(planned, *self._blocks_touched(step, qsl))
         self.stats.reordered_steps += calls != planned
         try:
@@ -179,15 +182,16 @@ class RblnModelRunner(CPUModelRunner):
     def _run_call(self, context, call, qsl, input_ids, positions, step):
         """Uploads one call's padded grid, runs its program, returns the
         logits rows of its requests (host, float32)."""
-        b, q = call.batch, call.q_len
+        b, q, nb = call.batch, call.q_len, call.table_blocks
         ids = np.zeros(b * q, np.int64)
         pos = np.zeros(b * q, np.int64)
         slots = np.zeros(b * q, np.int64)  # Padding writes the null block.
-        table = np.zeros((b, self.table_blocks), np.int64)
+        table = np.zeros((b, nb), np.int64)
         last = np.zeros(b, np.int64)
         block_table = step.block_table.numpy()
         slot_mapping = step.slot_mapping.numpy()
-        width = min(self.table_blocks, block_table.shape[1])
+        # The call's context bucket covers every block its requests read.
+        width = min(nb, block_table.shape[1])
         for i, r in enumerate(call.requests):
             s, n = qsl[r], qsl[r + 1] - qsl[r]
             ids[i * q:i * q + n] = input_ids[s:s + n]
@@ -201,7 +205,7 @@ class RblnModelRunner(CPUModelRunner):
             block_table=torch.from_numpy(table).to(dev),
             positions=torch.from_numpy(pos).to(dev))
         self._bind_call(context, meta)
-        with self.stats.call((b, q)):
+        with self.stats.call((b, q, nb)):
             out = self._host_logits(torch.from_numpy(ids).to(dev), meta.positions,
                                     torch.from_numpy(last).to(dev))
         return out[:len(call.requests)]
@@ -225,15 +229,15 @@ class RblnModelRunner(CPUModelRunner):
         writing only the null block), so serving never compiles."""
         start = time.perf_counter()
         dev = self.rbln_device
-        for b, q in self.buckets.shapes():
+        for b, q, nb in self.buckets.shapes():
             # Distinct inference tensors, as in a real call (Dynamo guards on
             # aliasing and on the dispatch keys).
             def zeros(*shape):
                 return torch.zeros(shape, dtype=torch.int64, device=dev)
             meta = RblnCallMetadata(slot_mapping=zeros(b * q), positions=zeros(b * q),
-                                    block_table=zeros(b, self.table_blocks))
+                                    block_table=zeros(b, nb))
             with set_forward_context(None, self.vllm_config), \
-                    self.stats.call((b, q), warm_up=True):
+                    self.stats.call((b, q, nb), warm_up=True):
                 self._bind_call(get_forward_context(), meta)
                 self._host_logits(zeros(b * q), meta.positions, zeros(b))
         self.compile_seconds = time.perf_counter() - start

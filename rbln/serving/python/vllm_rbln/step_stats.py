@@ -33,8 +33,8 @@ def _counters() -> dict:
 class StepStats:
     def __init__(self):
         self.warm = False
-        self.calls = {}  # (batch, q_len) -> calls after warm-up
-        self.seconds = {}  # (batch, q_len) -> seconds in those calls
+        self.calls = {}  # (batch, q_len, table_blocks) -> calls after warm-up
+        self.seconds = {}  # (batch, q_len, table_blocks) -> seconds in those calls
         self.after_warm_up = dict.fromkeys(COMPILES + FALLBACKS, 0)
         self.warm_up = dict.fromkeys(COMPILES + FALLBACKS, 0)
         # Steps whose calls ran out of plan order (buckets.order): a call
@@ -84,7 +84,13 @@ class StepStats:
             "after_warm_up": dict(self.after_warm_up),
             "reordered_steps": self.reordered_steps,
             "explain_verdicts": dict(self.verdicts),
-            "calls": {f"{b}x{q}": n for (b, q), n in sorted(self.calls.items())},
-            "ms_per_call": {f"{b}x{q}": 1e3 * self.seconds[(b, q)] / n
-                            for (b, q), n in sorted(self.calls.items())},
+            "calls": {_name(shape): n for shape, n in sorted(self.calls.items())},
+            "ms_per_call": {_name(shape): 1e3 * self.seconds[shape] / n
+                            for shape, n in sorted(self.calls.items())},
         }
+
+
+def _name(shape) -> str:
+    """"BxQ/NB": a grid of B requests x Q tokens over block tables of NB blocks."""
+    batch, q_len, table_blocks = shape
+    return f"{batch}x{q_len}/{table_blocks}"
