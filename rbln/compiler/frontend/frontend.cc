@@ -25,6 +25,7 @@ const OpConverterTable& Converters() {
     RegisterConstructionOps(*t);
     RegisterConvolutionOps(*t);
     RegisterPoolingOps(*t);
+    RegisterAdaptivePoolingOps(*t);
     RegisterNormOps(*t);
     RegisterSamplingOps(*t);
     RegisterMomentOps(*t);

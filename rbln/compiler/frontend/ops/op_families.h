@@ -19,6 +19,7 @@ void RegisterActivationOps(OpConverterTable& table);
 void RegisterConstructionOps(OpConverterTable& table);
 void RegisterConvolutionOps(OpConverterTable& table);
 void RegisterPoolingOps(OpConverterTable& table);
+void RegisterAdaptivePoolingOps(OpConverterTable& table);
 void RegisterNormOps(OpConverterTable& table);
 void RegisterSamplingOps(OpConverterTable& table);
 void RegisterMomentOps(OpConverterTable& table);
