@@ -150,6 +150,9 @@ const std::vector<Stage>& LoweringStages() {
       // On the workers' slices, before the payloads become loops
       // (transforms/reduction_interchange_pass.cc).
       Stage{"interchange-reductions", "", &CreateReductionInterchangePass},
+      // Reductions left with their reduced loops innermost
+      // (transforms/register_accumulator_pass.cc).
+      Stage{"register-accumulators", "", &CreateRegisterAccumulatorPass},
       Text("loops", Pipelines().loops),
       // Before math.exp becomes a call of expf (transforms/polynomial_exp_pass.cc).
       Stage{"polynomial-exp", "", &CreatePolynomialExpPass},

@@ -51,6 +51,11 @@ PartitionLayout ReadPartitionLayout(mlir::ModuleOp module);
 // reassociating (SPEC P3, P5, A2; reduction_interchange_pass.cc).
 std::unique_ptr<mlir::Pass> CreateReductionInterchangePass();
 
+// Innermost reductions lowered to loops that carry their accumulators in
+// registers, not in the output buffer (SPEC P3, A2;
+// register_accumulator_pass.cc).
+std::unique_ptr<mlir::Pass> CreateRegisterAccumulatorPass();
+
 // --- On loops ---
 
 // f32 math.exp as exactly rounded arith ops, so its loops vectorize with
