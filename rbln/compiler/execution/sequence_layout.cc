@@ -7,6 +7,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "rbln/compiler/ir/graph_util.h"
+#include "rbln/core/dtype.h"
 
 namespace rbln::compiler {
 namespace {
@@ -16,24 +18,12 @@ constexpr int64_t kAlignment = 64;
 
 int64_t Aligned(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
+// core's size of `t`; a dtype the graph enum does not name (an open proto3
+// enum can carry one) takes 8 bytes, the widest, so its buffer is never short.
 int64_t ElementBytes(ir::DType t) {
-  switch (t) {
-    case ir::FLOAT16:
-    case ir::BFLOAT16:
-    case ir::INT16:
-      return 2;
-    case ir::FLOAT32:
-    case ir::INT32:
-      return 4;
-    case ir::INT64:
-      return 8;
-    case ir::BOOL:
-    case ir::INT8:
-    case ir::UINT8:
-      return 1;
-    default:
-      return 8;
-  }
+  const rbln::DType runtime = ir::ToRuntimeDType(t);
+  if (runtime == rbln::DType::kBool && t != ir::BOOL) return 8;
+  return rbln::DTypeSize(runtime);
 }
 
 // A stretch of one worker's segment that intermediates take turns in.

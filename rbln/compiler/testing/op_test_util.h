@@ -24,6 +24,7 @@
 #include "rbln/compiler/pipelines/mlir_setup.h"
 #include "rbln/compiler/pipelines/pipelines.h"
 #include "rbln/compiler/testing/test_graphs.h"
+#include "rbln/core/dtype.h"
 
 namespace rbln::compiler::testing {
 
@@ -94,20 +95,10 @@ inline HostTensor Tensor(ir::DType dtype, Shape shape,
   return HostTensor{dtype, std::move(shape), std::move(values)};
 }
 
+// Bytes of one element: core's size (a dtype the enum does not name reads
+// as bool, 1 byte, through ToRuntimeDType).
 inline size_t ElementSize(ir::DType dtype) {
-  switch (dtype) {
-    case ir::FLOAT16:
-    case ir::BFLOAT16:
-    case ir::INT16:
-      return 2;
-    case ir::FLOAT32:
-    case ir::INT32:
-      return 4;
-    case ir::INT64:
-      return 8;
-    default:
-      return 1;
-  }
+  return static_cast<size_t>(rbln::DTypeSize(ir::ToRuntimeDType(dtype)));
 }
 
 inline std::vector<uint8_t> Encode(const HostTensor& t) {

@@ -41,6 +41,7 @@ import unittest  # noqa: E402
 import torch  # noqa: E402
 import torch._dynamo  # noqa: E402
 from torch_rbln.testing import opinfo_compile  # noqa: E402
+from torch_rbln.testing.workspace_docs import workspace_doc  # noqa: E402
 
 DTYPE = os.environ.get("RBLN_OPINFO_COMPILE_DTYPE", "float16")
 SAMPLES = int(os.environ.get("RBLN_OPINFO_COMPILE_SAMPLES", "2"))
@@ -120,18 +121,6 @@ def classify(name, status, message):
     if message.startswith("result ") or message.startswith("CPU raise"):
         return "wrong", message
     return "error", message
-
-
-def workspace_doc():
-    """The doc in the source tree (bazel run) or in the runfiles (test)."""
-    root = os.environ.get("BUILD_WORKSPACE_DIRECTORY")
-    if root:
-        return os.path.join(root, DOC)
-    for base in (os.environ.get("TEST_SRCDIR", ""), os.getcwd()):
-        for candidate in (os.path.join(base, "__main__", DOC), os.path.join(base, DOC)):
-            if os.path.exists(candidate):
-                return candidate
-    raise FileNotFoundError(f"{DOC} not found in the runfiles (is it a data dependency?)")
 
 
 _TABLE_BEGIN = "<!-- BEGIN GENERATED TABLE -->"
@@ -231,7 +220,7 @@ class OpInfoCompileTest(unittest.TestCase):
         print(f"{DTYPE}: {dict(counts)} in {elapsed:.0f}s ({SAMPLES} samples per entry)",
               file=sys.stderr)
 
-        path = workspace_doc()
+        path = workspace_doc(DOC)
         with open(path) as f:
             text = f.read()
         if os.environ.get("RBLN_OPINFO_COMPILE_UPDATE") == "1":
