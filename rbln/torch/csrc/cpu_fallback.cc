@@ -12,9 +12,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "rbln/core/counters.h"
-#include "rbln/torch/csrc/explain_signals.h"
 #include "rbln/torch/csrc/fallback_policy.h"
 #include "rbln/torch/csrc/generator.h"
+#include "rbln/torch/csrc/profiler/explain_signals.h"
 #include "rbln/torch/csrc/sync_debug.h"
 
 namespace rbln::torch_backend {

@@ -26,8 +26,8 @@
 #include "rbln/compiler/ir/graph_util.h"
 #include "rbln/core/counters.h"
 #include "rbln/torch/csrc/device_state.h"
-#include "rbln/torch/csrc/explain_signals.h"
 #include "rbln/torch/csrc/fallback_policy.h"
+#include "rbln/torch/csrc/profiler/explain_signals.h"
 #include "rbln/torch/csrc/python_errors.h"
 
 namespace py = pybind11;

@@ -44,7 +44,7 @@
 #include "absl/strings/str_cat.h"
 #include "rbln/core/counters.h"
 #include "rbln/torch/csrc/cpu_fallback.h"
-#include "rbln/torch/csrc/explain_signals.h"
+#include "rbln/torch/csrc/profiler/explain_signals.h"
 #include "rbln/torch/csrc/sync_debug.h"
 #include "rbln/torch/csrc/tensor_transfer.h"
 

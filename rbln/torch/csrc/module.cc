@@ -18,19 +18,19 @@
 #include "rbln/compiler/compiler.h"
 #include "rbln/core/counters.h"
 #include "rbln/core/device_profile.h"
+#include "rbln/runtime/device_event.h"
 #include "rbln/torch/csrc/device_allocator.h"
 #include "rbln/torch/csrc/device_dtypes.h"
 #include "rbln/torch/csrc/device_state.h"
-#include "rbln/torch/csrc/streams.h"
-#include "rbln/torch/csrc/sync_debug.h"
-#include "rbln/runtime/device_event.h"
-#include "rbln/torch/csrc/explain_bindings.h"
 #include "rbln/torch/csrc/fallback_policy.h"
 #include "rbln/torch/csrc/generator.h"
 #include "rbln/torch/csrc/graph_program.h"
 #include "rbln/torch/csrc/memory_snapshot_bindings.h"
 #include "rbln/torch/csrc/pinned_host_allocator.h"
+#include "rbln/torch/csrc/profiler/explain_bindings.h"
 #include "rbln/torch/csrc/python_errors.h"
+#include "rbln/torch/csrc/streams.h"
+#include "rbln/torch/csrc/sync_debug.h"
 
 namespace py = pybind11;
 

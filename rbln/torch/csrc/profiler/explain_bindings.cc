@@ -1,4 +1,4 @@
-#include "rbln/torch/csrc/explain_bindings.h"
+#include "rbln/torch/csrc/profiler/explain_bindings.h"
 
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>

@@ -1,4 +1,4 @@
-#include "rbln/torch/csrc/explain_signals.h"
+#include "rbln/torch/csrc/profiler/explain_signals.h"
 
 #include <ATen/core/Tensor.h>
 
