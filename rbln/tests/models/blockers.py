@@ -92,25 +92,6 @@ def _idx(n, high):
 # (_eager and _idx probe eager kernels and index inputs the same way.)
 
 
-def _offsets(*ends):
-    return torch.tensor(ends, dtype=torch.int32).to(DEV)
-
-
-# Under torch.compile transformers multiplies the experts of non-bfloat16
-# weights with its own opaque op (transformers::grouped_mm_fallback), bfloat16
-# ones with torch._grouped_mm.
-def _transformers_grouped_mm(x, w, offs):
-    import transformers.integrations.moe  # noqa: F401 -- registers the op
-
-    return torch.ops.transformers.grouped_mm_fallback(x, w, offs)
-
-
-GROUPED_MM_COMPILED = Blocker("grouped GEMM in the compiler (transformers::grouped_mm_fallback)",
-                              lambda: _compiles(
-    lambda x, w, offs: _transformers_grouped_mm(x, w, offs) * 2,
-    _h(8, 64), _h(4, 64, 128), _offsets(2, 2, 5, 8)))
-
-
 def describe(blockers) -> str:
     return "blocked by: " + "; ".join(b.description for b in blockers)
 

@@ -27,7 +27,7 @@ from typing import Callable, Dict, Tuple
 import torch
 import transformers
 
-from blockers import GROUPED_MM_COMPILED, Blocked, Blocker, describe, raise_if_blocked
+from blockers import Blocked, Blocker, describe, raise_if_blocked
 
 VOCAB = 256
 PROMPT = 8  # Prompt tokens of the decoder LMs.
@@ -144,13 +144,11 @@ def _specs():
             "grouped GEMM experts; q/k RMSNorm",
             lambda: T.Qwen3MoeForCausalLM(T.Qwen3MoeConfig(
                 num_experts=8, moe_intermediate_size=64, head_dim=16, **_MOE)),
-            _lm_inputs, DECODER_MODES,
-            blocked={COMPILED: (GROUPED_MM_COMPILED,), STATIC: (GROUPED_MM_COMPILED,)}),
+            _lm_inputs, DECODER_MODES),
         ModelSpec(
             "mixtral", "mixture of experts: top-2 router over float32 softmax, SwiGLU experts",
             lambda: T.MixtralForCausalLM(T.MixtralConfig(num_local_experts=8, **_MOE)),
-            _lm_inputs, DECODER_MODES,
-            blocked={COMPILED: (GROUPED_MM_COMPILED,), STATIC: (GROUPED_MM_COMPILED,)}),
+            _lm_inputs, DECODER_MODES),
         ModelSpec(
             "bloom", "ALiBi position bias, embedding LayerNorm, fused qkv",
             lambda: T.BloomForCausalLM(T.BloomConfig(

@@ -44,6 +44,7 @@ from .. import _C
 from .. import _device_only_ops
 from . import fake_impls as _fake_impls
 from . import fx_to_ir as _fx_to_ir
+from . import grouped_mm as _grouped_mm
 from . import host_copies as _host_copies
 from . import host_ops as _host_ops
 from .constant_folding import fold_constants
@@ -716,6 +717,8 @@ def _decompositions():
     table[torch.ops.aten._pdist_forward.default] = _pdist_forward
     # Integer histc (CUDA's; the IR op takes float input): ATen ops.
     table[torch.ops.aten.histc.default] = _device_only_ops.histc_integer
+    # MoE experts' grouped GEMM (torch._grouped_mm, transformers' op).
+    table.update(_grouped_mm.decompositions())
     return table
 
 
