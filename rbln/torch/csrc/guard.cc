@@ -4,8 +4,8 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "rbln/runtime/device_event.h"
-#include "rbln/torch/csrc/device_allocator.h"
 #include "rbln/torch/csrc/device_state.h"
+#include "rbln/torch/csrc/memory/device_allocator.h"
 #include "rbln/torch/csrc/streams.h"
 #include "rbln/torch/csrc/sync_debug.h"
 

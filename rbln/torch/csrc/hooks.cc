@@ -2,11 +2,11 @@
 // current device, generators (generator.h: one per device, CPU algorithm).
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 
-#include "rbln/torch/csrc/device_allocator.h"
 #include "rbln/torch/csrc/device_state.h"
 #include "rbln/torch/csrc/generator.h"
-#include "rbln/torch/csrc/pinned_host_allocator.h"
-#include "rbln/torch/csrc/storage_resize.h"
+#include "rbln/torch/csrc/memory/device_allocator.h"
+#include "rbln/torch/csrc/memory/pinned_host_allocator.h"
+#include "rbln/torch/csrc/memory/storage_resize.h"
 
 namespace rbln::torch_backend {
 namespace {

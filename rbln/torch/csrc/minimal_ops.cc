@@ -14,11 +14,11 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
-#include "rbln/torch/csrc/device_allocator.h"
 #include "rbln/torch/csrc/device_cast.h"
 #include "rbln/torch/csrc/device_fill.h"
 #include "rbln/torch/csrc/device_state.h"
-#include "rbln/torch/csrc/storage_resize.h"
+#include "rbln/torch/csrc/memory/device_allocator.h"
+#include "rbln/torch/csrc/memory/storage_resize.h"
 #include "rbln/torch/csrc/sync_debug.h"
 #include "rbln/torch/csrc/tensor_transfer.h"
 

@@ -6,8 +6,8 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
-#include "rbln/torch/csrc/device_allocator.h"
 #include "rbln/torch/csrc/device_state.h"
+#include "rbln/torch/csrc/memory/device_allocator.h"
 
 namespace rbln::torch_backend {
 namespace {

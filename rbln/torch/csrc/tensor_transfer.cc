@@ -7,7 +7,7 @@
 #include "rbln/core/counters.h"
 #include "rbln/torch/csrc/device_state.h"
 #include "rbln/torch/csrc/fallback_policy.h"
-#include "rbln/torch/csrc/pinned_host_allocator.h"
+#include "rbln/torch/csrc/memory/pinned_host_allocator.h"
 #include "rbln/torch/csrc/profiler/explain_signals.h"
 #include "rbln/torch/csrc/streams.h"
 #include "rbln/torch/csrc/sync_debug.h"

@@ -1,4 +1,4 @@
-#include "rbln/torch/csrc/storage_resize.h"
+#include "rbln/torch/csrc/memory/storage_resize.h"
 
 #include <algorithm>
 #include <vector>

@@ -1,7 +1,7 @@
-#include "rbln/torch/csrc/device_allocator.h"
+#include "rbln/torch/csrc/memory/device_allocator.h"
 
 #include "rbln/torch/csrc/device_state.h"
-#include "rbln/torch/csrc/memory_history.h"
+#include "rbln/torch/csrc/memory/memory_history.h"
 
 namespace rbln::torch_backend {
 namespace {

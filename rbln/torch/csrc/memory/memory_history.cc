@@ -1,4 +1,4 @@
-#include "rbln/torch/csrc/memory_history.h"
+#include "rbln/torch/csrc/memory/memory_history.h"
 
 #include <torch/csrc/profiler/combined_traceback.h>
 

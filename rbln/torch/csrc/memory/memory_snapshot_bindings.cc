@@ -1,4 +1,4 @@
-#include "rbln/torch/csrc/memory_snapshot_bindings.h"
+#include "rbln/torch/csrc/memory/memory_snapshot_bindings.h"
 
 #include <Python.h>
 #include <pybind11/stl.h>
@@ -12,7 +12,7 @@
 
 #include "rbln/runtime/runtime.h"
 #include "rbln/torch/csrc/device_state.h"
-#include "rbln/torch/csrc/memory_history.h"
+#include "rbln/torch/csrc/memory/memory_history.h"
 
 namespace py = pybind11;
 

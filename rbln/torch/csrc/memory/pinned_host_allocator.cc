@@ -1,4 +1,4 @@
-#include "rbln/torch/csrc/pinned_host_allocator.h"
+#include "rbln/torch/csrc/memory/pinned_host_allocator.h"
 
 #include <ATen/core/CachingHostAllocator.h>
 #include <sys/mman.h>
