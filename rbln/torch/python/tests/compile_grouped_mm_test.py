@@ -53,10 +53,24 @@ def run_compiled(fn, *args):
     return out.cpu(), delta
 
 
-def inputs(dtype, seed=0):
+def inputs(dtype, seed=0, rows=8):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(8, 64, generator=g).to(dtype),
+    return (torch.randn(rows, 64, generator=g).to(dtype),
             torch.randn(4, 64, 48, generator=g).to(dtype))
+
+
+# At most as many rows as groups: the per-row gathered weights.
+FEW_ROWS_OFFSETS = [(1, 1, 3, 4), (0, 2, 3, 3)]
+
+
+@pytest.mark.parametrize("ends", FEW_ROWS_OFFSETS, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_grouped_mm_with_few_rows_matches_cpu(dtype, ends):
+    x, w = inputs(dtype, rows=4)
+    offs = torch.tensor(ends, dtype=torch.int32)
+    got, delta = run_compiled(fallback_op, x, w, offs)
+    assert delta.get("graph/host_ops", 0) == 0 and delta.get("graph/cpu_fallback", 0) == 0
+    torch.testing.assert_close(got, reference(x, w, offs), atol=TOL[dtype], rtol=TOL[dtype])
 
 
 @pytest.mark.parametrize("ends", OFFSETS, ids=str)

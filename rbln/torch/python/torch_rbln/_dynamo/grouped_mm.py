@@ -11,11 +11,14 @@ opaque custom op grouped_mm_fallback, whose signature (input [S, K], weight
 
 Both become, with g(m) = the number of offsets <= m (the group of row m):
     out[m, n] = sum_k A[m, k] * B[g(m), k, n]   (0 where g(m) == E)
-rows past the last offset are zero, as PyTorch defines them. The weight of
-each row is gathered (index_select) and the rows multiplied as a batch of
-1 x K by K x N products, in float32 for half inputs (opmath: one rounding of
-the float32 sum), so the whole layer stays one device program with no host
-op and no shape that depends on the routing.
+rows past the last offset are zero, as PyTorch defines them. With at most
+as many rows as groups (decode) each row's weight is gathered (index_select)
+and the rows multiplied as a batch of 1 x K by K x N products; with more
+rows, every group's weight multiplies all rows in one batch GEMM and each
+row keeps its group's product (not M gathered K x N weights). Both in
+float32 for half inputs (opmath: one rounding of the float32 sum), so the
+whole layer stays one device program with no host op and no shape that
+depends on the routing.
 """
 
 import torch
@@ -37,11 +40,26 @@ def grouped_mm(a, b, offs=None, bias=None, out_dtype=None):
     groups = b.shape[0]
     rows = torch.arange(a.shape[0], device=a.device, dtype=torch.int64)
     group = (rows.unsqueeze(1) >= offs.to(torch.int64).unsqueeze(0)).sum(1)
-    weight = b.index_select(0, group.clamp(max=groups - 1))  # [M, K, N]
     compute = torch.float32 if a.dtype in _HALF else a.dtype
-    out = torch.bmm(a.to(compute).unsqueeze(1), weight.to(compute)).squeeze(1)
-    out = torch.where((group < groups).unsqueeze(1), out,
-                      torch.zeros((), dtype=compute, device=a.device))
+    if a.shape[0] <= groups:
+        # Few rows (decode): each row reads its own expert's weight, at most
+        # as many weights as there are groups.
+        weight = b.index_select(0, group.clamp(max=groups - 1))  # [M, K, N]
+        out = torch.bmm(a.to(compute).unsqueeze(1), weight.to(compute)).squeeze(1)
+        out = torch.where((group < groups).unsqueeze(1), out,
+                          torch.zeros((), dtype=compute, device=a.device))
+    else:
+        # More rows than groups (prefill): gathering a weight per row would
+        # read (and hold) M x K x N; instead every weight is read once, all
+        # rows multiplied by it in one batch GEMM, and each row keeps its
+        # group's product ([E, M, N]; rows past the last offset keep none).
+        # Until the compiler has a grouped GEMM, this computes E times the
+        # routed products.
+        products = torch.bmm(a.to(compute).unsqueeze(0).expand(groups, -1, -1),
+                             b.to(compute))  # [E, M, N]
+        ids = torch.arange(groups, device=a.device, dtype=torch.int64)
+        mine = (ids.unsqueeze(1) == group.unsqueeze(0)).to(compute)  # [E, M]
+        out = (products * mine.unsqueeze(2)).sum(0)
     return out.to(out_dtype if out_dtype is not None else a.dtype)
 
 
