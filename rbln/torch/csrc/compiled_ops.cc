@@ -53,8 +53,8 @@
 #include "rbln/torch/csrc/nonfinite_scan.h"
 #include "rbln/torch/csrc/profiler/explain_signals.h"
 #include "rbln/torch/csrc/program_io.h"
-#include "rbln/torch/csrc/streams.h"
-#include "rbln/torch/csrc/sync_debug.h"
+#include "rbln/torch/csrc/streams/streams.h"
+#include "rbln/torch/csrc/streams/sync_debug.h"
 #include "rbln/torch/csrc/tensor_transfer.h"
 #include "rbln/torch/csrc/warm_cache.h"
 

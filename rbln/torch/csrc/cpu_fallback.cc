@@ -15,7 +15,7 @@
 #include "rbln/torch/csrc/fallback_policy.h"
 #include "rbln/torch/csrc/generator.h"
 #include "rbln/torch/csrc/profiler/explain_signals.h"
-#include "rbln/torch/csrc/sync_debug.h"
+#include "rbln/torch/csrc/streams/sync_debug.h"
 
 namespace rbln::torch_backend {
 

@@ -45,7 +45,7 @@
 #include "rbln/core/counters.h"
 #include "rbln/torch/csrc/cpu_fallback.h"
 #include "rbln/torch/csrc/profiler/explain_signals.h"
-#include "rbln/torch/csrc/sync_debug.h"
+#include "rbln/torch/csrc/streams/sync_debug.h"
 #include "rbln/torch/csrc/tensor_transfer.h"
 
 namespace rbln::torch_backend {

@@ -19,7 +19,7 @@
 #include "rbln/torch/csrc/device_state.h"
 #include "rbln/torch/csrc/memory/device_allocator.h"
 #include "rbln/torch/csrc/memory/storage_resize.h"
-#include "rbln/torch/csrc/sync_debug.h"
+#include "rbln/torch/csrc/streams/sync_debug.h"
 #include "rbln/torch/csrc/tensor_transfer.h"
 
 namespace rbln::torch_backend {

@@ -29,8 +29,8 @@
 #include "rbln/torch/csrc/memory/pinned_host_allocator.h"
 #include "rbln/torch/csrc/profiler/explain_bindings.h"
 #include "rbln/torch/csrc/python_errors.h"
-#include "rbln/torch/csrc/streams.h"
-#include "rbln/torch/csrc/sync_debug.h"
+#include "rbln/torch/csrc/streams/streams.h"
+#include "rbln/torch/csrc/streams/sync_debug.h"
 
 namespace py = pybind11;
 

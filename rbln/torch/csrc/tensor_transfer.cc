@@ -9,8 +9,8 @@
 #include "rbln/torch/csrc/fallback_policy.h"
 #include "rbln/torch/csrc/memory/pinned_host_allocator.h"
 #include "rbln/torch/csrc/profiler/explain_signals.h"
-#include "rbln/torch/csrc/streams.h"
-#include "rbln/torch/csrc/sync_debug.h"
+#include "rbln/torch/csrc/streams/streams.h"
+#include "rbln/torch/csrc/streams/sync_debug.h"
 
 namespace rbln::torch_backend {
 namespace {

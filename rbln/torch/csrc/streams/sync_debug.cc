@@ -1,4 +1,4 @@
-#include "rbln/torch/csrc/sync_debug.h"
+#include "rbln/torch/csrc/streams/sync_debug.h"
 
 #include <c10/util/Exception.h>
 

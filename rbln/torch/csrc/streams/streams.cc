@@ -1,4 +1,4 @@
-#include "rbln/torch/csrc/streams.h"
+#include "rbln/torch/csrc/streams/streams.h"
 
 #include <atomic>
 #include <vector>

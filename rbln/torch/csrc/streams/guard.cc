@@ -6,8 +6,8 @@
 #include "rbln/runtime/device_event.h"
 #include "rbln/torch/csrc/device_state.h"
 #include "rbln/torch/csrc/memory/device_allocator.h"
-#include "rbln/torch/csrc/streams.h"
-#include "rbln/torch/csrc/sync_debug.h"
+#include "rbln/torch/csrc/streams/streams.h"
+#include "rbln/torch/csrc/streams/sync_debug.h"
 
 namespace rbln::torch_backend {
 namespace {
