@@ -55,7 +55,7 @@
 #include "rbln/torch/csrc/program_io.h"
 #include "rbln/torch/csrc/streams/streams.h"
 #include "rbln/torch/csrc/streams/sync_debug.h"
-#include "rbln/torch/csrc/tensor_transfer.h"
+#include "rbln/torch/csrc/transfer/tensor_transfer.h"
 #include "rbln/torch/csrc/warm_cache.h"
 
 namespace rbln::torch_backend {

@@ -15,7 +15,7 @@
 #include "rbln/torch/csrc/device_state.h"
 #include "rbln/torch/csrc/program_io.h"
 #include "rbln/torch/csrc/streams/streams.h"
-#include "rbln/torch/csrc/tensor_transfer.h"
+#include "rbln/torch/csrc/transfer/tensor_transfer.h"
 
 namespace rbln::torch_backend {
 namespace {

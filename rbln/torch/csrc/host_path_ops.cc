@@ -46,7 +46,7 @@
 #include "rbln/torch/csrc/cpu_fallback.h"
 #include "rbln/torch/csrc/profiler/explain_signals.h"
 #include "rbln/torch/csrc/streams/sync_debug.h"
-#include "rbln/torch/csrc/tensor_transfer.h"
+#include "rbln/torch/csrc/transfer/tensor_transfer.h"
 
 namespace rbln::torch_backend {
 namespace {

@@ -20,7 +20,7 @@
 #include "rbln/torch/csrc/memory/device_allocator.h"
 #include "rbln/torch/csrc/memory/storage_resize.h"
 #include "rbln/torch/csrc/streams/sync_debug.h"
-#include "rbln/torch/csrc/tensor_transfer.h"
+#include "rbln/torch/csrc/transfer/tensor_transfer.h"
 
 namespace rbln::torch_backend {
 namespace {

@@ -1,6 +1,6 @@
 #include "rbln/torch/csrc/program_io.h"
 
-#include "rbln/torch/csrc/tensor_transfer.h"
+#include "rbln/torch/csrc/transfer/tensor_transfer.h"
 
 namespace rbln::torch_backend {
 

@@ -1,4 +1,4 @@
-#include "rbln/torch/csrc/tensor_transfer.h"
+#include "rbln/torch/csrc/transfer/tensor_transfer.h"
 
 #include <ATen/ATen.h>
 
