@@ -662,10 +662,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 
 // scaled_dot_product_attention's backend choice on rbln (SPEC H4): the
 // overrideable backend -- our compiled attention -- for inference calls;
+// while tracing for torch.compile, the flash backend, which ATen runs as
+// _scaled_dot_product_flash_attention_for_cpu on devices other than CUDA:
+// one graph op that the compiler lowers with the same attention converter;
 // PyTorch's math decomposition (compiled matmul/softmax ops, with autograd)
 // when a gradient is needed, for dropout, grouped-query attention with
-// unequal heads, nested tensors, or when the user disabled the overrideable
-// backend (torch.nn.attention.sdpa_kernel), and while tracing.
+// unequal heads, nested tensors, or when the user disabled the backend
+// (torch.nn.attention.sdpa_kernel).
 int64_t RblnFusedSdpChoice(const at::Tensor& query, const at::Tensor& key,
                            const at::Tensor& value, const std::optional<at::Tensor>& attn_mask,
                            double dropout_p, bool /*is_causal*/, std::optional<double> /*scale*/,
@@ -676,17 +679,21 @@ int64_t RblnFusedSdpChoice(const at::Tensor& query, const at::Tensor& key,
        (attn_mask.has_value() && attn_mask->requires_grad()));
   const bool unequal_heads =
       enable_gqa && query.dim() >= 3 && key.dim() >= 3 && query.size(-3) != key.size(-3);
-  // Tracing (Dynamo's fake tensors, functionalization) keeps the math
-  // decomposition: inside torch.compile the graph compiler takes attention
-  // as a whole pattern itself (SPEC H5), and the overrideable op's fake
-  // result has non-tensor placeholders a graph cannot carry.
-  const bool tracing = query.key_set().has_any(c10::DispatchKeySet(
-      {c10::DispatchKey::Python, c10::DispatchKey::Functionalize}));
-  if (tracing || needs_grad || dropout_p > 0 || unequal_heads || query.is_nested() ||
-      query.dim() < 2 || !at::globalContext().userEnabledOverrideableSDP()) {
+  if (needs_grad || dropout_p > 0 || unequal_heads || query.is_nested() || query.dim() < 2) {
     return static_cast<int64_t>(at::SDPBackend::math);
   }
-  return static_cast<int64_t>(at::SDPBackend::overrideable);
+  // Tracing (Dynamo's fake tensors, functionalization): the overrideable
+  // op's fake result has non-tensor placeholders a graph cannot carry; the
+  // CPU flash op is a plain (out, logsumexp) with a meta kernel.
+  const bool tracing = query.key_set().has_any(c10::DispatchKeySet(
+      {c10::DispatchKey::Python, c10::DispatchKey::Functionalize}));
+  const at::Context& context = at::globalContext();
+  if (tracing) {
+    return static_cast<int64_t>(context.userEnabledFlashSDP() ? at::SDPBackend::flash_attention
+                                                              : at::SDPBackend::math);
+  }
+  return static_cast<int64_t>(context.userEnabledOverrideableSDP() ? at::SDPBackend::overrideable
+                                                                   : at::SDPBackend::math);
 }
 
 }  // namespace

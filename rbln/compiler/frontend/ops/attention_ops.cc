@@ -1,9 +1,14 @@
 // Scaled dot-product attention, composed from the other converters:
 //   s = (q @ k^T) * scale, masked (causal and/or attn_mask),
-//   p = softmax(s, -1), out = p @ v,
-// all in f32 (half inputs are converted first and the result rounded once),
-// so half types accumulate in f32 as PyTorch's CPU kernels do. The steps are
-// internal nodes named "<output>/<step>", so fusion sees ordinary ops.
+//   p = softmax(s, -1), out = p @ v.
+// Scores and softmax are f32 (half q and k are widened exactly, products
+// accumulate in f32); for half inputs p is rounded to the input dtype before
+// p @ v, which accumulates in f32 and rounds once -- as PyTorch's CPU flash
+// attention kernel and CUDA's flash attention do for half types. So both
+// products have half operands, which the GEMM library reads as stored (k
+// not transposed or widened into a copy; transforms/library/
+// narrow_operands.h). The steps are internal nodes named "<output>/<step>",
+// so fusion sees ordinary ops.
 //
 // IR conventions:
 //   scaled_dot_product_attention(q[..., L, E], k[..., S, E], v[..., S, Ev]
@@ -122,6 +127,9 @@ absl::Status ConvertAttention(GraphImporter& im, const ir::Node& node) {
                        &kt = im.TypeOf(node.inputs(1)),
                        &vt = im.TypeOf(node.inputs(2));
   const ir::DType out_dtype = node.outputs(0).type().dtype();
+  // p @ v's dtype: v's (read before steps add values, which may move the
+  // types TypeOf refers to).
+  const ir::DType pv_dtype = vt.dtype();
   for (const ir::TensorType* t : {&qt, &kt, &vt}) {
     if (!IsFloat(t->dtype()) || t->shape_size() < 2) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -159,9 +167,9 @@ absl::Status ConvertAttention(GraphImporter& im, const ir::Node& node) {
   const bool causal = BoolAttr(node, "is_causal", false);
   Steps steps(im, node);
 
-  // f32 operands.
+  // f32 query and key (v enters p @ v in its own dtype).
   std::vector<std::string> f32_in;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 2; ++i) {
     const ir::TensorType& t = im.TypeOf(node.inputs(i));
     if (t.dtype() == ir::FLOAT32) {
       f32_in.push_back(node.inputs(i));
@@ -173,17 +181,11 @@ absl::Status ConvertAttention(GraphImporter& im, const ir::Node& node) {
     if (!c.ok()) return c.status();
     f32_in.push_back(*c);
   }
-  Shape k_t = k;
-  std::swap(k_t[k_t.size() - 1], k_t[k_t.size() - 2]);
-  absl::StatusOr<std::string> key_t =
-      steps.Emit("transpose", {f32_in[1]}, "key_t", ir::FLOAT32, k_t,
-                 {{"dim0", Int(-2)}, {"dim1", Int(-1)}});
-  if (!key_t.ok()) return key_t.status();
   Shape s_shape = *qk_batch;
   s_shape.push_back(L);
   s_shape.push_back(S);
   absl::StatusOr<std::string> qk = steps.Emit(
-      "matmul", {f32_in[0], *key_t}, "qk", ir::FLOAT32, s_shape);
+      "matmul_transpose_b", {f32_in[0], f32_in[1]}, "qk", ir::FLOAT32, s_shape);
   if (!qk.ok()) return qk.status();
 
   // Scale and mask in one element-wise generic over the scores.
@@ -236,12 +238,45 @@ absl::Status ConvertAttention(GraphImporter& im, const ir::Node& node) {
       steps.Emit("softmax", {masked.outputs(0).name()}, "probs", ir::FLOAT32,
                  s_shape, {{"dim", Int(-1)}});
   if (!probs.ok()) return probs.status();
-  const bool round = out_dtype != ir::FLOAT32;
+  if (node.inputs_size() == 4) {
+    // A query the mask hides every key from (a padding row) gets 0, as
+    // PyTorch's kernels give (its safe softmax), not exp(-inf - -inf) = NaN,
+    // which p @ v would spread to every row through 0 * NaN.
+    Shape row = s_shape;
+    row.back() = 1;
+    absl::StatusOr<std::string> row_max =
+        steps.Emit("amax", {masked.outputs(0).name()}, "row_max", ir::FLOAT32, row,
+                   {{"dim", Int(-1)}, {"keepdim", Bool(true)}});
+    if (!row_max.ok()) return row_max.status();
+    ir::Node safe = steps.Make("safe_probs", {*probs, *row_max}, "safe_probs",
+                               ir::FLOAT32, s_shape);
+    absl::StatusOr<Value> zeroed = im.Elementwise(
+        safe, {ir::FLOAT32, ir::FLOAT32}, [&](OpBuilder& b, Location l, ValueRange x) {
+          Value neg_inf = b.create<arith::ConstantOp>(
+              l, b.getF32FloatAttr(-std::numeric_limits<float>::infinity()));
+          Value hidden = b.create<arith::CmpFOp>(l, arith::CmpFPredicate::OEQ, x[1], neg_inf);
+          Value zero = b.create<arith::ConstantOp>(l, b.getF32FloatAttr(0.0f));
+          return b.create<arith::SelectOp>(l, hidden, zero, x[0]).getResult();
+        });
+    if (!zeroed.ok()) return zeroed.status();
+    im.Define(safe.outputs(0), *zeroed);
+    probs = safe.outputs(0).name();
+  }
+  // p @ v: in v's dtype when it is a half type (p rounded to it; the
+  // product accumulates in f32 and rounds once), else in f32.
+  std::string p_operand = *probs;
+  if (pv_dtype != ir::FLOAT32) {
+    absl::StatusOr<std::string> rounded =
+        steps.Emit("_to_copy", {*probs}, "probs_rounded", pv_dtype, s_shape);
+    if (!rounded.ok()) return rounded.status();
+    p_operand = *rounded;
+  }
+  const bool convert = out_dtype != pv_dtype;
   absl::StatusOr<std::string> out = steps.Emit(
-      "matmul", {*probs, f32_in[2]}, round ? "out_f32" : "out", ir::FLOAT32,
+      "matmul", {p_operand, node.inputs(2)}, convert ? "out_pv" : "out", pv_dtype,
       expected);
   if (!out.ok()) return out.status();
-  if (round) {
+  if (convert) {
     out = steps.Emit("_to_copy", {*out}, "out", out_dtype, expected);
     if (!out.ok()) return out.status();
   }

@@ -19,6 +19,8 @@
 //                                alpha 0 ignores the product on float32 and
 //                                integers, as ATen's gemm)
 //   linear(x[...,K], weight[N,K] or [K][, bias])
+//   matmul_transpose_b(a[...,M,K], b[...,N,K]) = a @ b^T, batch dims
+//                                broadcast (attention's scores; no ATen op)
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -197,7 +199,7 @@ struct GemmResult {
   }
 };
 
-// a @ b (`b_transposed`: a @ b^T with b of rank 2) with PyTorch's matmul
+// a @ b (`b_transposed`: a @ b^T, b [..., N, K]) with PyTorch's matmul
 // shape rules.
 absl::StatusOr<GemmResult> EmitProduct(GraphImporter& im, const ir::Node& node,
                                        const std::string& a_name,
@@ -277,18 +279,23 @@ absl::StatusOr<GemmResult> EmitProduct(GraphImporter& im, const ir::Node& node,
     }
     return p;
   }
-  if (b_transposed) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "op %s: a transposed right operand must be 2-D", node.op()));
-  }
   Value lhs = PrepareOperand(im, a, dtype, batch, /*fold=*/false);
   Value rhs = PrepareOperand(im, b, dtype, batch, /*fold=*/false);
   const Shape c = {Product(batch, 0, batch.size()), m, n};
-  p.acc = builder
-              .create<mlir::linalg::BatchMatmulOp>(
-                  loc, mlir::TypeRange{mlir::RankedTensorType::get(c, compute)},
-                  ValueRange{lhs, rhs}, ValueRange{Zeros(im, c, compute)})
-              .getResult(0);
+  const auto c_type = mlir::RankedTensorType::get(c, compute);
+  // A transposed b stays as it is stored: the GEMM library reads it
+  // transposed (no copy of it into [K, N]).
+  p.acc = b_transposed
+              ? builder
+                    .create<mlir::linalg::BatchMatmulTransposeBOp>(
+                        loc, mlir::TypeRange{c_type}, ValueRange{lhs, rhs},
+                        ValueRange{Zeros(im, c, compute)})
+                    .getResult(0)
+              : builder
+                    .create<mlir::linalg::BatchMatmulOp>(
+                        loc, mlir::TypeRange{c_type}, ValueRange{lhs, rhs},
+                        ValueRange{Zeros(im, c, compute)})
+                    .getResult(0);
   if (batch.size() > 1) {
     p.acc = ExpandLeading(im, p.acc, batch);
     p.reshaped = true;
@@ -443,6 +450,21 @@ absl::Status ConvertMatmul(GraphImporter& im, const ir::Node& node) {
                             /*b_transposed=*/false));
 }
 
+// a @ b^T for stacks of matrices (attention's query @ key^T): b is read as
+// stored, [..., N, K], by linalg.batch_matmul_transpose_b.
+absl::Status ConvertMatmulTransposeB(GraphImporter& im, const ir::Node& node) {
+  if (absl::Status s = CheckArity(node, 2, 1); !s.ok()) return s;
+  if (absl::Status s = CheckOperands(im, node, {-1, -1}); !s.ok()) return s;
+  if (im.TypeOf(node.inputs(0)).shape_size() < 2 ||
+      im.TypeOf(node.inputs(1)).shape_size() < 2) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "op %s: both operands need at least 2 dimensions", node.op()));
+  }
+  return Finish(im, node,
+                EmitProduct(im, node, node.inputs(0), node.inputs(1),
+                            /*b_transposed=*/true));
+}
+
 // addmm with alpha = 0 on float32 and integers: beta * bias (0 when beta is
 // 0), without the product. ATen's gemm has BLAS semantics there and never
 // reads mat1 @ mat2, so inf and NaN in it do not reach the result.
@@ -537,6 +559,7 @@ void RegisterMatmulOps(OpConverterTable& table) {
   table["mm"] = &ConvertMm;
   table["bmm"] = &ConvertBmm;
   table["matmul"] = &ConvertMatmul;
+  table["matmul_transpose_b"] = &ConvertMatmulTransposeB;
   table["addmm"] = &ConvertAddmm;
   table["linear"] = &ConvertLinear;
 }

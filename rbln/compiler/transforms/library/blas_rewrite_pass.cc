@@ -4,8 +4,8 @@
 //   void cblas_sgemm(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
 //                    beta, c, ldc)
 // declared in the module as a private func.func. Rewritten: linalg.matmul,
-// linalg.matmul_transpose_b (trans_b) and linalg.batch_matmul (a loop of
-// GEMMs) whose operands are f32 memrefs with static shapes and strides and
+// linalg.matmul_transpose_b (trans_b), linalg.batch_matmul (a loop of
+// GEMMs) and linalg.batch_matmul_transpose_b whose operands are f32 memrefs with static shapes and strides and
 // unit inner stride, and no empty dim. A matrix pointer is the memref's
 // aligned pointer plus its offset; the leading dimension is its row stride;
 // alpha = beta = 1 keeps linalg's C += A * B. Everything else is left for the

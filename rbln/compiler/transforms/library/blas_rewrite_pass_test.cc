@@ -294,6 +294,33 @@ TEST(BlasRewritePassTest, OnednnReadsAPermutedRightOperandTransposed) {
   }
 }
 
+// Attention's two products in a bf16 (f16) graph take the half operands
+// as stored: q @ k^T is one batched GEMM reading k as [S, E] rows (no
+// transposed or widened copy of k), p @ v reads v as is (p rounded to the
+// input dtype first, frontend/ops/attention_ops.cc).
+TEST(BlasRewritePassTest, OnednnRunsAttentionOnHalfOperandsWithKeyReadTransposed) {
+  for (auto [dtype, type] : {std::pair{ir::BFLOAT16, 1}, {ir::FLOAT16, 2}, {ir::FLOAT32, 0}}) {
+    ir::Graph g;
+    g.set_name("sdpa");
+    AddInput(g, "q", Type(dtype, {2, 3, 4, 8}));
+    AddInput(g, "k", Type(dtype, {2, 3, 5, 8}));
+    AddInput(g, "v", Type(dtype, {2, 3, 5, 6}));
+    AddNode(g, "scaled_dot_product_attention", {"q", "k", "v"}, "out",
+            Type(dtype, {2, 3, 4, 6}));
+    g.add_outputs("out");
+    auto context = CreateCompilerContext();
+    mlir::OwningOpRef<mlir::ModuleOp> module = RewriteGraph(g, context.get(), OnednnStage());
+    ASSERT_TRUE(module);
+    const std::string what = ir::ToText(g);
+    std::vector<GemmCall> calls = OnednnCalls(*module);
+    ASSERT_EQ(calls.size(), 2u) << what;
+    EXPECT_EQ(calls[0].type, type) << what;
+    EXPECT_EQ(calls[0].trans_b, 1) << what;
+    EXPECT_EQ(calls[1].type, type) << what;
+    EXPECT_EQ(calls[1].trans_b, 0) << what;
+  }
+}
+
 // relu(linear(x [2, 3, 4], w [5, 4], b [5])) in `dtype`.
 ir::Graph LinearRelu(ir::DType dtype) {
   ir::Graph g;

@@ -85,8 +85,10 @@ std::optional<Matrix> AsMatrix(Value v, Type element) {
 }
 
 std::optional<Gemm> PlanGemm(mlir::linalg::LinalgOp op) {
-  const bool batched = llvm::isa<mlir::linalg::BatchMatmulOp>(op);
-  const bool trans_b = llvm::isa<mlir::linalg::MatmulTransposeBOp>(op);
+  const bool batched = llvm::isa<mlir::linalg::BatchMatmulOp,
+                                  mlir::linalg::BatchMatmulTransposeBOp>(op);
+  const bool trans_b = llvm::isa<mlir::linalg::MatmulTransposeBOp,
+                                 mlir::linalg::BatchMatmulTransposeBOp>(op);
   if (!(batched || trans_b || llvm::isa<mlir::linalg::MatmulOp>(op)) ||
       !compat::HasBufferSemantics(op)) {
     return std::nullopt;

@@ -59,8 +59,36 @@ def test_gpt2_block_float16_matches_cpu():
     assert after["graph/cpu_fallback"] - before.get("graph/cpu_fallback", 0) == 0
     (graph,) = torch.rbln.compiled_programs()
     ops = graph.inspect()["programs"][0]["ops"]
-    # SDPA's softmax arrives written out (backend._safe_softmax): amax, exp, sum.
-    assert {"embedding", "native_layer_norm", "addmm", "bmm", "gelu", "amax", "exp", "sum"} <= set(ops)
+    # Inference attention arrives as one op (the CPU flash op, which the
+    # compiler's attention converter lowers), not as bmm + softmax.
+    assert {"embedding", "native_layer_norm", "addmm", "gelu",
+            "_scaled_dot_product_flash_attention_for_cpu"} <= set(ops)
+    assert "bmm" not in ops
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_attention_with_a_padding_row_is_one_op_and_matches_cpu(dtype):
+    # A query row the mask hides every key from (left padding) gets zeros as
+    # on the CPU, and the other rows stay finite (no NaN through p @ v).
+    F = torch.nn.functional
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, n, 16, generator=g).to(dtype) for n in (6, 9, 9))
+    mask = torch.rand(2, 1, 6, 9, generator=g) > 0.3
+    mask[..., 0] = True
+    mask[0, :, 2] = False  # every key hidden from query 2 of batch 0
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch._dynamo.reset()
+    f = torch.compile(lambda *t: F.scaled_dot_product_attention(*t[:3], attn_mask=t[3]),
+                      backend="rbln")
+    with torch.no_grad():
+        got = f(*(t.to(DEV) for t in (q, k, v, mask))).cpu()
+    assert torch.isfinite(got).all()
+    assert torch.equal(got[0, :, 2], torch.zeros_like(got[0, :, 2]))
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got, expected, atol=tol, rtol=tol)
+    ops = [program["ops"] for graph in torch.rbln.compiled_programs()
+           for program in graph.inspect()["programs"]]
+    assert any("_scaled_dot_product_flash_attention_for_cpu" in o for o in ops), ops
 
 
 if __name__ == "__main__":

@@ -67,7 +67,9 @@ _KNOWN_OPTIONS = ("num_devices", "cache_dir", "mode", "npu", "host_ops")
 # decomposition would lose a fused kernel or precision. (Ops with a
 # CompositeImplicitAutograd kernel -- linear, matmul, layer_norm, rms_norm,
 # scaled_dot_product_attention -- decompose while aot_autograd traces,
-# whatever this table says; sdpa reaches us as the CPU flash-attention op.)
+# whatever this table says; inference sdpa reaches us as the CPU
+# flash-attention op (RblnFusedSdpChoice picks it while tracing), sdpa
+# with a gradient as PyTorch's math decomposition.)
 _NATIVE_OPS = frozenset({
     # The fused attention kernel (one pass, f32 softmax statistics).
     "_scaled_dot_product_flash_attention_for_cpu",
