@@ -1,6 +1,6 @@
 """A GPT-2-style transformer block compiled with torch.compile(backend="rbln")
 as one program, against PyTorch on the CPU."""
-# spec: J1, J3, J6, J7, H5, P9
+# spec: J1, J3, J6, J7, H4, H5, P9
 
 import sys
 
