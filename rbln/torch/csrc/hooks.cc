@@ -3,10 +3,10 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 
 #include "rbln/torch/csrc/device_state.h"
-#include "rbln/torch/csrc/generator.h"
 #include "rbln/torch/csrc/memory/device_allocator.h"
 #include "rbln/torch/csrc/memory/pinned_host_allocator.h"
 #include "rbln/torch/csrc/memory/storage_resize.h"
+#include "rbln/torch/csrc/rng/generator.h"
 
 namespace rbln::torch_backend {
 namespace {

@@ -4,8 +4,8 @@
 // upload happens. A lazy storage (host-latest, or no device memory yet)
 // keeps the host fill: filling it on the device would first upload bytes
 // that are about to be overwritten (SPEC D1, D4).
-#ifndef RBLN_TORCH_CSRC_DEVICE_FILL_H_
-#define RBLN_TORCH_CSRC_DEVICE_FILL_H_
+#ifndef RBLN_TORCH_CSRC_DISPATCH_DEVICE_FILL_H_
+#define RBLN_TORCH_CSRC_DISPATCH_DEVICE_FILL_H_
 
 #include <ATen/core/Tensor.h>
 
@@ -19,4 +19,4 @@ bool TryFillOnDevice(const at::Tensor& self, const at::Scalar& value);
 
 }  // namespace rbln::torch_backend
 
-#endif  // RBLN_TORCH_CSRC_DEVICE_FILL_H_
+#endif  // RBLN_TORCH_CSRC_DISPATCH_DEVICE_FILL_H_

@@ -1,4 +1,4 @@
-#include "rbln/torch/csrc/dispatch_config.h"
+#include "rbln/torch/csrc/dispatch/dispatch_config.h"
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"

@@ -1,5 +1,5 @@
 // Reading a compiled-op call by its schema; see compiled_call.h.
-#include "rbln/torch/csrc/compiled_call.h"
+#include "rbln/torch/csrc/dispatch/compiled_call.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>

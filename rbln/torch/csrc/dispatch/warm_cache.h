@@ -2,8 +2,8 @@
 // the compiled program and what running it needs. The key is built from the
 // raw argument values on the dispatcher's stack, without formatting, so a hit
 // costs a hash of a few dozen bytes and one lookup.
-#ifndef RBLN_TORCH_CSRC_WARM_CACHE_H_
-#define RBLN_TORCH_CSRC_WARM_CACHE_H_
+#ifndef RBLN_TORCH_CSRC_DISPATCH_WARM_CACHE_H_
+#define RBLN_TORCH_CSRC_DISPATCH_WARM_CACHE_H_
 
 #include <ATen/core/ivalue.h>
 
@@ -85,4 +85,4 @@ class WarmCache {
 
 }  // namespace rbln::torch_backend
 
-#endif  // RBLN_TORCH_CSRC_WARM_CACHE_H_
+#endif  // RBLN_TORCH_CSRC_DISPATCH_WARM_CACHE_H_

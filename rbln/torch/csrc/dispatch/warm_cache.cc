@@ -1,4 +1,4 @@
-#include "rbln/torch/csrc/warm_cache.h"
+#include "rbln/torch/csrc/dispatch/warm_cache.h"
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/BFloat16.h>

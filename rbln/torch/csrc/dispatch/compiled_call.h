@@ -2,8 +2,8 @@
 // compiled_ops.cc): the graph op and its attributes, the device tensors that
 // become graph inputs, and the results' sizes and dtypes inferred on the meta
 // device.
-#ifndef RBLN_TORCH_CSRC_COMPILED_CALL_H_
-#define RBLN_TORCH_CSRC_COMPILED_CALL_H_
+#ifndef RBLN_TORCH_CSRC_DISPATCH_COMPILED_CALL_H_
+#define RBLN_TORCH_CSRC_DISPATCH_COMPILED_CALL_H_
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "rbln/compiler/ir/graph.pb.h"
-#include "rbln/torch/csrc/warm_cache.h"
+#include "rbln/torch/csrc/dispatch/warm_cache.h"
 
 namespace rbln::torch_backend {
 
@@ -69,4 +69,4 @@ std::optional<std::vector<at::Tensor>> InferOutputs(const c10::OperatorHandle& o
 
 }  // namespace rbln::torch_backend
 
-#endif  // RBLN_TORCH_CSRC_COMPILED_CALL_H_
+#endif  // RBLN_TORCH_CSRC_DISPATCH_COMPILED_CALL_H_

@@ -1,4 +1,4 @@
-#include "rbln/torch/csrc/program_io.h"
+#include "rbln/torch/csrc/dispatch/program_io.h"
 
 #include "rbln/torch/csrc/transfer/tensor_transfer.h"
 

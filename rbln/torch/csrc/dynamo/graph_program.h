@@ -10,8 +10,8 @@
 // own data pointers (graph.proto's Update) and their version is bumped.
 // Counters: graph/compiles, graph/compile_errors, graph/runs,
 // graph/cpu_fallback, graph/host_ops.
-#ifndef RBLN_TORCH_CSRC_GRAPH_PROGRAM_H_
-#define RBLN_TORCH_CSRC_GRAPH_PROGRAM_H_
+#ifndef RBLN_TORCH_CSRC_DYNAMO_GRAPH_PROGRAM_H_
+#define RBLN_TORCH_CSRC_DYNAMO_GRAPH_PROGRAM_H_
 
 #include <pybind11/pybind11.h>
 
@@ -23,4 +23,4 @@ void RegisterGraphProgramBindings(pybind11::module_& m);
 
 }  // namespace rbln::torch_backend
 
-#endif  // RBLN_TORCH_CSRC_GRAPH_PROGRAM_H_
+#endif  // RBLN_TORCH_CSRC_DYNAMO_GRAPH_PROGRAM_H_

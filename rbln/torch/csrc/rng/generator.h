@@ -10,8 +10,8 @@
 // fallback hands it the engine of the op's rbln generator, or of the
 // device's default generator when the op got none (ReplaceDeviceGenerators),
 // so restoring an rbln state replays the op.
-#ifndef RBLN_TORCH_CSRC_GENERATOR_H_
-#define RBLN_TORCH_CSRC_GENERATOR_H_
+#ifndef RBLN_TORCH_CSRC_RNG_GENERATOR_H_
+#define RBLN_TORCH_CSRC_RNG_GENERATOR_H_
 
 #include <ATen/core/Generator.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -60,4 +60,4 @@ void ReplaceDeviceGenerators(const c10::OperatorHandle& op, torch::jit::Stack* s
 
 }  // namespace rbln::torch_backend
 
-#endif  // RBLN_TORCH_CSRC_GENERATOR_H_
+#endif  // RBLN_TORCH_CSRC_RNG_GENERATOR_H_

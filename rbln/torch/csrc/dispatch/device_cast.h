@@ -14,8 +14,8 @@
 //     host-latest until its first device use uploads it (SPEC D1, D2).
 // Conversions to or from integer and bool dtypes keep K3's bounce, as the
 // seed measures it (SPEC N4's int32 -> float16 line).
-#ifndef RBLN_TORCH_CSRC_DEVICE_CAST_H_
-#define RBLN_TORCH_CSRC_DEVICE_CAST_H_
+#ifndef RBLN_TORCH_CSRC_DISPATCH_DEVICE_CAST_H_
+#define RBLN_TORCH_CSRC_DISPATCH_DEVICE_CAST_H_
 
 #include <ATen/core/Tensor.h>
 
@@ -32,4 +32,4 @@ bool TryConvertWithoutBounce(const at::Tensor& src, const at::Tensor& dst);
 
 }  // namespace rbln::torch_backend
 
-#endif  // RBLN_TORCH_CSRC_DEVICE_CAST_H_
+#endif  // RBLN_TORCH_CSRC_DISPATCH_DEVICE_CAST_H_

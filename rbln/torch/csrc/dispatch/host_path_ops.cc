@@ -43,7 +43,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "rbln/core/counters.h"
-#include "rbln/torch/csrc/cpu_fallback.h"
+#include "rbln/torch/csrc/dispatch/cpu_fallback.h"
 #include "rbln/torch/csrc/profiler/explain_signals.h"
 #include "rbln/torch/csrc/streams/sync_debug.h"
 #include "rbln/torch/csrc/transfer/tensor_transfer.h"

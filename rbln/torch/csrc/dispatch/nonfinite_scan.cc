@@ -1,4 +1,4 @@
-#include "rbln/torch/csrc/nonfinite_scan.h"
+#include "rbln/torch/csrc/dispatch/nonfinite_scan.h"
 
 #include <algorithm>
 #include <cstring>

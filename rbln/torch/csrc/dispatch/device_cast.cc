@@ -1,4 +1,4 @@
-#include "rbln/torch/csrc/device_cast.h"
+#include "rbln/torch/csrc/dispatch/device_cast.h"
 
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
@@ -19,8 +19,8 @@
 #include "rbln/compiler/ir/graph.pb.h"
 #include "rbln/core/counters.h"
 #include "rbln/torch/csrc/device_state.h"
+#include "rbln/torch/csrc/dispatch/program_io.h"
 #include "rbln/torch/csrc/memory/device_allocator.h"
-#include "rbln/torch/csrc/program_io.h"
 #include "rbln/torch/csrc/streams/streams.h"
 #include "rbln/torch/csrc/transfer/tensor_transfer.h"
 

@@ -1,4 +1,4 @@
-#include "rbln/torch/csrc/generator.h"
+#include "rbln/torch/csrc/rng/generator.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Tensor.h>

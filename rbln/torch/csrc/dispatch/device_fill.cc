@@ -1,4 +1,4 @@
-#include "rbln/torch/csrc/device_fill.h"
+#include "rbln/torch/csrc/dispatch/device_fill.h"
 
 #include <c10/core/DeviceGuard.h>
 
@@ -11,9 +11,9 @@
 #include "rbln/compiler/compiler.h"
 #include "rbln/compiler/ir/graph.pb.h"
 #include "rbln/core/counters.h"
-#include "rbln/torch/csrc/device_dtypes.h"
 #include "rbln/torch/csrc/device_state.h"
-#include "rbln/torch/csrc/program_io.h"
+#include "rbln/torch/csrc/dispatch/device_dtypes.h"
+#include "rbln/torch/csrc/dispatch/program_io.h"
 #include "rbln/torch/csrc/streams/streams.h"
 #include "rbln/torch/csrc/transfer/tensor_transfer.h"
 

@@ -2,8 +2,8 @@
 // (graph inputs and outputs) and the runtime buffer of a device tensor
 // (the program's arguments). Shared by the compiled-kernel ops, the device
 // fill, dtype conversions and the foreach programs.
-#ifndef RBLN_TORCH_CSRC_PROGRAM_IO_H_
-#define RBLN_TORCH_CSRC_PROGRAM_IO_H_
+#ifndef RBLN_TORCH_CSRC_DISPATCH_PROGRAM_IO_H_
+#define RBLN_TORCH_CSRC_DISPATCH_PROGRAM_IO_H_
 
 #include <ATen/core/Tensor.h>
 
@@ -35,4 +35,4 @@ runtime::DeviceBuffer SpanBuffer(const at::Tensor& t);
 
 }  // namespace rbln::torch_backend
 
-#endif  // RBLN_TORCH_CSRC_PROGRAM_IO_H_
+#endif  // RBLN_TORCH_CSRC_DISPATCH_PROGRAM_IO_H_

@@ -1,7 +1,7 @@
 // Every aten op without an rbln kernel runs on the CPU through PyTorch's
 // boxed fallback: arguments are downloaded, the CPU kernel runs, results are
 // uploaded (SPEC G1, I3). Each fallback is counted per op.
-#include "rbln/torch/csrc/cpu_fallback.h"
+#include "rbln/torch/csrc/dispatch/cpu_fallback.h"
 
 #include <ATen/ATen.h>
 #include <ATen/native/CPUFallback.h>
@@ -13,8 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "rbln/core/counters.h"
 #include "rbln/torch/csrc/fallback_policy.h"
-#include "rbln/torch/csrc/generator.h"
 #include "rbln/torch/csrc/profiler/explain_signals.h"
+#include "rbln/torch/csrc/rng/generator.h"
 #include "rbln/torch/csrc/streams/sync_debug.h"
 
 namespace rbln::torch_backend {

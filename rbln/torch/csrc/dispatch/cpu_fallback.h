@@ -1,6 +1,6 @@
 // The boxed CPU fallback, callable from kernels that decide to fall back.
-#ifndef RBLN_TORCH_CSRC_CPU_FALLBACK_H_
-#define RBLN_TORCH_CSRC_CPU_FALLBACK_H_
+#ifndef RBLN_TORCH_CSRC_DISPATCH_CPU_FALLBACK_H_
+#define RBLN_TORCH_CSRC_DISPATCH_CPU_FALLBACK_H_
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
@@ -27,4 +27,4 @@ void RblnConvolutionCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack
 
 }  // namespace rbln::torch_backend
 
-#endif  // RBLN_TORCH_CSRC_CPU_FALLBACK_H_
+#endif  // RBLN_TORCH_CSRC_DISPATCH_CPU_FALLBACK_H_

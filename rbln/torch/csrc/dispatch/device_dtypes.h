@@ -2,8 +2,8 @@
 // table: the shim's and the wrapper's dtype checks, the device fill and
 // torch.rbln.get_amp_supported_dtype() (by PyTorch name, through
 // torch_rbln._C) all read it, so adding a dtype is one edit.
-#ifndef RBLN_TORCH_CSRC_DEVICE_DTYPES_H_
-#define RBLN_TORCH_CSRC_DEVICE_DTYPES_H_
+#ifndef RBLN_TORCH_CSRC_DISPATCH_DEVICE_DTYPES_H_
+#define RBLN_TORCH_CSRC_DISPATCH_DEVICE_DTYPES_H_
 
 #include <c10/core/ScalarType.h>
 
@@ -29,4 +29,4 @@ std::string TorchDtypeName(c10::ScalarType t);
 
 }  // namespace rbln::torch_backend
 
-#endif  // RBLN_TORCH_CSRC_DEVICE_DTYPES_H_
+#endif  // RBLN_TORCH_CSRC_DISPATCH_DEVICE_DTYPES_H_

@@ -1,4 +1,4 @@
-#include "rbln/torch/csrc/graph_program.h"
+#include "rbln/torch/csrc/dynamo/graph_program.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>

@@ -4,8 +4,8 @@
 //       dtype, scalar, nan_inf, alignment, attention, storage_offset, all
 // The checks run in the order of the enum (SPEC H1); `attention` is H4's
 // query-length check of scaled_dot_product_attention.
-#ifndef RBLN_TORCH_CSRC_DISPATCH_CONFIG_H_
-#define RBLN_TORCH_CSRC_DISPATCH_CONFIG_H_
+#ifndef RBLN_TORCH_CSRC_DISPATCH_DISPATCH_CONFIG_H_
+#define RBLN_TORCH_CSRC_DISPATCH_DISPATCH_CONFIG_H_
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -29,4 +29,4 @@ const DispatchConfig& GetDispatchConfig();
 
 }  // namespace rbln::torch_backend
 
-#endif  // RBLN_TORCH_CSRC_DISPATCH_CONFIG_H_
+#endif  // RBLN_TORCH_CSRC_DISPATCH_DISPATCH_CONFIG_H_

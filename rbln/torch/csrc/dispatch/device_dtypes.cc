@@ -1,4 +1,4 @@
-#include "rbln/torch/csrc/device_dtypes.h"
+#include "rbln/torch/csrc/dispatch/device_dtypes.h"
 
 namespace rbln::torch_backend {
 

@@ -11,8 +11,8 @@
 // (AVX-512BW / AVX2 when the CPU has them, chosen once at run time).
 //
 // No torch dependency: the scan is tested on its own over every bit pattern.
-#ifndef RBLN_TORCH_CSRC_NONFINITE_SCAN_H_
-#define RBLN_TORCH_CSRC_NONFINITE_SCAN_H_
+#ifndef RBLN_TORCH_CSRC_DISPATCH_NONFINITE_SCAN_H_
+#define RBLN_TORCH_CSRC_DISPATCH_NONFINITE_SCAN_H_
 
 #include <cstdint>
 
@@ -38,4 +38,4 @@ bool IsInfBits(uint64_t magnitude, FloatFormat format);
 
 }  // namespace rbln::torch_backend
 
-#endif  // RBLN_TORCH_CSRC_NONFINITE_SCAN_H_
+#endif  // RBLN_TORCH_CSRC_DISPATCH_NONFINITE_SCAN_H_

@@ -14,9 +14,9 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
-#include "rbln/torch/csrc/device_cast.h"
-#include "rbln/torch/csrc/device_fill.h"
 #include "rbln/torch/csrc/device_state.h"
+#include "rbln/torch/csrc/dispatch/device_cast.h"
+#include "rbln/torch/csrc/dispatch/device_fill.h"
 #include "rbln/torch/csrc/memory/device_allocator.h"
 #include "rbln/torch/csrc/memory/storage_resize.h"
 #include "rbln/torch/csrc/streams/sync_debug.h"

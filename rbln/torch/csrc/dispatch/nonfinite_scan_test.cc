@@ -1,5 +1,5 @@
 // spec: H1, H8 -- the NaN/Inf check's scan finds every NaN and infinity.
-#include "rbln/torch/csrc/nonfinite_scan.h"
+#include "rbln/torch/csrc/dispatch/nonfinite_scan.h"
 
 #include <cmath>
 #include <cstring>
