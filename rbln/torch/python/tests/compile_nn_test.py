@@ -218,7 +218,7 @@ if __name__ == "__main__":
 @pytest.mark.parametrize("p", [0.0, 1.0, 2.0, 3.0, float("inf")])
 def test_cdist_and_pdist_compile_as_pairwise_differences(dtype, p):
     # _cdist_forward/_pdist_forward are core ATen ops with no device kernel:
-    # the backend decomposes them (backend._cdist_forward), so they compile.
+    # the backend decomposes them (capture._cdist_forward), so they compile.
     torch.manual_seed(0)
     x1 = torch.randn(2, 5, 4, dtype=dtype)
     x2 = torch.randn(2, 3, 4, dtype=dtype)
@@ -251,7 +251,7 @@ def test_chunked_linear_cross_entropy_inference_is_device_code(reduction):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_safe_softmax_zeroes_fully_masked_rows(dtype):
-    # SDPA's softmax, decomposed by the backend (backend._safe_softmax) with
+    # SDPA's softmax, decomposed by the backend (capture._safe_softmax) with
     # one row max for both the softmax and the all -inf test: fully masked
     # rows give 0, partly masked rows the softmax of the rest, a NaN row NaN,
     # as on the CPU; with dtype=float32 the half input is widened first.

@@ -13,7 +13,7 @@ side, bin = (e - min) * bins / (max - min) in int64 arithmetic (exact for
 every int32/int64 id, where a float computation would round), e == max in
 the last bin, elements outside the range skipped, counts in the input's
 dtype. It serves both paths: compiled graphs decompose integer histc with it
-(`_dynamo.backend._decompositions`), and eager calls run it as one compiled
+(`_dynamo.capture.decompositions`), and eager calls run it as one compiled
 graph program per input signature (no Dynamo, as `_optim_kernels`); a
 failure to compile raises (there is no CPU kernel to fall back to). Float
 histc keeps the compiler's native op (compiled) and the counted CPU fallback

@@ -1,12 +1,11 @@
 """The `rbln` backend of torch.compile (SPEC J)."""
 
 from .backend import (  # noqa: F401
-    DYNAMIC_SHAPE_MESSAGE,
     DYNAMO_SETTINGS,
-    CompiledGraph,
-    compile_failures,
     compiled_programs,
     rbln_backend,
     reset,
 )
+from .compiled_graph import CompiledGraph  # noqa: F401
+from .cpu_fallback import DYNAMIC_SHAPE_MESSAGE, compile_failures  # noqa: F401
 from .host_ops import SegmentedGraph  # noqa: F401

@@ -1,6 +1,6 @@
 """CPU copies of device tensors that a compiled graph reads on the host.
 
-The compile_error fallback (backend.py) runs a whole Dynamo graph on the CPU,
+The compile_error fallback (cpu_fallback.py) runs a whole Dynamo graph on the CPU,
 and a host op (host_ops.py) runs one ATen op there. Their inputs include
 module parameters and buffers that live on rbln and rarely change: copying
 them to the host on every call would cost a device read per parameter per

@@ -48,6 +48,7 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from .. import _C
 from . import fx_to_ir as _fx_to_ir
+from .chiplets import merge_chiplet_bytes
 from .host_copies import HostCopies
 
 HOST_OPS_MODES = ("data_dependent", "unimplemented", "none")
@@ -333,10 +334,10 @@ class SegmentedGraph:
         return sum(s.program.compile_seconds for s in self.steps if s.kind == DEVICE)
 
     def compile_phases_ms(self) -> dict:
-        """The first call's phases (backend._PHASES) in ms: capture and
+        """The first call's phases (compiled_graph._PHASES) in ms: capture and
         aot_autograd of the whole graph, the rest summed over its device
         segments."""
-        from .backend import _PHASES
+        from .compiled_graph import _PHASES
 
         out = {}
         for name in _PHASES:
@@ -429,8 +430,6 @@ class SegmentedGraph:
     def inspect(self) -> dict:
         """Ops, host ops (with host_op_reason), programs per device segment
         and device memory per chiplet of the whole artifact."""
-        from .backend import merge_chiplet_bytes
-
         programs, segments, host_ops, ops = [], [], [], {}
         per_chiplet = []
         for step in self.steps:

@@ -9,7 +9,7 @@ does with it:
               in `_C._graph_implemented_ops()`, or it is an alias/detach that
               is no code at all);
   decomposed  the backend's decomposition table rewrites it into other ops
-              before the compiler sees it (`backend._decompositions()`);
+              before the compiler sees it (`capture.decompositions()`);
   glue        a size or stride query (`sym_size`, ...): Python scalar work on
               shapes, no tensor data, never device code;
   host op     it is not a static-shape device program by nature; the reason
@@ -89,7 +89,7 @@ def core_overloads():
 
 def classify(implemented_ops=None, decompositions=None):
     """{op name: (status, [overload names], reason)} for every core op."""
-    from torch_rbln._dynamo import backend
+    from torch_rbln._dynamo import capture
     from torch_rbln._dynamo import fx_to_ir
 
     if implemented_ops is None:
@@ -97,7 +97,7 @@ def classify(implemented_ops=None, decompositions=None):
         implemented_ops = _C._graph_implemented_ops()
     implemented = set(implemented_ops) | set(fx_to_ir.IDENTITY_OPS)
     if decompositions is None:
-        decompositions = backend._decompositions()
+        decompositions = capture.decompositions()
 
     by_name = collections.defaultdict(list)
     for qualified, op in core_overloads().items():
