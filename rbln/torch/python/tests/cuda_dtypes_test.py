@@ -4,7 +4,7 @@ OpInfo in `torch_rbln.testing.cuda_dtypes` must give the statuses of
 starts or stops running on rbln must change the table). To regenerate the table
 after a change:
 
-  RBLN_CUDA_DTYPES_UPDATE=1 bazel run //rbln/torch:cuda_dtypes_test
+  RBLN_CUDA_DTYPES_UPDATE=1 bazel run //rbln/torch/python/tests:cuda_dtypes_test
 """
 # spec: G1, I1, J6
 
@@ -68,7 +68,7 @@ def test_doc_table_is_the_walk(results):
     assert not changed, (
         "statuses differ from docs/cuda-dtypes.md (doc, now): "
         + "; ".join(f"{e} {d}: {w} -> {g}" for (e, d), (w, g) in sorted(changed.items()))
-        + "\nregenerate: RBLN_CUDA_DTYPES_UPDATE=1 bazel run //rbln/torch:cuda_dtypes_test")
+        + "\nregenerate: RBLN_CUDA_DTYPES_UPDATE=1 bazel run //rbln/torch/python/tests:cuda_dtypes_test")
 
 
 def test_acceptance_int32_histc_counts_like_cuda():

@@ -6,7 +6,7 @@ and NaN, empty and size-1 dims, negative zero, integer wrap-around
 mode (more seeds, a width off the vector length and a wide one, every
 program split over the chiplets):
 
-  RBLN_EDGE_LONG=1 bazel test //rbln/torch:edge_cases_test --test_env=RBLN_EDGE_LONG
+  RBLN_EDGE_LONG=1 bazel test //rbln/torch/python/tests:edge_cases_test --test_env=RBLN_EDGE_LONG
 
 Below the sweep, one regression test per finding it made."""
 # spec: G1, H2, J1, P3

@@ -20,7 +20,7 @@ The statuses must equal the dtype's column of the table in
 the test, which prints the entries that changed. To regenerate the column
 and the dtype's list of reasons after a change:
 
-  RBLN_OPINFO_COMPILE_UPDATE=1 bazel run //rbln/torch:opinfo_compile_float16_test
+  RBLN_OPINFO_COMPILE_UPDATE=1 bazel run //rbln/torch/python/tests:opinfo_compile_float16_test
 
 (`bazel run` gives the test BUILD_WORKSPACE_DIRECTORY, where it rewrites the
 doc.)
@@ -240,7 +240,7 @@ class OpInfoCompileTest(unittest.TestCase):
         self.assertFalse(
             changed,
             f"{len(changed)} OpInfo entries changed status in {DTYPE} (update {DOC} with "
-            f"RBLN_OPINFO_COMPILE_UPDATE=1 bazel run //rbln/torch:opinfo_compile_{DTYPE}_test):\n"
+            f"RBLN_OPINFO_COMPILE_UPDATE=1 bazel run //rbln/torch/python/tests:opinfo_compile_{DTYPE}_test):\n"
             + "\n".join(changed))
 
 

@@ -31,7 +31,7 @@ Statuses:
 `docs/cuda-dtypes.md` holds the table; `cuda_dtypes_test.py` checks it
 against this walk, and regenerates it with RBLN_CUDA_DTYPES_UPDATE=1:
 
-    RBLN_CUDA_DTYPES_UPDATE=1 bazel run //rbln/torch:cuda_dtypes_test
+    RBLN_CUDA_DTYPES_UPDATE=1 bazel run //rbln/torch/python/tests:cuda_dtypes_test
     python -m torch_rbln.testing.cuda_dtypes [--only histc]
 """
 
