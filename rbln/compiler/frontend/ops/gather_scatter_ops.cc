@@ -135,7 +135,23 @@ Value CombineElements(OpBuilder& b, Location l, Combine c, ir::DType t,
 }
 
 // The identity of `c` in the compute type of `t` (what include_self=false
-// writes first): 0, 1, -inf/lowest, +inf/max.
+// writes first): 0, 1, -inf/lowest, +inf/max. lowest/max are t's own (the
+// narrow integers' too: i32's max stored into int8 would be -1).
+std::pair<int64_t, int64_t> IntegerRange(ir::DType t) {
+  switch (t) {
+    case ir::INT8:
+      return {std::numeric_limits<int8_t>::min(), std::numeric_limits<int8_t>::max()};
+    case ir::UINT8:
+      return {0, std::numeric_limits<uint8_t>::max()};
+    case ir::INT16:
+      return {std::numeric_limits<int16_t>::min(), std::numeric_limits<int16_t>::max()};
+    case ir::INT32:
+      return {std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()};
+    default:
+      return {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()};
+  }
+}
+
 Value Identity(GraphImporter& im, OpBuilder& b, Combine c, ir::DType t) {
   Type type = im.ComputeType(t);
   Location l = im.loc();
@@ -148,11 +164,7 @@ Value Identity(GraphImporter& im, OpBuilder& b, Combine c, ir::DType t) {
                                  : std::numeric_limits<float>::infinity()));
   }
   if (t == ir::BOOL) return b.create<arith::ConstantOp>(l, b.getIntegerAttr(type, max ? 0 : 1));
-  const unsigned width = type.getIntOrFloatBitWidth();
-  const int64_t lowest = width == 32 ? std::numeric_limits<int32_t>::min()
-                                     : std::numeric_limits<int64_t>::min();
-  const int64_t highest = width == 32 ? std::numeric_limits<int32_t>::max()
-                                      : std::numeric_limits<int64_t>::max();
+  auto [lowest, highest] = IntegerRange(t);
   return b.create<arith::ConstantOp>(l, b.getIntegerAttr(type, max ? lowest : highest));
 }
 

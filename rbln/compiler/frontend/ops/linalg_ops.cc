@@ -241,8 +241,10 @@ absl::Status ConvertAddbmm(GraphImporter& im, const ir::Node& node) {
                   {IteratorType::parallel, IteratorType::parallel,
                    IteratorType::reduction},
                   [&](OpBuilder& b, Location l, ValueRange args) {
+                    // int8/int16/uint8 products are stored narrow: widen them
+                    // (wrap-around makes where they are cut irrelevant).
                     Value v = Add(b, l, args[1],
-                                  Mul(b, l, args[0],
+                                  Mul(b, l, im.ToCompute(b, args[0], compute),
                                       im.ComputeConstant(b, alpha, dtype)));
                     if (half) {
                       v = im.ToCompute(b, im.FromCompute(b, v, dtype), dtype);

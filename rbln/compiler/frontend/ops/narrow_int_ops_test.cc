@@ -92,5 +92,35 @@ TEST(NarrowIntOpsTest, SumPromotesToInt64) {
               ElementsAreArray({1020}));
 }
 
+TEST(NarrowIntOpsTest, IndexReduceWithoutSelfStartsAtTheDtypesBounds) {
+  // torch.tensor([9, 3], dtype=d).index_reduce(0, torch.tensor([0]),
+  // torch.tensor([6], dtype=d), "amin" / "amax", include_self=False) is
+  // [6, 3] for every d: the targeted entry starts at d's max / lowest (an
+  // i32 bound stored narrow would be -1 / 0 and win the comparison).
+  for (ir::DType d : {ir::INT8, ir::UINT8, ir::INT16}) {
+    const HostTensor x{d, {2}, {9, 3}};
+    const HostTensor index{ir::INT64, {1}, {0}};
+    const HostTensor source{d, {1}, {6}};
+    for (const char* reduce : {"amin", "amax"}) {
+      ir::Graph g = OneOpGraph("index_reduce", {x.type(), index.type(), source.type()},
+                               {x.type()},
+                               {{"dim", IntA(0)},
+                                {"reduce", StrA(reduce)},
+                                {"include_self", BoolA(false)}});
+      EXPECT_THAT(Values(g, {x, index, source}), ElementsAreArray({6, 3}))
+          << ir::ToText(g);
+    }
+  }
+}
+
+TEST(NarrowIntOpsTest, AddbmmWraps) {
+  // torch.tensor([[100]], dtype=torch.int8).addbmm(b1, b2) with b1 = b2 =
+  // [[[10]], [[5]]] (batches 2, 1x1): 100 + 100 + 25 = 225 -> -31.
+  const HostTensor self{ir::INT8, {1, 1}, {100}};
+  const HostTensor b{ir::INT8, {2, 1, 1}, {10, 5}};
+  ir::Graph g = OneOpGraph("addbmm", {self.type(), b.type(), b.type()}, {self.type()});
+  EXPECT_THAT(Values(g, {self, b, b}), ElementsAreArray({-31}));
+}
+
 }  // namespace
 }  // namespace rbln::compiler

@@ -217,12 +217,12 @@ Value SmallestFilled(GraphImporter& im, const Shape& shape, ir::DType t) {
 absl::Status CheckPoolDType(GraphImporter& im, const ir::Node& node,
                             bool ints) {
   const ir::DType t = im.TypeOf(node.inputs(0)).dtype();
-  const bool ok = IsFloat(t) || (ints && (t == ir::INT32 || t == ir::INT64));
+  const bool ok = IsFloat(t) || (ints && t != ir::BOOL);
   if (!ok) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "op %s: input %%%s is %s; PyTorch's CPU kernel takes %s", node.op(),
         node.inputs(0), ir::TypeToText(im.TypeOf(node.inputs(0))),
-        ints ? "float16, bfloat16, float32, int32 and int64 inputs"
+        ints ? "floating point and integer (not bool) inputs"
              : "floating point inputs"));
   }
   return absl::OkStatus();
