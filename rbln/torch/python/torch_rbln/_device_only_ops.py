@@ -1,10 +1,15 @@
-"""Ops in dtypes only CUDA has (issue 30): integer `histc` on the device.
+"""Ops in dtypes only CUDA has (issue 30), on the device.
 
 Model code branches on `device.type != "cpu"` and then relies on CUDA's
 dtype support: transformers' MoE experts count tokens per expert with
 `torch.histc` on int32 expert ids on every device but the CPU and MPS. The
 CPU kernel rejects integer input ("histogram_cpu" not implemented for
 'Int'), so the CPU fallback cannot run it; rbln runs it as a device program.
+The same holds for every entry of docs/cuda-dtypes.md that CUDA runs and the
+CPU kernel rejects: bool `abs` (the identity) and `trace` (the diagonal's
+sum, int64), and float16/bfloat16 `avg_pool3d`, `multi_margin_loss`,
+`multilabel_margin_loss` and `_upsample_bilinear2d_aa`, which CUDA computes
+in float32 (opmath) and rounds once.
 
 `histc_integer` is CUDA's integer histc (aten/src/ATen/native/cuda/
 SummaryOps.cu) as ATen ops the compiler has: min/max truncated to integers,
@@ -14,21 +19,22 @@ every int32/int64 id, where a float computation would round), e == max in
 the last bin, elements outside the range skipped, counts in the input's
 dtype. It serves both paths: compiled graphs decompose integer histc with it
 (`_dynamo.capture.decompositions`), and eager calls run it as one compiled
-graph program per input signature (no Dynamo, as `_optim_kernels`); a
-failure to compile raises (there is no CPU kernel to fall back to). Float
-histc keeps the compiler's native op (compiled) and the counted CPU fallback
-(eager). Integer histc on a tensor that is not on rbln is not ours (the CPU
-rejects it as before).
+graph program per input signature (`_device_programs`); a failure to
+compile raises (there is no CPU kernel to fall back to). Float histc keeps
+the compiler's native op (compiled) and the counted CPU fallback (eager).
+Integer histc on a tensor that is not on rbln is not ours (the CPU rejects
+it as before). The other ops work the same way (`_CUDA_ONLY`); compiled
+graphs already decompose them into ops the compiler has, except bool `abs`
+and `_upsample_bilinear2d_aa` (`decompositions()`).
 """
-
-import threading
 
 import torch
 
-_INTEGERS = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+from . import _device_programs, _upsample_aa
 
-_lock = threading.Lock()
-_programs = {}  # (dtype, shape, bins, min, max) -> compiled program
+_INTEGERS = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+_HALF = (torch.float16, torch.bfloat16)
+
 _library = None
 
 
@@ -64,31 +70,17 @@ def histc_integer(x, bins=100, min=0, max=0):
 
 
 def _program(x, bins, lo, hi):
-    """`histc_integer` for x's signature, traced to ATen and compiled by the
-    rbln backend once per (dtype, shape, bins, min, max)."""
-    key = (x.dtype, tuple(x.shape), x.device, bins, lo, hi)
-    with _lock:
-        compiled = _programs.get(key)
-    if compiled is None:
-        from torch.fx.experimental.proxy_tensor import make_fx
+    """`histc_integer` for x's signature, compiled once per (dtype, shape,
+    bins, min, max)."""
+    def fn(t):
+        return (histc_integer(t, bins, lo, hi),)
 
-        from ._dynamo import backend
-
-        def fn(t):
-            return (histc_integer(t, bins, lo, hi),)
-
-        gm = make_fx(fn, tracing_mode="fake")(x)
-        # One device program (no host ops); no silent CPU run if it fails.
-        compiled = backend.rbln_backend(gm, [x], options={"host_ops": "none"})
-        failure = getattr(compiled, "failure", None)
-        if failure is not None:
-            raise RuntimeError(
-                f"torch.histc of {x.dtype} on rbln: the device program failed to compile "
-                f"({type(failure).__name__}: {failure}); the CPU has no integer histc to fall "
-                f"back to -- cast the input to float32 to use the CPU's histc") from failure
-        with _lock:
-            _programs.setdefault(key, compiled)
-    return compiled
+    return _device_programs.program(
+        ("histc", bins, lo, hi), fn, [x],
+        lambda failure: (f"torch.histc of {x.dtype} on rbln: the device program failed to "
+                         f"compile ({type(failure).__name__}: {failure}); the CPU has no integer "
+                         f"histc to fall back to -- cast the input to float32 to use the CPU's "
+                         f"histc"))
 
 
 def _below_autograd(op, *args, **kwargs):
@@ -128,19 +120,148 @@ def _histc_out(self, bins=100, min=0, max=0, *, out):
     return out
 
 
+# -- the other ops CUDA runs in a dtype the CPU rejects ---------------------------
+
+
+def _abs_bool(x):
+    """CUDA's abs of bool: the identity (a copy)."""
+    return x.clone()
+
+
+def _trace_bool(x):
+    """CUDA's trace (trace_cuda): the diagonal's sum, int64 for bool."""
+    return (x.diagonal().sum(),)
+
+
+def _opmath(op, outputs=1):
+    """`op` on half inputs as CUDA computes it: the floating tensors in
+    float32 (opmath), the results rounded once to the input's dtype."""
+    def fn(x, *args, **kwargs):
+        up = [a.float() if isinstance(a, torch.Tensor) and a.dtype in _HALF else a
+              for a in args]
+        got = op(x.float(), *up, **kwargs)
+        got = got if isinstance(got, tuple) else (got,)
+        return tuple(g.to(x.dtype) for g in got[:outputs])
+
+    return fn
+
+
+# op overload -> (dtypes CUDA takes and the CPU rejects, the tensor arguments'
+# positions, CUDA's computation as ATen ops returning a tuple).
+_CUDA_ONLY = {
+    torch.ops.aten.trace.default: ((torch.bool,), (0,), _trace_bool),
+    torch.ops.aten.avg_pool3d.default: (_HALF, (0,), _opmath(torch.ops.aten.avg_pool3d.default)),
+    torch.ops.aten.multi_margin_loss.default: (
+        _HALF, (0, 1, 4), _opmath(torch.ops.aten.multi_margin_loss.default)),
+    torch.ops.aten.multilabel_margin_loss_forward.default: (
+        _HALF, (0, 1), _opmath(torch.ops.aten.multilabel_margin_loss_forward.default, 2)),
+    torch.ops.aten._upsample_bilinear2d_aa.default: (
+        _HALF, (0,), _opmath(_upsample_aa.upsample_bilinear2d_aa)),
+}
+
+
+def _real_rbln(x):
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    return (type(x) is torch.Tensor and x.device.type == "rbln"
+            and _get_current_dispatch_mode() is None)
+
+
+def _with_autograd(op, *args, **kwargs):
+    """`op` as it dispatched before our kernel: the autograd kernel
+    (VariableType, registered at the Autograd alias key, which `_op_dk`
+    calls directly), then rbln's compiled kernel or the counted CPU
+    fallback below it."""
+    return op._op_dk(torch._C.DispatchKey.Autograd, *args, **kwargs)
+
+
+def _needs_grad(tensors):
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _cuda_only_kernel(op):
+    dtypes, positions, fn = _CUDA_ONLY[op]
+    schema = op._schema.arguments
+
+    def kernel(*args, **kwargs):
+        # Every argument by position, defaults filled in from the schema.
+        call = [args[i] if i < len(args) else
+                kwargs[a.name] if a.name in kwargs else a.default_value
+                for i, a in enumerate(schema)]
+        x = call[0]
+        tensors = [call[i] for i in positions]
+        if x.dtype not in dtypes or not all(t is None or (_real_rbln(t) and t.device == x.device)
+                                            for t in tensors):
+            # Other dtypes, tracing, tensors of several devices: as before.
+            return _with_autograd(op, *args, **kwargs)
+        name = op._schema.name.split("::")[1]
+        if _needs_grad(tensors):
+            raise NotImplementedError(
+                f"{name} of {x.dtype} on rbln with a gradient: rbln runs the forward as CUDA "
+                f"does, but it has no backward in {x.dtype} and the CPU has no {x.dtype} kernel; "
+                f"cast the input to float32 first")
+        rest = [a for i, a in enumerate(call) if i not in positions]
+
+        def program_fn(*ts):
+            full, it, r = [], iter(ts), iter(rest)
+            for i in range(len(call)):
+                full.append(next(it) if i in positions else next(r))
+            return fn(*full)
+
+        key = (name, repr(rest))
+        results = _device_programs.run(
+            key, program_fn, tensors,
+            lambda failure: (f"{name} of {x.dtype} on rbln: the device program failed to compile "
+                             f"({type(failure).__name__}: {failure}); the CPU has no {x.dtype} "
+                             f"kernel to fall back to -- cast the input to float32 first"))
+        return results[0] if len(results) == 1 else tuple(results)
+
+    return kernel
+
+
+def _abs(self):
+    if self.dtype == torch.bool and _real_rbln(self):
+        return _abs_bool(self)
+    return _with_autograd(torch.ops.aten.abs.default, self)
+
+
+def _abs_decomposition(x):
+    return _abs_bool(x) if x.dtype == torch.bool else NotImplemented
+
+
+# Decompositions of one dtype of an op the compiler converts in the others
+# (docs/compiler-op-coverage.md counts the op as compiled).
+ONE_DTYPE_DECOMPOSITIONS = frozenset({torch.ops.aten.abs.default})
+
+
+def decompositions():
+    """Compiled graphs: the ops above the compiler lacks in these dtypes."""
+    return {
+        torch.ops.aten.histc.default: histc_integer,
+        torch.ops.aten.abs.default: _abs_decomposition,
+        torch.ops.aten._upsample_bilinear2d_aa.default: _upsample_aa.decomposition,
+    }
+
+
 def register():
-    """Registers the kernels (once). They sit at rbln's autograd key (histc
-    has no gradient), so that float histc still dispatches to the boxed CPU
-    fallback below it, counted and governed as before."""
+    """Registers the kernels (once). They sit at rbln's autograd key: histc
+    has no gradient, so float histc dispatches below it to the boxed CPU
+    fallback, counted and governed as before; the other ops' calls in the
+    dtypes CPU and rbln already run go through the autograd kernel they
+    dispatched to before (`_with_autograd`)."""
     global _library
     if _library is not None:
         return
     _library = torch.library.Library("aten", "IMPL", "AutogradPrivateUse1")
     _library.impl("histc", _histc)
     _library.impl("histc.out", _histc_out)
+    _library.impl("abs", _abs)
+    for op in _CUDA_ONLY:
+        _library.impl(op._schema.name.split("::")[1] + (
+            f".{op._schema.overload_name}" if op._schema.overload_name else ""),
+            _cuda_only_kernel(op))
 
 
 def clear():
     """Drops the compiled programs."""
-    with _lock:
-        _programs.clear()
+    _device_programs.clear()

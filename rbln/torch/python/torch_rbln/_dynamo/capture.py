@@ -10,6 +10,7 @@ import torch
 from .. import _device_only_ops
 from . import fx_to_ir as _fx_to_ir
 from . import grouped_mm as _grouped_mm
+from . import loss_decompositions as _loss_decompositions
 
 # What reaches the compiler: aot_autograd decomposes the captured graph with
 # PyTorch's own core ATen decompositions (`torch._decomp.
@@ -80,10 +81,11 @@ def decompositions():
     table[torch.ops.aten.split_with_sizes.default] = _split_with_sizes
     table[torch.ops.aten._cdist_forward.default] = _cdist_forward
     table[torch.ops.aten._pdist_forward.default] = _pdist_forward
-    # Integer histc (CUDA's; the IR op takes float input): ATen ops.
-    table[torch.ops.aten.histc.default] = _device_only_ops.histc_integer
+    # Ops in dtypes CUDA runs and the compiler lacks (integer histc, ...).
+    table.update(_device_only_ops.decompositions())
     # MoE experts' grouped GEMM (torch._grouped_mm, transformers' op).
     table.update(_grouped_mm.decompositions())
+    table.update(_loss_decompositions.decompositions())
     return table
 
 

@@ -89,6 +89,7 @@ def core_overloads():
 
 def classify(implemented_ops=None, decompositions=None):
     """{op name: (status, [overload names], reason)} for every core op."""
+    from torch_rbln import _device_only_ops
     from torch_rbln._dynamo import capture
     from torch_rbln._dynamo import fx_to_ir
 
@@ -109,7 +110,7 @@ def classify(implemented_ops=None, decompositions=None):
         for qualified, op in overloads:
             if name.startswith("sym_"):
                 statuses.append(GLUE)
-            elif op in decompositions:
+            elif op in decompositions and op not in _device_only_ops.ONE_DTYPE_DECOMPOSITIONS:
                 statuses.append(DECOMPOSED)
             elif name in implemented:
                 statuses.append(COMPILED)
