@@ -8,10 +8,7 @@
 // other load on the machine) and the median wall time, as GFLOP/s.
 //
 //   bazel run -c opt //rbln/compiler/bench:conv_library_bench -- [--reps 9]
-#include <time.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "rbln/compiler/bench/library_bench_timing.h"
 #include "rbln/compiler/kernels/onednn_conv.h"
 
 namespace {
@@ -28,34 +26,7 @@ namespace {
 using rbln::compiler::ConvOperandType;
 using rbln::compiler::ConvProblem;
 using rbln::compiler::EltwiseFn;
-
-double ThreadCpuSeconds() {
-  timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-double WallSeconds() {
-  return std::chrono::duration<double>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-// {best thread-CPU seconds, median wall seconds} of `reps` calls after one
-// warm-up.
-std::pair<double, double> Time(const std::function<void()>& call, int reps) {
-  call();
-  std::vector<double> cpu, wall;
-  for (int i = 0; i < reps; ++i) {
-    const double c = ThreadCpuSeconds(), w = WallSeconds();
-    call();
-    cpu.push_back(ThreadCpuSeconds() - c);
-    wall.push_back(WallSeconds() - w);
-  }
-  std::sort(cpu.begin(), cpu.end());
-  std::sort(wall.begin(), wall.end());
-  return {cpu.front(), wall[wall.size() / 2]};
-}
+using rbln::compiler::bench::Time;
 
 ConvProblem ResNetConv(ConvOperandType type, int64_t channels, int64_t size) {
   ConvProblem p;

@@ -18,10 +18,8 @@
 // A library whose symbols carry a prefix (scipy-openblas32: scipy_) is
 // found by trying "scipy_" too.
 #include <dlfcn.h>
-#include <time.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -31,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "rbln/compiler/bench/library_bench_timing.h"
 #include "rbln/compiler/execution/chiplet_team.h"
 #include "rbln/compiler/kernels/input_content.h"
 #include "rbln/compiler/kernels/onednn_gemm.h"
@@ -40,34 +39,8 @@ namespace {
 
 using rbln::compiler::GemmOperandType;
 using rbln::compiler::GemmProblem;
-
-double ThreadCpuSeconds() {
-  timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-double WallSeconds() {
-  return std::chrono::duration<double>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-// {best thread-CPU seconds, median wall seconds} of `reps` calls after one
-// warm-up.
-std::pair<double, double> Time(const std::function<void()>& call, int reps) {
-  call();
-  std::vector<double> cpu, wall;
-  for (int i = 0; i < reps; ++i) {
-    const double c = ThreadCpuSeconds(), w = WallSeconds();
-    call();
-    cpu.push_back(ThreadCpuSeconds() - c);
-    wall.push_back(WallSeconds() - w);
-  }
-  std::sort(cpu.begin(), cpu.end());
-  std::sort(wall.begin(), wall.end());
-  return {cpu.front(), wall[wall.size() / 2]};
-}
+using rbln::compiler::bench::ThreadCpuSeconds;
+using rbln::compiler::bench::Time;
 
 void Row(const std::string& name, int threads, double flops,
          std::pair<double, double> t, bool cpu_valid) {
