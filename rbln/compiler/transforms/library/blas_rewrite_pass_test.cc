@@ -27,6 +27,7 @@
 #include "rbln/compiler/pipelines/mlir_setup.h"
 #include "rbln/compiler/pipelines/pipelines.h"
 #include "rbln/compiler/testing/op_test_util.h"
+#include "rbln/compiler/transforms/library/library_test_util.h"
 #include "rbln/compiler/transforms/passes.h"
 
 namespace rbln::compiler {
@@ -45,19 +46,10 @@ Stage OnednnStage() {
                nullptr};
 }
 
-std::vector<Stage> Concat(std::initializer_list<std::vector<Stage>> parts) {
-  std::vector<Stage> all;
-  for (const std::vector<Stage>& part : parts) {
-    all.insert(all.end(), part.begin(), part.end());
-  }
-  return all;
-}
-
-std::vector<Stage> StagesWith(bool blas) {
-  std::vector<Stage> blas_stage;
-  if (blas) blas_stage.push_back(BlasStage());
-  return Concat(
-      {FusionStages(), BufferizationStages(), blas_stage, LoweringStages()});
+// The oneDNN rewrite, or none (the loops).
+std::vector<Stage> OnednnStages(bool onednn) {
+  if (!onednn) return {};
+  return {OnednnStage()};
 }
 
 int CountSgemmCalls(mlir::ModuleOp m) {
@@ -72,13 +64,9 @@ int CountSgemmCalls(mlir::ModuleOp m) {
 mlir::OwningOpRef<mlir::ModuleOp> RewriteGraph(const ir::Graph& graph,
                                                mlir::MLIRContext* context,
                                                Stage blas = BlasStage()) {
-  auto module = ImportGraph(graph, context);
+  auto module = ImportAndRewrite(graph, context, {blas});
   EXPECT_TRUE(module.ok()) << module.status();
   if (!module.ok()) return nullptr;
-  absl::Status s = RunStages(
-      **module, Concat({FusionStages(), BufferizationStages(), {blas}}),
-      graph.name());
-  EXPECT_TRUE(s.ok()) << s;
   return std::move(*module);
 }
 
@@ -176,15 +164,15 @@ TEST(BlasRewritePassTest, BlasAndLoopsAgree) {
     std::vector<std::vector<double>> results;
     for (bool blas : {true, false}) {
       auto context = CreateCompilerContext();
-      auto module = ImportGraph(c.graph, context.get());
+      auto module = ImportAndRewrite(c.graph, context.get(),
+                                     blas ? std::vector<Stage>{BlasStage()}
+                                          : std::vector<Stage>{});
       ASSERT_TRUE(module.ok()) << module.status();
-      absl::Status s = RunStages(**module, StagesWith(blas), "t");
-      ASSERT_TRUE(s.ok()) << s;
+      auto program = LowerToProgram(**module, c.graph);
+      ASSERT_TRUE(program.ok()) << program.status();
       // After lowering, only the BLAS path references cblas_sgemm.
       EXPECT_EQ(static_cast<bool>((*module)->lookupSymbol(kSgemmName)), blas)
           << what;
-      auto program = CompiledProgram::Create(**module, c.graph);
-      ASSERT_TRUE(program.ok()) << program.status();
       auto out = RunProgram(**program, c.inputs);
       ASSERT_TRUE(out.ok()) << out.status();
       results.push_back((*out)[0].values);
@@ -524,8 +512,6 @@ TEST(BlasRewritePassTest, OnednnReadsWidenedCopyOfAnOverwrittenSource) {
   EXPECT_EQ(Count<mlir::linalg::FillOp>(*module), 2);
   // The twin copying x's bits; both widenings are gone.
   EXPECT_EQ(Count<mlir::linalg::GenericOp>(*module), 1);
-  absl::Status s = RunStages(*module, LoweringStages(), "overwritten");
-  ASSERT_TRUE(s.ok()) << s;
   ir::Graph g;
   g.set_name("overwritten");
   // x and y are bf16 (i16 bits in the kernel).
@@ -537,7 +523,7 @@ TEST(BlasRewritePassTest, OnednnReadsWidenedCopyOfAnOverwrittenSource) {
   v->set_name("c");
   *v->mutable_type() = Type(ir::FLOAT32, {2, 2});
   g.add_outputs("c");
-  auto program = CompiledProgram::Create(*module, g);
+  auto program = LowerToProgram(*module, g);
   ASSERT_TRUE(program.ok()) << program.status();
   const HostTensor x = Tensor(ir::BFLOAT16, {2, 2}, {1, 2, 3, 4});
   const HostTensor y = Tensor(ir::BFLOAT16, {2, 2}, {1, 0, 0, 1});
@@ -606,8 +592,6 @@ TEST(BlasRewritePassTest, OnednnReadsTransposedF16CopiesAsF16) {
   EXPECT_EQ(Count<mlir::linalg::GenericOp>(*module), 1);
   EXPECT_EQ(CountAllocs(*module, mlir::Float32Type::get(context.get())), 0);
   EXPECT_EQ(CountAllocs(*module, mlir::Float16Type::get(context.get())), 1);
-  absl::Status s = RunStages(*module, LoweringStages(), "transposed_f16");
-  ASSERT_TRUE(s.ok()) << s;
   ir::Graph g;
   g.set_name("transposed_f16");
   AddInput(g, "x", Type(ir::FLOAT16, {3, 4}));
@@ -618,7 +602,7 @@ TEST(BlasRewritePassTest, OnednnReadsTransposedF16CopiesAsF16) {
   v->set_name("c");
   *v->mutable_type() = Type(ir::FLOAT32, {4, 5});
   g.add_outputs("c");
-  auto program = CompiledProgram::Create(*module, g);
+  auto program = LowerToProgram(*module, g);
   ASSERT_TRUE(program.ok()) << program.status();
   // Small integers and halves: every product and sum exact.
   std::vector<double> xs, ws;
@@ -691,15 +675,9 @@ TEST(BlasRewritePassTest, OnednnReadsComputedBf16AndF16OperandsFromATwin) {
     std::vector<std::vector<HostTensor>> results;
     for (bool onednn : {true, false}) {
       auto context = CreateCompilerContext();
-      auto imported = ImportGraph(g, context.get());
+      auto imported = ImportAndRewrite(g, context.get(), OnednnStages(onednn));
       ASSERT_TRUE(imported.ok()) << imported.status();
-      std::vector<Stage> blas;
-      if (onednn) blas.push_back(OnednnStage());
-      absl::Status s = RunStages(
-          **imported,
-          Concat({FusionStages(), BufferizationStages(), blas, LoweringStages()}), "t");
-      ASSERT_TRUE(s.ok()) << s;
-      auto program = CompiledProgram::Create(**imported, g);
+      auto program = LowerToProgram(**imported, g);
       ASSERT_TRUE(program.ok()) << program.status();
       auto out = RunProgram(**program, inputs);
       ASSERT_TRUE(out.ok()) << out.status();
@@ -871,20 +849,14 @@ TEST(BlasRewritePassTest, OnednnAndLoopsAgree) {
     std::vector<std::vector<double>> results;
     for (bool onednn : {true, false}) {
       auto context = CreateCompilerContext();
-      auto module = ImportGraph(c.graph, context.get());
+      auto module =
+          ImportAndRewrite(c.graph, context.get(), OnednnStages(onednn));
       ASSERT_TRUE(module.ok()) << module.status();
-      std::vector<Stage> blas;
-      if (onednn) blas.push_back(OnednnStage());
-      absl::Status s = RunStages(
-          **module,
-          Concat({FusionStages(), BufferizationStages(), blas, LoweringStages()}),
-          "t");
-      ASSERT_TRUE(s.ok()) << s;
+      auto program = LowerToProgram(**module, c.graph);
+      ASSERT_TRUE(program.ok()) << program.status();
       EXPECT_EQ(static_cast<bool>((*module)->lookupSymbol(kOnednnGemmSymbol)),
                 onednn)
           << what;
-      auto program = CompiledProgram::Create(**module, c.graph);
-      ASSERT_TRUE(program.ok()) << program.status();
       EXPECT_EQ((*program)->uses_onednn(), onednn);
       auto out = RunProgram(**program, c.inputs);
       ASSERT_TRUE(out.ok()) << out.status();
@@ -999,9 +971,7 @@ TEST(BlasRewritePassTest, ViewsUseTheirOffsetAndLeadingDimension) {
       EXPECT_EQ(CountSgemmCalls(*module), 3);
       EXPECT_EQ(Count<mlir::linalg::LinalgOp>(*module), 0);
     }
-    absl::Status s = RunStages(*module, LoweringStages(), "strided");
-    ASSERT_TRUE(s.ok()) << s;
-    auto program = CompiledProgram::Create(*module, g);
+    auto program = LowerToProgram(*module, g);
     ASSERT_TRUE(program.ok()) << program.status();
     auto out = RunProgram(**program, inputs, /*output_fill=*/0.5);
     ASSERT_TRUE(out.ok()) << out.status();

@@ -25,6 +25,7 @@
 #include "rbln/compiler/pipelines/mlir_setup.h"
 #include "rbln/compiler/pipelines/pipelines.h"
 #include "rbln/compiler/testing/op_test_util.h"
+#include "rbln/compiler/transforms/library/library_test_util.h"
 #include "rbln/compiler/transforms/passes.h"
 
 namespace rbln::compiler {
@@ -147,11 +148,10 @@ std::vector<HostTensor> RunConvKernel(bool onednn, int partitions,
                                  {.partitions = partitions, .min_work = 0});
                            }});
   }
-  stages.insert(stages.end(), LoweringStages().begin(), LoweringStages().end());
   absl::Status s = RunStages(*module, stages, "conv");
   EXPECT_TRUE(s.ok()) << s;
   if (!s.ok()) return {};
-  auto program = CompiledProgram::Create(*module, g);
+  auto program = LowerToProgram(*module, g);
   EXPECT_TRUE(program.ok()) << program.status();
   if (!program.ok()) return {};
   auto out = RunProgram(**program, inputs, /*output_fill=*/0.5);
