@@ -26,6 +26,11 @@ inline constexpr char kParallelIterationsAttr[] = "rbln.parallel_iterations";
 // On a top-level op that is not a linalg op: its work in loop iterations,
 // counted towards the partitioning threshold.
 inline constexpr char kWorkAttr[] = "rbln.work";
+// On the scf.for over groups that the frontend emits for a grouped GEMM
+// (frontend/ops/grouped_matmul_ops.cc) and on the product generic in its
+// body: the grouped GEMM rewrite (transforms/library/) replaces the loop
+// with kGroupedGemmSymbol calls.
+inline constexpr char kGroupedGemmAttr[] = "rbln.grouped_gemm";
 // On an argument of @kernel that is a graph input the graph updates
 // (graph.proto's Update): the index of the result whose value is written
 // into it. Set by the graph importer, read by the output binding pass
@@ -45,6 +50,9 @@ inline constexpr char kOnednnGemmSymbol[] = "rbln_gemm";
 inline constexpr char kOnednnGemmProblemSymbol[] = "rbln_gemm_problem";
 // Convolution blocks through oneDNN (conv_problem.h; kernels/onednn_conv.h).
 inline constexpr char kOnednnConvSymbol[] = "rbln_conv";
+// Grouped GEMMs (torch._grouped_mm's 2-D x 3-D form, MoE experts) through
+// oneDNN, one GEMM per group of rows (kernels/grouped_gemm.h).
+inline constexpr char kGroupedGemmSymbol[] = "rbln_grouped_gemm";
 // OpenBLAS's GEMM (kernels/blas_loader.h).
 inline constexpr char kSgemmName[] = "cblas_sgemm";
 

@@ -16,6 +16,7 @@ const OpConverterTable& Converters() {
     RegisterElementwiseOps(*t);
     RegisterReductionOps(*t);
     RegisterMatmulOps(*t);
+    RegisterGroupedMatmulOps(*t);
     RegisterDataMovementOps(*t);
     RegisterAttentionOps(*t);
     RegisterStridedBoxOps(*t);

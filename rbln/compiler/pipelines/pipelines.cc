@@ -62,11 +62,14 @@ std::optional<Stage> BlasStage() {
     return Text("blas",
                 absl::StrFormat("%s{library=openblas}", kBlasRewritePassName));
   }
-  // With oneDNN, 2-D convolutions go to it too (transforms/library/conv_rewrite_pass.cc).
+  // With oneDNN, 2-D convolutions and grouped GEMMs go to it too
+  // (transforms/library/conv_rewrite_pass.cc, grouped_gemm_rewrite_pass.cc).
   RegisterConvRewritePass();
-  return Text("blas", absl::StrFormat("%s{library=onednn},%s",
+  RegisterGroupedGemmRewritePass();
+  return Text("blas", absl::StrFormat("%s{library=onednn},%s,%s",
                                       kBlasRewritePassName,
-                                      kConvRewritePassName));
+                                      kConvRewritePassName,
+                                      kGroupedGemmRewritePassName));
 }
 
 // One table per supported MLIR version: pass names and pass behaviour

@@ -10,6 +10,7 @@ namespace rbln::compiler {
 void RegisterElementwiseOps(OpConverterTable& table);
 void RegisterReductionOps(OpConverterTable& table);
 void RegisterMatmulOps(OpConverterTable& table);
+void RegisterGroupedMatmulOps(OpConverterTable& table);
 void RegisterDataMovementOps(OpConverterTable& table);
 void RegisterAttentionOps(OpConverterTable& table);
 void RegisterStridedBoxOps(OpConverterTable& table);

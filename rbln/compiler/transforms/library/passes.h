@@ -33,6 +33,15 @@ std::unique_ptr<mlir::Pass> CreateConvRewritePass();
 // Idempotent and thread-safe.
 void RegisterConvRewritePass();
 
+// The frontend's grouped GEMM loops to oneDNN's rbln_grouped_gemm
+// (grouped_gemm_rewrite_pass.cc). Its name in textual pipelines (it runs on
+// builtin.module, where it declares the callee).
+inline constexpr char kGroupedGemmRewritePassName[] = "rbln-grouped-gemm-rewrite";
+std::unique_ptr<mlir::Pass> CreateGroupedGemmRewritePass();
+// Registers the pass under kGroupedGemmRewritePassName for textual
+// pipelines. Idempotent and thread-safe.
+void RegisterGroupedGemmRewritePass();
+
 }  // namespace rbln::compiler
 
 #endif  // RBLN_COMPILER_TRANSFORMS_LIBRARY_PASSES_H_

@@ -1,7 +1,10 @@
 """Grouped GEMM in compiled graphs (issue 30 item 2): torch._grouped_mm and
 transformers::grouped_mm_fallback, the two ops transformers' MoE experts
 multiply with, compile to one device program with no host op; offsets are
-data (a cumsum of the routing), so one program serves every routing.
+data (a cumsum of the routing), so one program serves every routing. The
+compiler multiplies each group's rows by its weight only (oneDNN, weights
+read in place, transposed ones too: transformers passes
+weight.transpose(-2, -1)).
 Checked against PyTorch's CPU torch._grouped_mm (float32 for the dtypes its
 CPU kernel rejects, rounded once: opmath)."""
 # spec: I2, J4, J6
@@ -59,7 +62,7 @@ def inputs(dtype, seed=0, rows=8):
             torch.randn(4, 64, 48, generator=g).to(dtype))
 
 
-# At most as many rows as groups: the per-row gathered weights.
+# At most as many rows as groups (decode).
 FEW_ROWS_OFFSETS = [(1, 1, 3, 4), (0, 2, 3, 3)]
 
 
@@ -83,6 +86,27 @@ def test_grouped_mm_compiles_to_one_program_matching_cpu(fn, dtype, ends):
     offs = torch.tensor(ends, dtype=torch.int32)
     got, delta = run_compiled(fn, x, w, offs)
     assert got.dtype == dtype and got.shape == (8, 48)
+    assert delta.get("graph/host_ops", 0) == 0 and delta.get("graph/cpu_fallback", 0) == 0
+    torch.testing.assert_close(got, reference(x, w, offs), atol=TOL[dtype], rtol=TOL[dtype])
+
+
+def transposed_fallback_op(x, w, offs):
+    return fallback_op(x, w.transpose(-2, -1), offs)
+
+
+def transposed_aten_op(x, w, offs):
+    return aten_op(x, w.transpose(-2, -1), offs)
+
+
+@pytest.mark.parametrize("ends", OFFSETS[:2], ids=str)
+@pytest.mark.parametrize("fn, dtype", [
+    (transposed_fallback_op, torch.float32), (transposed_aten_op, torch.bfloat16)],
+    ids=["fallback-f32", "aten-bf16"])
+def test_grouped_mm_with_transposed_weight_matches_cpu(fn, dtype, ends):
+    x, w = inputs(dtype)
+    wt = w.transpose(-2, -1).contiguous()  # stored [G, N, K], as nn.Linear's
+    offs = torch.tensor(ends, dtype=torch.int32)
+    got, delta = run_compiled(fn, x, wt, offs)
     assert delta.get("graph/host_ops", 0) == 0 and delta.get("graph/cpu_fallback", 0) == 0
     torch.testing.assert_close(got, reference(x, w, offs), atol=TOL[dtype], rtol=TOL[dtype])
 

@@ -9,7 +9,6 @@ import torch
 
 from .. import _device_only_ops
 from . import fx_to_ir as _fx_to_ir
-from . import grouped_mm as _grouped_mm
 from . import loss_decompositions as _loss_decompositions
 
 # What reaches the compiler: aot_autograd decomposes the captured graph with
@@ -83,8 +82,6 @@ def decompositions():
     table[torch.ops.aten._pdist_forward.default] = _pdist_forward
     # Ops in dtypes CUDA runs and the compiler lacks (integer histc, ...).
     table.update(_device_only_ops.decompositions())
-    # MoE experts' grouped GEMM (torch._grouped_mm, transformers' op).
-    table.update(_grouped_mm.decompositions())
     table.update(_loss_decompositions.decompositions())
     return table
 

@@ -33,7 +33,15 @@ import torch
 
 # Names the compiler (and the eager shim, compiled_ops.cc) use for ATen ops
 # whose schema name differs from the op the compiler implements.
-_IR_OP_ALIASES = {"_softmax": "softmax", "_log_softmax": "log_softmax"}
+_IR_OP_ALIASES = {
+    "_softmax": "softmax",
+    "_log_softmax": "log_softmax",
+    # transformers' MoE op (transformers.integrations.moe, what its experts
+    # multiply with outside bfloat16): _grouped_mm's 2-D x 3-D form, its
+    # arguments (input, weight, offs) in _grouped_mm's order; the compiler's
+    # grouped GEMM converter takes both.
+    "grouped_mm_fallback": "_grouped_mm",
+}
 
 # Ops that only alias their input: in a functional graph the value is the
 # input itself (the frontend copies graph outputs that are inputs).
