@@ -63,3 +63,8 @@ _optim_kernels.register()
 from . import _device_only_ops  # noqa: E402
 
 _device_only_ops.register()
+
+# torch._grouped_mm (MoE experts) as a device program in eager mode (issue 30).
+from . import _grouped_mm  # noqa: E402
+
+_grouped_mm.register()

@@ -41,6 +41,8 @@ _IR_OP_ALIASES = {
     # arguments (input, weight, offs) in _grouped_mm's order; the compiler's
     # grouped GEMM converter takes both.
     "grouped_mm_fallback": "_grouped_mm",
+    # rbln::grouped_mm: what eager _grouped_mm traces (torch_rbln/_grouped_mm.py).
+    "grouped_mm": "_grouped_mm",
 }
 
 # Ops that only alias their input: in a functional graph the value is the
