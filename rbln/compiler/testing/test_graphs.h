@@ -50,6 +50,30 @@ inline void AddNode(ir::Graph& g, const std::string& op,
   }
 }
 
+// out [m, n] = _grouped_mm(a [m, k], b [g, k, n], offs [g] of `offs_dtype`);
+// with `b_transposed` b is the transpose(-2, -1) of the input [g, n, k]
+// (how transformers passes an nn.Linear-layout expert weight).
+inline ir::Graph GroupedMmGraph(ir::DType t, ir::DType offs_dtype, int64_t g,
+                                int64_t m, int64_t k, int64_t n,
+                                bool b_transposed) {
+  ir::Graph graph;
+  graph.set_name("grouped_mm");
+  AddInput(graph, "a", Type(t, {m, k}));
+  AddInput(graph, "b", b_transposed ? Type(t, {g, n, k}) : Type(t, {g, k, n}));
+  AddInput(graph, "offs", Type(offs_dtype, {g}));
+  std::string weight = "b";
+  if (b_transposed) {
+    AddNode(graph, "transpose", {"b"}, "bt", Type(t, {g, k, n}));
+    ir::Node* tr = graph.mutable_nodes(graph.nodes_size() - 1);
+    (*tr->mutable_attrs())["dim0"].set_i(-2);
+    (*tr->mutable_attrs())["dim1"].set_i(-1);
+    weight = "bt";
+  }
+  AddNode(graph, "_grouped_mm", {"a", weight, "offs"}, "out", Type(t, {m, n}));
+  graph.add_outputs("out");
+  return graph;
+}
+
 // out = a + alpha * b, all of type `t` (or b of `b_type` when given).
 inline ir::Graph AddGraph(const ir::TensorType& t, double alpha = 1.0) {
   ir::Graph g;

@@ -58,37 +58,6 @@ std::vector<double> Tolerance(const std::vector<double>& want, ir::DType t, int6
   return tol;
 }
 
-// _grouped_mm(a, b, offs) with b given, or (b_t) transpose(-2, -1) of the
-// input [G, N, K].
-ir::Graph RowGroupsGraph(ir::DType t, ir::DType offs_dtype, int64_t g, int64_t m,
-                         int64_t k, int64_t n, bool b_t) {
-  ir::Graph graph;
-  graph.set_name("grouped_mm");
-  AddInput(graph, "a", Type(t, {m, k}));
-  AddInput(graph, "b", b_t ? Type(t, {g, n, k}) : Type(t, {g, k, n}));
-  AddInput(graph, "offs", Type(offs_dtype, {g}));
-  std::string weight = "b";
-  if (b_t) {
-    ir::Node* tr = graph.add_nodes();
-    tr->set_op("transpose");
-    tr->add_inputs("b");
-    ir::Value* v = tr->add_outputs();
-    v->set_name("bt");
-    *v->mutable_type() = Type(t, {g, k, n});
-    (*tr->mutable_attrs())["dim0"] = IntA(-2);
-    (*tr->mutable_attrs())["dim1"] = IntA(-1);
-    weight = "bt";
-  }
-  ir::Node* node = graph.add_nodes();
-  node->set_op("_grouped_mm");
-  for (const char* in : {"a", weight.c_str(), "offs"}) node->add_inputs(in);
-  ir::Value* out = node->add_outputs();
-  out->set_name("out");
-  *out->mutable_type() = Type(t, {m, n});
-  graph.add_outputs("out");
-  return graph;
-}
-
 TEST(GroupedMatmulOpsTest, RowGroupsMatchTheReference) {
   const int64_t g = 4, m = 24, k = 40, n = 36;
   const std::vector<std::vector<double>> offsets = {
@@ -107,7 +76,7 @@ TEST(GroupedMatmulOpsTest, RowGroupsMatchTheReference) {
           const std::string what = absl::StrCat(DTypeText(t), b_t ? " b transposed " : " ",
                                                 DTypeText(ot), " offs ", offs[0], ",",
                                                 offs[1], ",", offs[2], ",", offs[3]);
-          const HostTensor got = RunOne(RowGroupsGraph(t, ot, g, m, k, n, b_t), {a, b, o});
+          const HostTensor got = RunOne(GroupedMmGraph(t, ot, g, m, k, n, b_t), {a, b, o});
           const std::vector<double> want = RowGroupsRef(a, b, b_t, offs, m, k, n, t);
           ExpectClose(got, want, Tolerance(want, t, k), what);
         }

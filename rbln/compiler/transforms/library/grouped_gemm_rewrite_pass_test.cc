@@ -1,0 +1,110 @@
+// spec: P5, A2
+// The grouped GEMM rewrite: the frontend's loop over groups (_grouped_mm's
+// 2-D x 3-D form, B plain or a transpose's source) becomes rbln_grouped_gemm
+// calls -- column blocks in a parallel loop when the problem is large -- and
+// the program with the calls computes the loops' values; the other forms
+// stay loops.
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "rbln/compiler/abi/kernel_abi.h"
+#include "rbln/compiler/execution/compiled_program.h"
+#include "rbln/compiler/kernels/onednn_library.h"
+#include "rbln/compiler/pipelines/mlir_setup.h"
+#include "rbln/compiler/pipelines/pipelines.h"
+#include "rbln/compiler/testing/op_test_util.h"
+#include "rbln/compiler/transforms/library/library_test_util.h"
+#include "rbln/compiler/transforms/library/passes.h"
+
+namespace rbln::compiler {
+namespace {
+
+using namespace testing;  // NOLINT: the op test helpers.
+
+Stage GroupedGemmStage() {
+  RegisterGroupedGemmRewritePass();
+  return Stage{"grouped-gemm", kGroupedGemmRewritePassName, nullptr};
+}
+
+struct Counts {
+  int calls = 0, blocked = 0, group_loops = 0, transposes = 0;
+};
+
+Counts Count(mlir::ModuleOp module) {
+  Counts c;
+  module.walk([&](mlir::Operation* op) {
+    if (auto call = llvm::dyn_cast<mlir::func::CallOp>(op);
+        call && call.getCallee() == kGroupedGemmSymbol) {
+      ++c.calls;
+    }
+    if (llvm::isa<mlir::scf::ForOp>(op) && op->hasAttr(kParallelIterationsAttr)) ++c.blocked;
+    if (llvm::isa<mlir::scf::ForOp>(op) && op->hasAttr(kGroupedGemmAttr)) ++c.group_loops;
+    // A copy of the weight (a generic over a rank-3 buffer) left behind.
+    if (auto g = llvm::dyn_cast<mlir::linalg::GenericOp>(op); g && g.getNumLoops() == 3 &&
+        g.getNumReductionLoops() == 0) {
+      ++c.transposes;
+    }
+  });
+  return c;
+}
+
+TEST(GroupedGemmRewritePassTest, GroupLoopsBecomeCallsReadingTheWeightInPlace) {
+  for (bool b_t : {false, true}) {
+    for (ir::DType t : {ir::FLOAT32, ir::BFLOAT16}) {
+      auto context = CreateCompilerContext();
+      // 16 x 64 x 48: one call; 512 x 1024 x 256: column blocks.
+      for (auto [m, k, n, blocked] : {std::tuple{16, 64, 48, 0}, std::tuple{512, 1024, 256, 1}}) {
+        auto module = ImportAndRewrite(GroupedMmGraph(t, ir::INT32, 4, m, k, n, b_t), context.get(),
+                                       {GroupedGemmStage()});
+        ASSERT_TRUE(module.ok()) << module.status();
+        const Counts c = Count(**module);
+        const std::string what = DTypeText(t) + (b_t ? " transposed" : "") + " m " +
+                                 std::to_string(m);
+        EXPECT_EQ(c.calls, 1) << what;
+        EXPECT_EQ(c.blocked, blocked) << what;
+        EXPECT_EQ(c.group_loops, 0) << what;
+        EXPECT_EQ(c.transposes, 0) << what;
+      }
+    }
+  }
+}
+
+TEST(GroupedGemmRewritePassTest, CallsComputeTheLoopsValues) {
+  if (!LoadOnednn()) GTEST_SKIP() << "oneDNN is not installed";
+  for (bool b_t : {false, true}) {
+    const int64_t g = 4, m = 40, k = 96, n = 80;
+    const ir::Graph graph = GroupedMmGraph(ir::BFLOAT16, ir::INT32, g, m, k, n, b_t);
+    const std::vector<HostTensor> inputs = {
+        Random(ir::BFLOAT16, {m, k}, 1, -1, 1),
+        Random(ir::BFLOAT16, b_t ? Shape{g, n, k} : Shape{g, k, n}, 2, -1, 1),
+        Tensor(ir::INT32, {g}, {7, 7, 30, 36})};  // an empty group, rows past the end
+    std::vector<std::vector<double>> results;
+    for (bool rewrite : {false, true}) {
+      auto context = CreateCompilerContext();
+      std::vector<Stage> stages;
+      if (rewrite) stages.push_back(GroupedGemmStage());
+      auto module = ImportAndRewrite(graph, context.get(), stages);
+      ASSERT_TRUE(module.ok()) << module.status();
+      EXPECT_EQ(Count(**module).calls, rewrite ? 1 : 0);
+      auto program = LowerToProgram(**module, graph);
+      ASSERT_TRUE(program.ok()) << program.status();
+      auto out = RunProgram(**program, inputs);
+      ASSERT_TRUE(out.ok()) << out.status();
+      results.push_back((*out)[0].values);
+    }
+    ASSERT_EQ(results[0].size(), results[1].size());
+    for (size_t i = 0; i < results[0].size(); ++i) {
+      // Both f32 sums of the same bf16 products, rounded once to bf16.
+      ASSERT_NEAR(results[1][i], results[0][i], 1e-2 * (1 + std::fabs(results[0][i])))
+          << (b_t ? "transposed " : "") << "element " << i;
+    }
+    for (int64_t i = 36 * n; i < m * n; ++i) ASSERT_EQ(results[1][i], 0.0) << i;
+  }
+}
+
+}  // namespace
+}  // namespace rbln::compiler
