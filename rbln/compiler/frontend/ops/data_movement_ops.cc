@@ -55,6 +55,7 @@
 #include "rbln/compiler/frontend/ops/movement_util.h"
 #include "rbln/compiler/frontend/ops/op_families.h"
 #include "rbln/compiler/frontend/ops/shape_util.h"
+#include "rbln/compiler/frontend/ops/slice_copies.h"
 #include "rbln/compiler/ir/graph_util.h"
 
 namespace rbln::compiler {
@@ -555,6 +556,14 @@ absl::Status ConvertIndexSelect(GraphImporter& im, const ir::Node& node) {
         *dim, x));
   }
   const int rank = expected.size();
+  // Slices with a contiguous inner run of at least kMinSliceRun elements
+  // are copied whole (slice_copies.h): a paged KV cache's blocks, rows of a
+  // matrix. Short runs (a column pick) stay a generic that fuses.
+  constexpr int64_t kMinSliceRun = 32;
+  if (rank > 0 && NumElements(Shape(in.begin() + *dim + 1, in.end())) >= kMinSliceRun) {
+    im.Define(node.outputs(0), GatherSlices(im, im.ValueOf(x), index, *dim));
+    return absl::OkStatus();
+  }
   // A 0-d x gives a 0-d output, read through a one-element index at 0.
   std::vector<AffineExpr> idx_exprs;
   if (!idx.empty()) {
@@ -637,51 +646,6 @@ absl::Status ConvertEmbedding(GraphImporter& im, const ir::Node& node) {
             .getResult();
       }));
   return absl::OkStatus();
-}
-
-// for i in [0, k): into[.., index[i], ..] = source[.., i, ..] along `dim`,
-// in order (the last repeated index wins); index[i] is range-checked
-// against `bound` (SPEC P8).
-Value CopySlices(GraphImporter& im, Value into, const std::string& index,
-                 const std::string& source, int dim, int64_t bound) {
-  OpBuilder& b = im.builder();
-  Location l = im.loc();
-  const Shape shape = ShapeOf(into);
-  const int rank = shape.size();
-  const Shape idx = ShapeOf(im.TypeOf(index));
-  const int64_t k = NumElements(idx);
-  Shape slice_shape = shape;
-  slice_shape[dim] = 1;
-  auto slice_type = mlir::RankedTensorType::get(
-      slice_shape,
-      into.getType().cast<mlir::RankedTensorType>().getElementType());
-  auto loop = b.create<mlir::scf::ForOp>(
-      l, IndexConst(b, l, 0), IndexConst(b, l, k), IndexConst(b, l, 1),
-      ValueRange{into},
-      [&](OpBuilder& lb, Location ll, Value i, ValueRange iter) {
-        Value raw = lb.create<mlir::tensor::ExtractOp>(
-            ll, im.ValueOf(index), idx.empty() ? ValueRange{} : ValueRange{i});
-        Value target = im.CheckedIndex(lb, raw, bound);
-        auto offsets = [&](Value at) {
-          std::vector<mlir::OpFoldResult> o(rank, lb.getIndexAttr(0));
-          o[dim] = at;
-          return o;
-        };
-        std::vector<mlir::OpFoldResult> sizes;
-        std::vector<mlir::OpFoldResult> strides(rank, lb.getIndexAttr(1));
-        for (int64_t n : slice_shape) sizes.push_back(lb.getIndexAttr(n));
-        Value from = lb.create<mlir::tensor::ExtractSliceOp>(
-            ll, slice_type, im.ValueOf(source), offsets(i), sizes, strides);
-        Value dest = lb.create<mlir::tensor::ExtractSliceOp>(
-            ll, slice_type, iter[0], offsets(target), sizes, strides);
-        Value copied = lb.create<mlir::linalg::CopyOp>(ll, ValueRange{from},
-                                                       ValueRange{dest})
-                           .getResult(0);
-        Value updated = lb.create<mlir::tensor::InsertSliceOp>(
-            ll, copied, iter[0], offsets(target), sizes, strides);
-        lb.create<mlir::scf::YieldOp>(ll, updated);
-      });
-  return loop.getResult(0);
 }
 
 // index_copy(x, index[k], source) along "dim": out = x with

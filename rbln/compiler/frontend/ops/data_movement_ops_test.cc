@@ -377,6 +377,57 @@ TEST(DataMovementOpsTest, IndexSelectAlongEachDim) {
   }
 }
 
+// Slices with a contiguous inner run of >= 32 elements (a paged KV cache's
+// blocks gathered by a block table) are copied whole by a loop over the
+// indices (slice_copies.h), along any dim, repeats and all; the imported IR
+// has that loop and no per-element generic. An index out of range fails
+// the same way as the generic path's.
+TEST(DataMovementOpsTest, IndexSelectCopiesWholeSlices) {
+  const HostTensor index = Tensor(ir::INT64, {6}, {3, 0, 3, 2, 1, 0});
+  for (ir::DType dtype : {ir::BFLOAT16, ir::FLOAT32, ir::INT64, ir::BOOL}) {
+    HostTensor x = Values(dtype, {2, 4, 4, 32}, 40);
+    for (int dim = 0; dim < 3; ++dim) {
+      HostTensor idx = index;
+      for (double& v : idx.values) v = std::fmod(v, x.shape[dim]);
+      Shape out = x.shape;
+      out[dim] = 6;
+      ir::Graph g = OneOpGraph("index_select", {x.type(), idx.type()},
+                               {Type(dtype, out)}, {{"dim", IntA(dim)}});
+      ExpectExact(RunOne(g, {x, idx}),
+                  Gather(x, out,
+                         [&](std::vector<int64_t> i) {
+                           i[dim] = static_cast<int64_t>(idx.values[i[dim]]);
+                           return i;
+                         }),
+                  What(g));
+      auto context = CreateCompilerContext();
+      absl::StatusOr<mlir::OwningOpRef<mlir::ModuleOp>> module =
+          ImportGraph(g, context.get());
+      ASSERT_TRUE(module.ok()) << module.status();
+      int generics = 0, slice_copies = 0;
+      (*module)->walk([&](mlir::linalg::GenericOp) { ++generics; });
+      (*module)->walk([&](mlir::scf::ForOp loop) {
+        loop.getBody()->walk([&](mlir::linalg::CopyOp) { ++slice_copies; });
+      });
+      EXPECT_EQ(generics, 0) << What(g);
+      EXPECT_EQ(slice_copies, 1) << What(g);
+    }
+  }
+  HostTensor x = Values(ir::FLOAT16, {5, 64}, 41);
+  ir::Graph g = OneOpGraph("index_select", {x.type(), Type(ir::INT32, {2})},
+                           {Type(ir::FLOAT16, {2, 64})}, {{"dim", IntA(0)}});
+  for (double bad : {5.0, -1.0}) {
+    absl::StatusOr<std::vector<HostTensor>> out =
+        CompileAndRun(g, {x, Tensor(ir::INT32, {2}, {1, bad})});
+    ASSERT_FALSE(out.ok());
+    EXPECT_EQ(out.status().code(), absl::StatusCode::kOutOfRange);
+    EXPECT_NE(out.status().message().find("index_select"), std::string::npos)
+        << out.status();
+    EXPECT_NE(out.status().message().find("[0, 5)"), std::string::npos)
+        << out.status();
+  }
+}
+
 // A 0-d x with a one-element 1-D index gives a 0-d result (OpInfo
 // index_select's first sample; the index map once referred to a loop the
 // 0-d output does not have).
