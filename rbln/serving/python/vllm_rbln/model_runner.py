@@ -85,7 +85,8 @@ class RblnModelRunner(CPUModelRunner):
         then the logits of each request's last token."""
         model = self._device_model
         hidden = model(input_ids=input_ids, positions=positions)
-        return type(model).compute_logits(model, hidden.index_select(0, last_rows))
+        # float32 as vLLM's sampler takes them (the cast is part of the program).
+        return type(model).compute_logits(model, hidden.index_select(0, last_rows)).float()
 
     def kv_cache_budget(self) -> int:
         """Device bytes the KV cache may take (the worker's
@@ -161,8 +162,8 @@ class RblnModelRunner(CPUModelRunner):
             for call in calls:
                 rows = self._run_call(context, call, qsl, input_ids.numpy(),
                                       positions.numpy(), step)
-                for i, r in enumerate(call.requests):
-                    logits[qsl[r + 1] - 1] = rows[i]
+                last = qsl[np.array(call.requests) + 1] - 1
+                logits[torch.from_numpy(last.astype(np.int64))] = rows
         finally:
             context.attn_metadata, context.slot_mapping = saved
         return logits
@@ -211,10 +212,9 @@ class RblnModelRunner(CPUModelRunner):
         return out[:len(call.requests)]
 
     def _host_logits(self, ids, positions, last):
-        """The step program's logits as float32 on the host. Warm-up takes
-        this same path: the float32 conversion of a bf16/fp16 model's logits
-        is an eager op whose program compiles on its first call per shape."""
-        return self._compiled_step(ids, positions, last).float().cpu()
+        """The step program's logits (float32) on the host; warm-up takes this
+        same path."""
+        return self._compiled_step(ids, positions, last).cpu()
 
     def _bind_call(self, context, meta: RblnCallMetadata) -> None:
         """Puts one call's metadata into vLLM's forward context, the same way
