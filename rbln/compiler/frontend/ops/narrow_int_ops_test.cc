@@ -122,5 +122,16 @@ TEST(NarrowIntOpsTest, AddbmmWraps) {
   EXPECT_THAT(Values(g, {self, b, b}), ElementsAreArray({-31}));
 }
 
+TEST(NarrowIntOpsTest, AnyAndAllOfUint8AreUint8) {
+  // torch.tensor([[0, 3], [0, 0]], dtype=torch.uint8).any(1) is uint8 [1, 0];
+  // .all(1) is [0, 0].
+  const HostTensor x{ir::UINT8, {2, 2}, {0, 3, 0, 0}};
+  const ir::TensorType out = Type(ir::UINT8, {2});
+  EXPECT_THAT(Values(OneOpGraph("any", {x.type()}, {out}, {{"dim", IntA(1)}}), {x}),
+              ElementsAreArray({1, 0}));
+  EXPECT_THAT(Values(OneOpGraph("all", {x.type()}, {out}, {{"dim", IntA(1)}}), {x}),
+              ElementsAreArray({0, 0}));
+}
+
 }  // namespace
 }  // namespace rbln::compiler

@@ -124,9 +124,12 @@ absl::Status ConvertReduce(GraphImporter& im, const ir::Node& node,
         ScalarTypeName(in.dtype()), node.op(), node.outputs(0).name()));
   }
   const bool is_any_all = kind == ReduceKind::kAny || kind == ReduceKind::kAll;
-  if (is_any_all && out_dtype != ir::BOOL) {
+  // any/all of uint8 give uint8 0/1 in PyTorch (the same bytes as bool's).
+  const bool byte_result = out_dtype == ir::UINT8 && in.dtype() == ir::UINT8;
+  if (is_any_all && out_dtype != ir::BOOL && !byte_result) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "op %s: output %%%s must be bool", node.op(), node.outputs(0).name()));
+        "op %s: output %%%s must be bool (uint8 for a uint8 input)", node.op(),
+        node.outputs(0).name()));
   }
   // Bool max/min (any/all of 0/1 bytes) reduce like integers.
   if (out_dtype == ir::BOOL && !is_max_min && !is_any_all) {
