@@ -6,6 +6,12 @@ input of its OpInfo entries (`torch.testing._internal.common_methods_invocations
 match within tolerance, or rbln must raise the same exception type as CPU. The
 per-op table (samples, passed, ran compiled, fell back) is printed.
 
+The device's narrow integer dtypes int8, uint8 and int16 (issue 30) run the
+same entries where the CPU has a kernel for them: eager ops on them run as
+int32 and int64 do (the CPU fallback; compiled kernels take the half types),
+so these check that the narrow tensors reach the CPU kernels and come back
+bit-exact.
+
 The alignment, attention-length and storage-offset checks are switched off
 (TORCH_RBLN_DEV_DISABLE_OP_CPU_FALLBACK) so that OpInfo's odd shapes reach the
 compiled kernels instead of the CPU fallback; the checks themselves are tested
@@ -40,7 +46,7 @@ ACCUMULATING = {
     "addmm", "bmm", "mm", "nn.functional.linear", "mean", "sum", "softmax",
     "log_softmax", "nn.functional.scaled_dot_product_attention",
 }
-DTYPES = [torch.float16, torch.bfloat16]
+DTYPES = [torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int16]
 
 
 def entries():
@@ -75,6 +81,9 @@ def describe(sample):
 
 
 def tolerance(op, dtype):
+    if not dtype.is_floating_point:
+        # Eager integer ops run the CPU's kernels (the fallback): bit-exact.
+        return {"atol": 0, "rtol": 0}
     if op.name in ACCUMULATING:
         return {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.float16 else {
             "atol": 6e-2, "rtol": 6e-2}
