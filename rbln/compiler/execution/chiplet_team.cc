@@ -58,7 +58,8 @@ namespace {
 // latency on both sides, at every barrier of every kernel: spinning 2.4 us
 // (256 pauses) left Llama bf16 at 20.0 ms per forward, 40 us takes it to
 // 16.6-17.4 ms (OPT bf16 19.4 -> 17.3 ms, Llama fp16 41.6 -> 38.3 ms; 2-core
-// Xeon, docs/benchmarks.md). OpenMP runtimes spin for milliseconds by default.
+// Xeon, model_bench; commit 8ca0402). OpenMP runtimes spin for milliseconds
+// by default.
 constexpr auto kSpinBudget = std::chrono::microseconds(40);
 // Pauses between two reads of the clock.
 constexpr int kPausesPerClockRead = 64;

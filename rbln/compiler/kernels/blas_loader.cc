@@ -16,8 +16,8 @@ namespace {
 // partitioned over chiplet workers from several at once, so OpenBLAS's own
 // thread pool mostly oversubscribes the cores. On the 2-core shared build
 // machine one thread ran the 512^3 sgemm 1.5-1.8x faster than OpenBLAS's
-// default of two (docs/benchmarks.md). OPENBLAS_NUM_THREADS, when set, is
-// left to OpenBLAS.
+// default of two (compile_bench --matmul; commit 028fb8e).
+// OPENBLAS_NUM_THREADS, when set, is left to OpenBLAS.
 void SetBlasThreads(void* handle) {
   if (env::GetRaw("OPENBLAS_NUM_THREADS").has_value()) return;
   absl::StatusOr<int64_t> threads = env::GetInt(kBlasThreadsVar, 1, 1, 1024);
