@@ -107,7 +107,7 @@ class RblnModelRunner(CPUModelRunner):
 
     def initialize_kv_cache_tensors(self, kv_cache_config, kernel_block_sizes,
                                     kv_cache_allocation_context=None):
-        """One rbln tensor per layer, [blocks * block_size, 2, kv heads, head
+        """One rbln tensor per layer, [2, kv heads, blocks * block_size, head
         size] (paged_attention.py), bound to its vLLM Attention layer."""
         if kernel_block_sizes and any(s != self.block_size for s in kernel_block_sizes):
             raise ValueError(f"rbln: kernel block sizes {kernel_block_sizes} differ from the "
