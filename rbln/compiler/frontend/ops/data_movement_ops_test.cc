@@ -382,6 +382,7 @@ TEST(DataMovementOpsTest, IndexSelectAlongEachDim) {
 // indices (slice_copies.h), along any dim, repeats and all; the imported IR
 // has that loop and no per-element generic. An index out of range fails
 // the same way as the generic path's.
+// spec: P8
 TEST(DataMovementOpsTest, IndexSelectCopiesWholeSlices) {
   const HostTensor index = Tensor(ir::INT64, {6}, {3, 0, 3, 2, 1, 0});
   for (ir::DType dtype : {ir::BFLOAT16, ir::FLOAT32, ir::INT64, ir::BOOL}) {
