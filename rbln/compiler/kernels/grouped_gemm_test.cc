@@ -8,7 +8,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -16,22 +15,10 @@
 #include "gtest/gtest.h"
 #include "rbln/compiler/kernels/onednn_gemm.h"
 #include "rbln/compiler/kernels/onednn_library.h"
+#include "rbln/compiler/kernels/test_operands.h"
 
 namespace rbln::compiler {
 namespace {
-
-uint16_t Bf16Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-float Bf16Value(uint16_t bits) {
-  const uint32_t u = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 // Values as f32 (for the reference) and as passed (f32 or bf16 bits).
 struct Operand {
@@ -40,20 +27,8 @@ struct Operand {
 };
 
 Operand Make(int64_t size, bool bf16, std::mt19937& rng) {
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   Operand o;
-  o.values.resize(size);
-  o.raw.resize(size * (bf16 ? 2 : 4));
-  for (int64_t i = 0; i < size; ++i) {
-    if (bf16) {
-      const uint16_t bits = Bf16Bits(dist(rng));
-      o.values[i] = Bf16Value(bits);
-      std::memcpy(o.raw.data() + 2 * i, &bits, 2);
-    } else {
-      o.values[i] = dist(rng);
-      std::memcpy(o.raw.data() + 4 * i, &o.values[i], 4);
-    }
-  }
+  testing::FillOperand(size, bf16, rng, o.values, o.raw);
   return o;
 }
 

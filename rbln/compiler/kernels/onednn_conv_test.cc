@@ -20,23 +20,12 @@
 #include "gtest/gtest.h"
 #include "rbln/compiler/kernels/input_content.h"
 #include "rbln/compiler/kernels/packed_weights.h"
+#include "rbln/compiler/kernels/test_operands.h"
+#include "rbln/compiler/testing/test_graphs.h"
 #include "rbln/runtime/executable.h"
 
 namespace rbln::compiler {
 namespace {
-
-uint16_t Bf16Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-float Bf16Value(uint16_t bits) {
-  const uint32_t u = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 // A problem of the given shape with contiguous operands, or with `pad`
 // extra elements per source row and result channel.
@@ -93,22 +82,9 @@ Operands Make(const ConvProblem& p, uint32_t seed) {
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   Operands o;
   const bool bf16 = p.type == ConvOperandType::kBF16;
-  auto fill = [&](std::vector<float>& v, std::vector<char>& raw, int64_t size) {
-    v.resize(size);
-    raw.resize(size * (bf16 ? 2 : 4));
-    for (int64_t i = 0; i < size; ++i) {
-      if (bf16) {
-        const uint16_t bits = Bf16Bits(dist(rng));
-        v[i] = Bf16Value(bits);
-        std::memcpy(raw.data() + 2 * i, &bits, 2);
-      } else {
-        v[i] = dist(rng);
-        std::memcpy(raw.data() + 4 * i, &v[i], 4);
-      }
-    }
-  };
-  fill(o.src, o.src_raw, SrcSize(p));
-  fill(o.weights, o.weights_raw, p.oc * (p.ic / p.groups) * p.kh * p.kw);
+  testing::FillOperand(SrcSize(p), bf16, rng, o.src, o.src_raw);
+  testing::FillOperand(p.oc * (p.ic / p.groups) * p.kh * p.kw, bf16, rng,
+                       o.weights, o.weights_raw);
   o.dst_init.resize(DstSize(p));
   for (float& v : o.dst_init) v = dist(rng);
   o.sides.resize(4 * p.oc);
@@ -205,7 +181,7 @@ float Load(const ConvProblem& p, const std::vector<char>& raw, size_t i) {
   if (p.epilogue.store == StoreType::kBF16) {
     uint16_t bits;
     std::memcpy(&bits, raw.data() + 2 * i, 2);
-    return Bf16Value(bits);
+    return testing::Bf16ToFloat(bits);
   }
   float f;
   std::memcpy(&f, raw.data() + 4 * i, 4);

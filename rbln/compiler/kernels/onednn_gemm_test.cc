@@ -26,34 +26,16 @@
 #include "gtest/gtest.h"
 #include "rbln/compiler/kernels/input_content.h"
 #include "rbln/compiler/kernels/packed_weights.h"
+#include "rbln/compiler/kernels/test_operands.h"
+#include "rbln/compiler/testing/test_graphs.h"
 #include "rbln/runtime/executable.h"
 
 namespace rbln::compiler {
 namespace {
 
-// bf16 bits of `f`, truncated (the test only needs exact bf16 values).
-uint16_t Bf16Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-float Bf16Value(uint16_t bits) {
-  const uint32_t u = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-// The value of the IEEE half `bits` (finite ones only), from its
-// definition: independent of the library's conversion.
-float HalfValue(uint16_t bits) {
-  const int exponent = (bits >> 10) & 0x1f, mantissa = bits & 0x3ff;
-  const double magnitude = exponent == 0
-                               ? std::ldexp(mantissa, -24)
-                               : std::ldexp(1024 + mantissa, exponent - 25);
-  return static_cast<float>((bits & 0x8000) ? -magnitude : magnitude);
-}
+// Halves' values from their definition, independent of the library's
+// conversion.
+using testing::HalfValue;
 
 // Operands of `p` filled with random values representable in its type;
 // `a`/`b` hold them as f32 for the reference, `a_raw`/`b_raw` as passed.
@@ -82,21 +64,16 @@ Operands Make(const GemmProblem& p, uint32_t seed) {
   std::uniform_int_distribution<int> sign(0, 1), exponent(0, 14),
       mantissa(0, 1023);
   auto fill = [&](std::vector<float>& v, std::vector<char>& raw) {
-    raw.resize(v.size() * (bf16 || f16 ? 2 : 4));
+    if (!f16) {
+      testing::FillOperand(v.size(), bf16, rng, v, raw);
+      return;
+    }
+    raw.resize(v.size() * 2);
     for (size_t i = 0; i < v.size(); ++i) {
-      if (f16) {
-        const uint16_t bits = static_cast<uint16_t>(
-            sign(rng) << 15 | exponent(rng) << 10 | mantissa(rng));
-        v[i] = HalfValue(bits);
-        std::memcpy(raw.data() + 2 * i, &bits, 2);
-      } else if (bf16) {
-        const uint16_t bits = Bf16Bits(dist(rng));
-        v[i] = Bf16Value(bits);
-        std::memcpy(raw.data() + 2 * i, &bits, 2);
-      } else {
-        v[i] = dist(rng);
-        std::memcpy(raw.data() + 4 * i, &v[i], 4);
-      }
+      const uint16_t bits = static_cast<uint16_t>(
+          sign(rng) << 15 | exponent(rng) << 10 | mantissa(rng));
+      v[i] = HalfValue(bits);
+      std::memcpy(raw.data() + 2 * i, &bits, 2);
     }
   };
   fill(o.a, o.a_raw);
@@ -439,7 +416,7 @@ TEST_F(OnednnGemmTest, AppliesEpilogues) {
                   if (bytes == 2) {
                     uint16_t bits;
                     std::memcpy(&bits, c.data() + 2 * at, 2);
-                    got = Bf16Value(bits);
+                    got = testing::Bf16ToFloat(bits);
                   } else {
                     float f;
                     std::memcpy(&f, c.data() + 4 * at, 4);

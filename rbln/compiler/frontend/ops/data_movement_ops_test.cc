@@ -353,26 +353,31 @@ TEST(DataMovementOpsTest, ArangeIntegerAndFloat) {
 
 // --- Gathers. ---------------------------------------------------------------------
 
+// Runs index_select(x, index % x.shape[dim], dim), expects every selected
+// slice exactly, and returns the one-op graph.
+ir::Graph ExpectIndexSelect(const HostTensor& x, const HostTensor& index, int dim) {
+  HostTensor idx = index;
+  for (double& v : idx.values) v = std::fmod(v, x.shape[dim]);
+  Shape out = x.shape;
+  out[dim] = static_cast<int64_t>(idx.values.size());
+  ir::Graph g = OneOpGraph("index_select", {x.type(), idx.type()},
+                           {Type(x.dtype, out)}, {{"dim", IntA(dim)}});
+  ExpectExact(RunOne(g, {x, idx}),
+              Gather(x, out,
+                     [&](std::vector<int64_t> i) {
+                       i[dim] = static_cast<int64_t>(idx.values[i[dim]]);
+                       return i;
+                     }),
+              What(g));
+  return g;
+}
+
 TEST(DataMovementOpsTest, IndexSelectAlongEachDim) {
   for (ir::DType dtype : kAllDTypes) {
     for (ir::DType index_dtype : {ir::INT32, ir::INT64}) {
       HostTensor x = Values(dtype, {4, 3, 2}, 15);
       HostTensor index = Tensor(index_dtype, {5}, {2, 0, 2, 1, 0});
-      for (int dim = 0; dim < 3; ++dim) {
-        HostTensor idx = index;
-        for (double& v : idx.values) v = std::fmod(v, x.shape[dim]);
-        Shape out = x.shape;
-        out[dim] = 5;
-        ir::Graph g = OneOpGraph("index_select", {x.type(), idx.type()},
-                                 {Type(dtype, out)}, {{"dim", IntA(dim)}});
-        ExpectExact(RunOne(g, {x, idx}),
-                    Gather(x, out,
-                           [&](std::vector<int64_t> i) {
-                             i[dim] = static_cast<int64_t>(idx.values[i[dim]]);
-                             return i;
-                           }),
-                    What(g));
-      }
+      for (int dim = 0; dim < 3; ++dim) ExpectIndexSelect(x, index, dim);
     }
   }
 }
@@ -388,19 +393,7 @@ TEST(DataMovementOpsTest, IndexSelectCopiesWholeSlices) {
   for (ir::DType dtype : {ir::BFLOAT16, ir::FLOAT32, ir::INT64, ir::BOOL}) {
     HostTensor x = Values(dtype, {2, 4, 4, 32}, 40);
     for (int dim = 0; dim < 3; ++dim) {
-      HostTensor idx = index;
-      for (double& v : idx.values) v = std::fmod(v, x.shape[dim]);
-      Shape out = x.shape;
-      out[dim] = 6;
-      ir::Graph g = OneOpGraph("index_select", {x.type(), idx.type()},
-                               {Type(dtype, out)}, {{"dim", IntA(dim)}});
-      ExpectExact(RunOne(g, {x, idx}),
-                  Gather(x, out,
-                         [&](std::vector<int64_t> i) {
-                           i[dim] = static_cast<int64_t>(idx.values[i[dim]]);
-                           return i;
-                         }),
-                  What(g));
+      const ir::Graph g = ExpectIndexSelect(x, index, dim);
       auto context = CreateCompilerContext();
       absl::StatusOr<mlir::OwningOpRef<mlir::ModuleOp>> module =
           ImportGraph(g, context.get());

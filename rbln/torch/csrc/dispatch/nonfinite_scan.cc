@@ -62,55 +62,54 @@ uint64_t PeakScalarOf(const void* data, int64_t n, FloatFormat format) {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-// 16-bit elements, 4 x 32 per step with independent accumulators; the tail
-// (< 32 elements after the unrolled part) through a masked load.
-__attribute__((target("avx512f,avx512bw"))) uint64_t Peak16Avx512(const void* data,
-                                                                   int64_t n) {
-  const auto* p = static_cast<const uint16_t*>(data);
-  const __m512i mask = _mm512_set1_epi16(0x7FFF);
-  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
-  int64_t i = 0;
-  for (; i + 128 <= n; i += 128) {
-    a0 = _mm512_max_epu16(a0, _mm512_and_si512(_mm512_loadu_si512(p + i), mask));
-    a1 = _mm512_max_epu16(a1, _mm512_and_si512(_mm512_loadu_si512(p + i + 32), mask));
-    a2 = _mm512_max_epu16(a2, _mm512_and_si512(_mm512_loadu_si512(p + i + 64), mask));
-    a3 = _mm512_max_epu16(a3, _mm512_and_si512(_mm512_loadu_si512(p + i + 96), mask));
-  }
-  for (; i + 32 <= n; i += 32) {
-    a0 = _mm512_max_epu16(a0, _mm512_and_si512(_mm512_loadu_si512(p + i), mask));
-  }
-  if (i < n) {
-    const __mmask32 tail = static_cast<__mmask32>((uint64_t{1} << (n - i)) - 1);
-    a1 = _mm512_max_epu16(a1, _mm512_and_si512(_mm512_maskz_loadu_epi16(tail, p + i), mask));
-  }
-  a0 = _mm512_max_epu16(_mm512_max_epu16(a0, a1), _mm512_max_epu16(a2, a3));
-  alignas(64) uint16_t lanes[32];
-  _mm512_store_si512(lanes, a0);
-  return *std::max_element(lanes, lanes + 32);
+// The magnitude bits of 64 unaligned bytes at `p`.
+__attribute__((target("avx512f"))) inline __m512i Load512(const void* p, __m512i mask) {
+  return _mm512_and_si512(_mm512_loadu_si512(p), mask);
 }
 
-__attribute__((target("avx512f"))) uint64_t Peak32Avx512(const void* data, int64_t n) {
-  const auto* p = static_cast<const uint32_t*>(data);
-  const __m512i mask = _mm512_set1_epi32(0x7FFFFFFF);
+// The lane-wise unsigned max of 16- or 32-bit lanes.
+template <typename Bits>
+__attribute__((target("avx512f,avx512bw"))) inline __m512i Max512(__m512i a, __m512i b) {
+  if constexpr (sizeof(Bits) == 2) {
+    return _mm512_max_epu16(a, b);
+  } else {
+    return _mm512_max_epu32(a, b);
+  }
+}
+
+// The first `count` (fewer than a register's) elements at `p`, zeros after.
+template <typename Bits>
+__attribute__((target("avx512f,avx512bw"))) inline __m512i LoadHead512(const Bits* p,
+                                                                      int64_t count) {
+  if constexpr (sizeof(Bits) == 2) {
+    return _mm512_maskz_loadu_epi16(static_cast<__mmask32>((uint64_t{1} << count) - 1), p);
+  } else {
+    return _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << count) - 1), p);
+  }
+}
+
+// 16- or 32-bit elements, 4 registers per step with independent
+// accumulators, then one register at a time; the tail through a masked load.
+template <typename Bits>
+__attribute__((target("avx512f,avx512bw"))) uint64_t PeakAvx512(const void* data, int64_t n) {
+  constexpr int64_t kLanes = 64 / sizeof(Bits);
+  const auto* p = static_cast<const Bits*>(data);
+  // Clears each lane's sign bit: 0x7FFF per 16-bit lane, 0x7FFFFFFF per 32.
+  const __m512i mask = _mm512_set1_epi32(sizeof(Bits) == 2 ? 0x7FFF7FFF : 0x7FFFFFFF);
   __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
   int64_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    a0 = _mm512_max_epu32(a0, _mm512_and_si512(_mm512_loadu_si512(p + i), mask));
-    a1 = _mm512_max_epu32(a1, _mm512_and_si512(_mm512_loadu_si512(p + i + 16), mask));
-    a2 = _mm512_max_epu32(a2, _mm512_and_si512(_mm512_loadu_si512(p + i + 32), mask));
-    a3 = _mm512_max_epu32(a3, _mm512_and_si512(_mm512_loadu_si512(p + i + 48), mask));
+  for (; i + 4 * kLanes <= n; i += 4 * kLanes) {
+    a0 = Max512<Bits>(a0, Load512(p + i, mask));
+    a1 = Max512<Bits>(a1, Load512(p + i + kLanes, mask));
+    a2 = Max512<Bits>(a2, Load512(p + i + 2 * kLanes, mask));
+    a3 = Max512<Bits>(a3, Load512(p + i + 3 * kLanes, mask));
   }
-  for (; i + 16 <= n; i += 16) {
-    a0 = _mm512_max_epu32(a0, _mm512_and_si512(_mm512_loadu_si512(p + i), mask));
-  }
-  if (i < n) {
-    const __mmask16 tail = static_cast<__mmask16>((1u << (n - i)) - 1);
-    a1 = _mm512_max_epu32(a1, _mm512_and_si512(_mm512_maskz_loadu_epi32(tail, p + i), mask));
-  }
-  a0 = _mm512_max_epu32(_mm512_max_epu32(a0, a1), _mm512_max_epu32(a2, a3));
-  alignas(64) uint32_t lanes[16];
+  for (; i + kLanes <= n; i += kLanes) a0 = Max512<Bits>(a0, Load512(p + i, mask));
+  if (i < n) a1 = Max512<Bits>(a1, _mm512_and_si512(LoadHead512(p + i, n - i), mask));
+  a0 = Max512<Bits>(Max512<Bits>(a0, a1), Max512<Bits>(a2, a3));
+  alignas(64) Bits lanes[kLanes];
   _mm512_store_si512(lanes, a0);
-  return *std::max_element(lanes, lanes + 16);
+  return *std::max_element(lanes, lanes + kLanes);
 }
 
 // The magnitude bits of 32 unaligned bytes at `p`.
@@ -118,42 +117,38 @@ __attribute__((target("avx2"))) inline __m256i Load256(const void* p, __m256i ma
   return _mm256_and_si256(_mm256_loadu_si256(static_cast<const __m256i*>(p)), mask);
 }
 
-__attribute__((target("avx2"))) uint64_t Peak16Avx2(const void* data, int64_t n) {
-  const auto* p = static_cast<const uint16_t*>(data);
-  const __m256i mask = _mm256_set1_epi16(0x7FFF);
-  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-  int64_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    a0 = _mm256_max_epu16(a0, Load256(p + i, mask));
-    a1 = _mm256_max_epu16(a1, Load256(p + i + 16, mask));
-    a2 = _mm256_max_epu16(a2, Load256(p + i + 32, mask));
-    a3 = _mm256_max_epu16(a3, Load256(p + i + 48, mask));
+// The lane-wise unsigned max of 16- or 32-bit lanes.
+template <typename Bits>
+__attribute__((target("avx2"))) inline __m256i Max256(__m256i a, __m256i b) {
+  if constexpr (sizeof(Bits) == 2) {
+    return _mm256_max_epu16(a, b);
+  } else {
+    return _mm256_max_epu32(a, b);
   }
-  for (; i + 16 <= n; i += 16) a0 = _mm256_max_epu16(a0, Load256(p + i, mask));
-  a0 = _mm256_max_epu16(_mm256_max_epu16(a0, a1), _mm256_max_epu16(a2, a3));
-  alignas(32) uint16_t lanes[16];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), a0);
-  const uint64_t peak = *std::max_element(lanes, lanes + 16);
-  return std::max(peak, PeakScalar<uint16_t>(p + i, n - i));
 }
 
-__attribute__((target("avx2"))) uint64_t Peak32Avx2(const void* data, int64_t n) {
-  const auto* p = static_cast<const uint32_t*>(data);
-  const __m256i mask = _mm256_set1_epi32(0x7FFFFFFF);
+// 16- or 32-bit elements, 4 registers per step with independent
+// accumulators, then one register at a time; the tail scalar.
+template <typename Bits>
+__attribute__((target("avx2"))) uint64_t PeakAvx2(const void* data, int64_t n) {
+  constexpr int64_t kLanes = 32 / sizeof(Bits);
+  const auto* p = static_cast<const Bits*>(data);
+  // Clears each lane's sign bit: 0x7FFF per 16-bit lane, 0x7FFFFFFF per 32.
+  const __m256i mask = _mm256_set1_epi32(sizeof(Bits) == 2 ? 0x7FFF7FFF : 0x7FFFFFFF);
   __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
   int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    a0 = _mm256_max_epu32(a0, Load256(p + i, mask));
-    a1 = _mm256_max_epu32(a1, Load256(p + i + 8, mask));
-    a2 = _mm256_max_epu32(a2, Load256(p + i + 16, mask));
-    a3 = _mm256_max_epu32(a3, Load256(p + i + 24, mask));
+  for (; i + 4 * kLanes <= n; i += 4 * kLanes) {
+    a0 = Max256<Bits>(a0, Load256(p + i, mask));
+    a1 = Max256<Bits>(a1, Load256(p + i + kLanes, mask));
+    a2 = Max256<Bits>(a2, Load256(p + i + 2 * kLanes, mask));
+    a3 = Max256<Bits>(a3, Load256(p + i + 3 * kLanes, mask));
   }
-  for (; i + 8 <= n; i += 8) a0 = _mm256_max_epu32(a0, Load256(p + i, mask));
-  a0 = _mm256_max_epu32(_mm256_max_epu32(a0, a1), _mm256_max_epu32(a2, a3));
-  alignas(32) uint32_t lanes[8];
+  for (; i + kLanes <= n; i += kLanes) a0 = Max256<Bits>(a0, Load256(p + i, mask));
+  a0 = Max256<Bits>(Max256<Bits>(a0, a1), Max256<Bits>(a2, a3));
+  alignas(32) Bits lanes[kLanes];
   _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), a0);
-  const uint64_t peak = *std::max_element(lanes, lanes + 8);
-  return std::max(peak, PeakScalar<uint32_t>(p + i, n - i));
+  const uint64_t peak = *std::max_element(lanes, lanes + kLanes);
+  return std::max(peak, PeakScalar<Bits>(p + i, n - i));
 }
 
 #pragma GCC diagnostic pop
@@ -196,10 +191,11 @@ uint64_t PeakMagnitudeBits(const void* data, int64_t n, FloatFormat format, Scan
   if (isa == ScanIsa::kBest) isa = Best();
   const bool half = format == FloatFormat::kFloat16 || format == FloatFormat::kBFloat16;
 #if RBLN_SCAN_X86
-  if (isa == ScanIsa::kAvx512 && half) return Peak16Avx512(data, n);
-  if (isa == ScanIsa::kAvx512 && format == FloatFormat::kFloat32) return Peak32Avx512(data, n);
-  if (isa == ScanIsa::kAvx2 && half) return Peak16Avx2(data, n);
-  if (isa == ScanIsa::kAvx2 && format == FloatFormat::kFloat32) return Peak32Avx2(data, n);
+  const bool f32 = format == FloatFormat::kFloat32;
+  if (isa == ScanIsa::kAvx512 && half) return PeakAvx512<uint16_t>(data, n);
+  if (isa == ScanIsa::kAvx512 && f32) return PeakAvx512<uint32_t>(data, n);
+  if (isa == ScanIsa::kAvx2 && half) return PeakAvx2<uint16_t>(data, n);
+  if (isa == ScanIsa::kAvx2 && f32) return PeakAvx2<uint32_t>(data, n);
 #endif
   return PeakScalarOf(data, n, format);  // float64, or no vector unit.
 }
