@@ -16,7 +16,7 @@ Every variant is warmed up first; times are medians of --iters calls (rbln
 calls end with torch.rbln.synchronize()). Measure on an idle machine: no
 builds or other benchmarks at the same time.
 
-    bazel run -c opt //rbln/tools:kernel_bench -- [--iters N]
+    bazel run -c opt //rbln/tools/bench:kernel_bench -- [--iters N]
 """
 
 import argparse
@@ -173,7 +173,7 @@ def main():
     path = args.stream_bench or stream_bench_path()
     triad = None
     if path is None:
-        print("stream_bench not found (bazel run //rbln/tools:kernel_bench, or --stream-bench)",
+        print("stream_bench not found (bazel run //rbln/tools/bench:kernel_bench, or --stream-bench)",
               file=sys.stderr)
     else:
         triad = stream(path, args.stream_floats).get("triad")

@@ -35,7 +35,7 @@ A model or variant that does not compile (or run) is reported with the
 reason, not skipped silently.
 
     python3 rbln/tools/bench/model_bench.py [--models opt,llama,resnet,moe,zoo] [--iters 10]
-    bazel run //rbln/tools:model_bench -- [same flags]
+    bazel run //rbln/tools/bench:model_bench -- [same flags]
 
 Timing is host wall time after synchronize() (SPEC M5); warm-up first (P10).
 Numbers from a loaded machine move 2-3x between runs (and the round-robin
