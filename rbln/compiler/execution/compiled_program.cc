@@ -170,11 +170,15 @@ absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::Create(
     const std::string& object_path, CompilePhases* phases) {
   // The JIT resolves cblas_sgemm (from the BLAS rewrite) among the process's
   // symbols, where LoadOpenBlas() puts it; rbln_gemm is ours (RuntimeSymbols)
-  // and needs oneDNN loaded.
+  // and needs oneDNN loaded. A program that calls oneDNN also registers its
+  // inputs for the weight packing (Execute): a grouped GEMM alone (an MoE
+  // layer whose router is no library call) counts too, else its experts'
+  // weights would be re-read unpacked by every call.
   const bool uses_onednn =
       llvm_module.lookupSymbol(kOnednnGemmSymbol) != nullptr ||
       llvm_module.lookupSymbol(kOnednnGemmProblemSymbol) != nullptr ||
-      llvm_module.lookupSymbol(kOnednnConvSymbol) != nullptr;
+      llvm_module.lookupSymbol(kOnednnConvSymbol) != nullptr ||
+      llvm_module.lookupSymbol(kGroupedGemmSymbol) != nullptr;
   const bool uses_blas =
       uses_onednn || llvm_module.lookupSymbol(kSgemmName) != nullptr;
   RBLN_RETURN_IF_ERROR(LoadGemmLibraryOf(graph, uses_blas, uses_onednn));

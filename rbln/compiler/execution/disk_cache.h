@@ -24,8 +24,9 @@
 
 namespace rbln::compiler {
 
-// Bump when code generation changes in a way that makes old objects wrong.
-inline constexpr char kCompilerVersion[] = "rbln-compiler-7";
+// Bump when code generation changes in a way that makes old objects (or
+// what their manifests record, e.g. uses_onednn) wrong.
+inline constexpr char kCompilerVersion[] = "rbln-compiler-8";
 
 class DiskCache {
  public:

@@ -127,5 +127,31 @@ def test_one_program_serves_every_routing():
     assert after.get("graph/compiles", 0) == before.get("graph/compiles", 0)
 
 
+@pytest.mark.parametrize("fn", [fallback_op, transposed_fallback_op], ids=["plain", "transposed"])
+def test_expert_weights_are_packed_once(fn):
+    """Expert weights that are program inputs are packed into oneDNN's
+    blocked layout once and reused by later calls, as a Linear's weight is
+    (packed_weights.h), in a program whose only library call is the grouped
+    GEMM (before, such a program registered no inputs for the packing and
+    every call read every expert's weight unpacked)."""
+    x, w = inputs(torch.bfloat16, rows=64)
+    if fn is transposed_fallback_op:
+        w = w.transpose(-2, -1).contiguous()
+    offs = torch.tensor((10, 30, 30, 64), dtype=torch.int32)
+    compiled = torch.compile(fn, backend="rbln", dynamic=False, options={"host_ops": "none"})
+    torch._dynamo.reset()
+    xd, wd, od = x.to("rbln"), w.to("rbln"), offs.to("rbln")
+    compiled(xd, wd, od)
+    compiled(xd, wd, od)
+    before = torch.rbln.counters()
+    got = compiled(xd, wd, od).cpu()
+    after = torch.rbln.counters()
+    hits = (after.get("compiler/packed_weights/hits", 0)
+            - before.get("compiler/packed_weights/hits", 0))
+    assert hits > 0
+    want = reference(x, w.transpose(-2, -1) if fn is transposed_fallback_op else w, offs)
+    torch.testing.assert_close(got, want, atol=TOL[torch.bfloat16], rtol=TOL[torch.bfloat16])
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))
