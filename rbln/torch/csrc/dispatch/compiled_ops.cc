@@ -482,14 +482,42 @@ void Run(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   for (at::Tensor& r : results) torch::jit::push(*stack, std::move(r));
 }
 
+// abs of bool as CUDA computes it, the identity (docs/cuda-dtypes.md): the
+// compiler has no bool abs and the CPU kernel rejects bool ("abs_cpu" not
+// implemented for 'Bool'), so abs copies self on the device, abs.out copies
+// it into out and abs_ leaves it as it is. False, touching nothing, when
+// self is not bool.
+bool RunBoolAbs(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t n = op.schema().arguments().size();
+  const c10::IValue& self_value = (*stack)[stack->size() - n];
+  if (!self_value.isTensor() || self_value.toTensor().scalar_type() != at::kBool) {
+    return false;
+  }
+  const at::Tensor self = self_value.toTensor();
+  at::Tensor result;
+  if (n == 2) {  // abs.out(self, *, out)
+    result = stack->back().toTensor();
+    at::native::resize_output(result, self.sizes());
+    result.copy_(self);
+  } else if (op.schema().name() == "aten::abs_") {
+    result = self;
+  } else {
+    result = self.clone();
+  }
+  torch::jit::drop(*stack, n);
+  torch::jit::push(*stack, std::move(result));
+  return true;
+}
+
 // The boxed kernel of one compiled overload.
 class CompiledKernel final : public c10::OperatorKernel {
  public:
-  CompiledKernel(uint32_t overload_id, bool sdpa, bool convolution)
-      : overload_id_(overload_id), sdpa_(sdpa), convolution_(convolution) {}
+  CompiledKernel(uint32_t overload_id, bool sdpa, bool convolution, bool abs)
+      : overload_id_(overload_id), sdpa_(sdpa), convolution_(convolution), abs_(abs) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet,
                   torch::jit::Stack* stack) {
+    if (abs_ && RunBoolAbs(op, stack)) return;
     if (std::shared_ptr<const WarmEntry> entry = FindWarm(*stack, op)) {
       const size_t first = stack->size() - op.schema().arguments().size();
       std::vector<at::Tensor> inputs;
@@ -603,6 +631,7 @@ class CompiledKernel final : public c10::OperatorKernel {
   const bool sdpa_;  // aten::_scaled_dot_product_fused_attention_overrideable.
   // aten::convolution(_backward)_overrideable, which the CPU has no kernel of.
   const bool convolution_;
+  const bool abs_;  // aten::abs, abs.out, abs_: bool runs RunBoolAbs.
 };
 
 // ATen overloads served by compiled kernels (SPEC G1). An op the compiler
@@ -655,8 +684,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const char* name : kCompiledOps) {
     const bool sdpa = absl::StrCat("aten::", name) == kSdpaOverload;
     const bool convolution = absl::StartsWith(name, "convolution");
+    const bool abs = absl::StartsWith(name, "abs");
     m.impl(name, torch::CppFunction::makeFromBoxedFunctor(
-                     std::make_unique<CompiledKernel>(id++, sdpa, convolution)));
+                     std::make_unique<CompiledKernel>(id++, sdpa, convolution, abs)));
   }
 }
 

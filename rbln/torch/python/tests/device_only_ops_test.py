@@ -176,6 +176,11 @@ def test_bool_abs_and_trace(shape):
     got, delta = counters_delta(lambda: torch.abs(x.to("rbln")))
     assert got.dtype == torch.bool and torch.equal(got.cpu(), x)
     assert delta.get("dispatch/cpu_fallback", 0) == 0
+    # abs.out and abs_ (rbln's C++ abs kernel, as abs).
+    out, y = torch.empty(0, dtype=torch.bool, device="rbln"), x.to("rbln")
+    _, delta = counters_delta(lambda: (torch.abs(y, out=out), y.abs_()))
+    assert torch.equal(out.cpu(), x) and torch.equal(y.cpu(), x)
+    assert delta.get("dispatch/cpu_fallback", 0) == 0
     soft = torch.nn.functional.softsign(x.to("rbln"))
     assert torch.equal(soft.cpu(), x.long() / (x.long() + 1))
     if len(shape) == 2:

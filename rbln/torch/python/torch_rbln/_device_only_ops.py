@@ -23,7 +23,9 @@ graph program per input signature (`_device_programs`); a failure to
 compile raises (there is no CPU kernel to fall back to). Float histc keeps
 the compiler's native op (compiled) and the counted CPU fallback (eager).
 Integer histc on a tensor that is not on rbln is not ours (the CPU rejects
-it as before). The other ops work the same way (`_CUDA_ONLY`); compiled
+it as before). The other ops work the same way (`_CUDA_ONLY`), except eager
+bool `abs`, a device copy in rbln's C++ abs kernel (csrc/dispatch/
+compiled_ops.cc: no Python kernel in front of every dtype's abs); compiled
 graphs already decompose them into ops the compiler has, except bool `abs`
 and `_upsample_bilinear2d_aa` (`decompositions()`).
 """
@@ -219,12 +221,6 @@ def _cuda_only_kernel(op):
     return kernel
 
 
-def _abs(self):
-    if self.dtype == torch.bool and _real_rbln(self):
-        return _abs_bool(self)
-    return _with_autograd(torch.ops.aten.abs.default, self)
-
-
 def _abs_decomposition(x):
     return _abs_bool(x) if x.dtype == torch.bool else NotImplemented
 
@@ -255,7 +251,6 @@ def register():
     _library = torch.library.Library("aten", "IMPL", "AutogradPrivateUse1")
     _library.impl("histc", _histc)
     _library.impl("histc.out", _histc_out)
-    _library.impl("abs", _abs)
     for op in _CUDA_ONLY:
         _library.impl(op._schema.name.split("::")[1] + (
             f".{op._schema.overload_name}" if op._schema.overload_name else ""),
