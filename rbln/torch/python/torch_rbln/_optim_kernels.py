@@ -1,68 +1,64 @@
-"""Optimizer steps on rbln (issue 29): the foreach ops of torch.optim's
-multi-tensor optimizers (AdamW, Adam, SGD's default on rbln) and the fused
-AdamW/Adam kernels, as compiled programs over the whole list of tensors.
+"""Optimizer steps on rbln (issue 29): torch.optim's multi-tensor kernels
+-- the `_foreach_*` ops (`_foreach_kernels`) and the fused Adam/AdamW/SGD
+kernels (here) -- as compiled device programs over the whole tensor list.
 
 Eager compiled kernels compute the half types only (SPEC G1; a float32 op
 falls back to the CPU by H1's dtype check), and PyTorch runs a foreach op on
 a backend without kernels of its own as one op per tensor: an eager float32
-AdamW step ran ~170 ops on the CPU, downloading every parameter, gradient and
-moment. Here each foreach op -- and the fused kernels -- is one function of
-per-tensor torch ops, traced into an ATen graph and compiled by the rbln
-backend (graph programs compute float32), one program per list of shapes
-and dtypes. The
-scalars (learning rate, betas, step sizes) are 0-d device tensors, inputs of
-the program, so a changing learning rate reuses it. Results are written back
-into the tensors, as the in-place ops promise.
+AdamW step of a small GPT-2 ran 168 ops on the CPU, downloading every
+parameter, gradient and moment. Here each kernel is one function of
+per-tensor ATen ops in float32 (opmath: half types widened, one rounding),
+traced and compiled by the rbln backend once per kernel and list of shapes
+and dtypes (`_device_programs`, no host ops). Scalars (learning rate, betas,
+step sizes) are 0-d float32 device tensors, inputs of the program, so a
+changing learning rate reuses it. Results are written back into the
+tensors, as the in-place ops promise.
 
-A list holding tensors of other devices, or a fused call with gradient
-scaling (grad_scale / found_inf), goes to the boxed CPU fallback as before,
-visibly (dispatch/cpu_fallback)."""
+Fused kernels follow ATen's CPU/CUDA kernels (FusedAdamKernel, FusedSGDKernel):
+a `grad_scale` divides the gradient, which is stored back unscaled; a
+`found_inf` of 1.0 leaves every tensor untouched. A list holding tensors of
+several devices or dtypes other than float32/float16/bfloat16 goes to the
+CPU, visibly (dispatch/cpu_fallback, `cpu_run`).
+"""
 
 import os
-import threading
 
 import torch
 
-from . import _C
+from . import _C, _device_programs
 
-_lock = threading.Lock()
-# (kernel name, list lengths, (shape, dtype) of every tensor) -> program.
-_programs = {}
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 _library = None
 
 
-def _program(name, fn, lists, extra):
-    """`fn(*lists, *extra)` traced into an ATen graph and compiled by the rbln
-    backend, once per kernel and signature (no Dynamo: its guards would cost
-    every call, and its recompile limit would stop a process that steps
-    many models)."""
-    flat = [t for lst in lists for t in lst] + list(extra)
-    key = (name, tuple(len(lst) for lst in lists),
-           tuple((tuple(t.shape), t.dtype) for t in flat))
-    with _lock:
-        compiled = _programs.get(key)
-    if compiled is None:
-        from torch.fx.experimental.proxy_tensor import make_fx
+def run_program(key, fn, tensors):
+    """`fn(*tensors)` (it returns a tuple) as one device program, compiled
+    once per key and signature of `tensors`; its results."""
+    def failure(e):
+        return (f"rbln: the optimizer kernel {key[0]} did not compile for the device ({e}); "
+                "please report it with the optimizer and parameter shapes")
 
-        from ._dynamo.backend import rbln_backend
-
-        lengths = [len(lst) for lst in lists]
-
-        def flat_fn(*args):
-            out, at = [], 0
-            for n in lengths:
-                out.append(list(args[at:at + n]))
-                at += n
-            return fn(*out, *args[at:])
-
-        gm = make_fx(flat_fn, tracing_mode="fake")(*flat)
-        compiled = rbln_backend(gm, flat)
-        with _lock:
-            _programs[key] = compiled
-    return compiled(*flat)
+    return _device_programs.run(("optim",) + tuple(key), fn, [_dense(t) for t in tensors],
+                                failure)
 
 
-def _device_of(tensors):
+def _dense(t):
+    """`t` with row-major strides: contiguous tensors may carry any stride
+    on a size-1 dimension (a depthwise convolution's weight gradient does),
+    which the traced program would copy as a strided view."""
+    t = t.contiguous()
+    return t if t.dim() == 0 or t.stride() == _row_major(t.shape) else t.view(-1).view(t.shape)
+
+
+def _row_major(shape):
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
+
+
+def device_of(tensors):
     """The rbln device of every tensor in `tensors`, or None if they are not
     all on one rbln device."""
     device = None
@@ -76,98 +72,47 @@ def _device_of(tensors):
     return device
 
 
-def _scalar(value, device):
-    """A Python number (or 0-d tensor) as a 0-d float32 tensor on `device`."""
+def scalar(value, device):
+    """A Python number (or 1-element tensor) as a 0-d float32 tensor on `device`."""
     if isinstance(value, torch.Tensor):
         return value.to(device=device, dtype=torch.float32).reshape(())
     return torch.tensor(float(value), dtype=torch.float32, device=device)
 
 
-def _scalars(values, device):
+def scalars(values, device):
     return torch.tensor([float(v) for v in values], dtype=torch.float32, device=device)
 
 
-def _apply(name, fn, lists, *extra):
-    """Runs compiled `fn(*lists, *extra)` (it returns one list of results);
-    None if the lists are not all on one rbln device."""
-    device = _device_of([t for lst in lists for t in lst])
-    if device is None:
-        return None
-    return _program(name, fn, lists, [e(device) for e in extra])
-
-
-def _write_back(targets, results):
+def write_back(targets, results):
     with torch.no_grad():
         for t, r in zip(targets, results):
             t.copy_(r)
 
 
-# -- per-tensor math (opmath: float32 for the half types, one rounding) ----------
-
 def _f(t):
     return t.float()
 
 
-def _add_scalar(xs, s):
-    return [(_f(x) + s).to(x.dtype) for x in xs]
+def _unscale(grads, grad_scale):
+    return [g if grad_scale is None else g / grad_scale for g in grads]
 
 
-def _add_list(xs, ys, alpha):
-    return [(_f(x) + _f(y) * alpha).to(x.dtype) for x, y in zip(xs, ys)]
-
-
-def _mul_scalar(xs, s):
-    return [(_f(x) * s).to(x.dtype) for x in xs]
-
-
-def _mul_list(xs, ys):
-    return [(_f(x) * _f(y)).to(x.dtype) for x, y in zip(xs, ys)]
-
-
-def _div_scalar(xs, s):
-    return [(_f(x) / s).to(x.dtype) for x in xs]
-
-
-def _div_scalar_list(xs, s):
-    return [(_f(x) / s[i]).to(x.dtype) for i, x in enumerate(xs)]
-
-
-def _lerp_scalar(xs, ends, w):
-    return [torch.lerp(_f(x), _f(e), w).to(x.dtype) for x, e in zip(xs, ends)]
-
-
-def _addcmul_scalar(xs, t1, t2, v):
-    return [(_f(x) + v * _f(a) * _f(b)).to(x.dtype) for x, a, b in zip(xs, t1, t2)]
-
-
-def _addcdiv_scalar(xs, t1, t2, v):
-    return [(_f(x) + v * (_f(a) / _f(b))).to(x.dtype) for x, a, b in zip(xs, t1, t2)]
-
-
-def _addcdiv_scalar_list(xs, t1, t2, v):
-    return [(_f(x) + v[i] * (_f(a) / _f(b))).to(x.dtype)
-            for i, (x, a, b) in enumerate(zip(xs, t1, t2))]
-
-
-def _maximum_list(xs, ys):
-    return [torch.maximum(x, y) for x, y in zip(xs, ys)]
-
-
-def _sqrt(xs):
-    return [_f(x).sqrt().to(x.dtype) for x in xs]
-
-
-def _neg(xs):
-    return [-x for x in xs]
+def _skip_if_found_inf(found_inf, new, old):
+    """`new` unless `found_inf` is 1.0 (ATen's fused kernels return early)."""
+    if found_inf is None:
+        return new
+    skip = found_inf == 1.0
+    return [torch.where(skip, o, n) for n, o in zip(new, old)]
 
 
 def _adam_update(params, grads, exp_avgs, exp_avg_sqs, max_sqs, steps, lr, beta1, beta2,
                  weight_decay, eps, decoupled, amsgrad, maximize):
     """ATen's fused Adam/AdamW (FusedAdamKernel.cpp) per parameter, in
-    float32: the new (param, exp_avg, exp_avg_sq, max_exp_avg_sq)."""
+    float32 on unscaled float32 gradients: the new (param, exp_avg,
+    exp_avg_sq[, max_exp_avg_sq]) of every parameter, flat."""
     out = []
-    for i, (p, g, m, v) in enumerate(zip(params, grads, exp_avgs, exp_avg_sqs)):
-        pf, gf, mf, vf = _f(p), _f(g), _f(m), _f(v)
+    for i, (p, gf, m, v) in enumerate(zip(params, grads, exp_avgs, exp_avg_sqs)):
+        pf, mf, vf = _f(p), _f(m), _f(v)
         if maximize:
             gf = -gf
         if decoupled:
@@ -187,50 +132,116 @@ def _adam_update(params, grads, exp_avgs, exp_avg_sqs, max_sqs, steps, lr, beta1
             mx = None
             denom = vf.sqrt() / bias2.sqrt() + eps
         pf = pf - step_size * mf / denom
-        out.append((pf.to(p.dtype), mf.to(m.dtype), vf.to(v.dtype),
-                    None if mx is None else mx.to(max_sqs[i].dtype)))
-    return [t for group in out for t in group if t is not None]
+        out += [pf, mf, vf] + ([] if mx is None else [mx])
+    return out
 
 
-def _fused_adam(decoupled):
-    def kernel(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr,
-               beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale=None,
-               found_inf=None):
-        if grad_scale is not None or found_inf is not None:
-            return _cpu_run(kernel.op, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
-                             state_steps, lr=lr, beta1=beta1, beta2=beta2,
-                             weight_decay=weight_decay, eps=eps, amsgrad=amsgrad,
-                             maximize=maximize, grad_scale=grad_scale, found_inf=found_inf)
-        lists = [self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs if amsgrad else [],
-                 state_steps]
-        name = f"fused_adam{'w' if decoupled else ''}_{int(amsgrad)}{int(maximize)}"
+def _sgd_update(params, grads, bufs, lr, weight_decay, momentum, dampening, nesterov, maximize,
+                is_first_step):
+    """ATen's fused SGD (FusedSGDKernel.cpp) per parameter, in float32 on
+    unscaled float32 gradients: the new (param[, momentum_buffer]), flat.
+    `weight_decay` is None when it is 0 (ATen skips the term)."""
+    out = []
+    for i, (p, g) in enumerate(zip(params, grads)):
+        pf = _f(p)
+        if maximize:
+            g = -g
+        if weight_decay is not None:
+            g = g + weight_decay * pf
+        if bufs:
+            buf = g if is_first_step else momentum * _f(bufs[i]) + (1 - dampening) * g
+            g = g + momentum * buf if nesterov else buf
+        out += [pf - lr * g] + ([buf] if bufs else [])
+    return out
 
-        def update(params, g, m, v, mx, steps, lr_, b1, b2, wd, e):
-            return _adam_update(params, g, m, v, mx, steps, lr_, b1, b2, wd, e, decoupled,
-                                amsgrad, maximize)
 
-        results = _apply(name, update, lists, *(lambda d, x=x: _scalar(x, d) for x in
-                                                (lr, beta1, beta2, weight_decay, eps)))
-        if results is None:
-            return _cpu_run(kernel.op, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
-                             state_steps, lr=lr, beta1=beta1, beta2=beta2,
-                             weight_decay=weight_decay, eps=eps, amsgrad=amsgrad,
-                             maximize=maximize)
-        per = 4 if amsgrad else 3
-        targets = []
-        for i in range(len(self)):
-            targets += [self[i], exp_avgs[i], exp_avg_sqs[i]]
-            if amsgrad:
-                targets.append(max_exp_avg_sqs[i])
-        assert len(targets) == per * len(self) == len(results)
-        _write_back(targets, results)
+def _fused(op, kind):
+    """The rbln kernel of a fused optimizer overload `op` ("adam", "adamw", "sgd")."""
+    names = [a.name for a in op._schema.arguments]
+    n_lists = 6 if kind != "sgd" else 3
+
+    def kernel(*args, **kwargs):
+        values = dict(zip(names, args))
+        values.update(kwargs)
+        lists = [values[n] for n in names[:n_lists]]
+        grad_scale, found_inf = values.get("grad_scale"), values.get("found_inf")
+        if kind == "sgd":
+            active = [lst for lst in lists if len(lst)]
+            flags = ("nesterov", "maximize", "is_first_step")
+            numbers = ("lr", "weight_decay", "momentum", "dampening")
+        else:
+            active = lists if values["amsgrad"] else lists[:4] + lists[5:]
+            flags = ("amsgrad", "maximize")
+            numbers = ("lr", "beta1", "beta2", "weight_decay", "eps")
+        tensors = [t for lst in active for t in lst]
+        device = device_of(tensors + [t for t in (grad_scale, found_inf) if t is not None])
+        dtypes_ok = all(t.dtype in _FLOATS for t in tensors)
+        if device is None or not dtypes_ok:
+            return cpu_run(op, *args, **kwargs)
+        # The ATen kernels compare weight_decay/momentum with 0 to pick a
+        # path; they are static, the rest are 0-d device inputs.
+        static = {f: bool(values[f]) for f in flags}
+        if kind == "sgd":
+            static.update(weight_decay=values["weight_decay"] != 0, has_bufs=bool(lists[2]))
+        extra = [scalar(values[x], device) for x in numbers]
+        extra += [t.reshape(()) for t in (grad_scale, found_inf) if t is not None]
+        lengths = [len(lst) for lst in active]
+        mutated = _mutated(kind, active, static)
+
+        def update(*flat):
+            parts, at = [], 0
+            for n in lengths:
+                parts.append(list(flat[at:at + n]))
+                at += n
+            nums = dict(zip(numbers, flat[at:at + len(numbers)]))
+            at += len(numbers)
+            gs = flat[at] if grad_scale is not None else None
+            fi = flat[-1] if found_inf is not None else None
+            grads = _unscale([_f(g) for g in parts[1]], gs)
+            if kind == "sgd":
+                new = _sgd_update(parts[0], grads, parts[2] if static["has_bufs"] else [],
+                                  nums["lr"], nums["weight_decay"] if static["weight_decay"] else None,
+                                  nums["momentum"], nums["dampening"], static["nesterov"],
+                                  static["maximize"], static["is_first_step"])
+            else:
+                mx = parts[4] if static["amsgrad"] else []
+                new = _adam_update(parts[0], grads, parts[2], parts[3], mx, parts[-1],
+                                   nums["lr"], nums["beta1"], nums["beta2"], nums["weight_decay"],
+                                   nums["eps"], kind == "adamw", static["amsgrad"],
+                                   static["maximize"])
+            written = _mutated(kind, parts, static)
+            if gs is not None:
+                new += grads  # stored back unscaled, as ATen does
+                written += parts[1]
+            new = _skip_if_found_inf(fi, new, [_f(t) for t in written])
+            return tuple(r.to(t.dtype) for r, t in zip(new, written))
+
+        key = (op._schema.name, tuple(sorted(static.items())), grad_scale is not None,
+               found_inf is not None, tuple(lengths))
+        results = run_program(key, update, tensors + extra)
+        targets = mutated + (list(lists[1]) if grad_scale is not None else [])
+        write_back(targets, results)
 
     return kernel
 
 
-def _cpu_run(op, *args, **kwargs):
-    """The CPU fallback of the cases the compiled kernels do not take (a list
-    with tensors of other devices, gradient scaling): `op` on CPU copies of
+def _mutated(kind, lists, static):
+    """The tensors a fused kernel writes, in its update's order (the
+    gradients, written when unscaled, come last)."""
+    out = []
+    if kind == "sgd":
+        for i, p in enumerate(lists[0]):
+            out += [p] + ([lists[2][i]] if static["has_bufs"] else [])
+        return out
+    for i, p in enumerate(lists[0]):
+        out += [p, lists[2][i], lists[3][i]] + ([lists[4][i]] if static["amsgrad"] else [])
+    return out
+
+
+def cpu_run(op, *args, **kwargs):
+    """The CPU fallback of the cases the compiled kernels do not take (lists
+    with tensors of several devices or dtypes other than float32/float16/
+    bfloat16): `op` on CPU copies of
     the rbln tensors, mutated ones written back; counted and governed as the
     boxed fallback is (dispatch/cpu_fallback, TORCH_RBLN_DISABLE_FALLBACK=
     unsupported_op)."""
@@ -239,7 +250,7 @@ def _cpu_run(op, *args, **kwargs):
     if disabled & {"unsupported_op", "all"}:
         raise RuntimeError(
             f"rbln: `{name}` would run on the CPU (these arguments have no rbln kernel: tensors "
-            "of several devices, or gradient scaling in a fused optimizer) and "
+            "of several devices, or of dtypes other than float32/float16/bfloat16) and "
             "TORCH_RBLN_DISABLE_FALLBACK disables unsupported_op fallbacks; remove unsupported_op "
             "from it to allow the CPU run")
     _C._counter_add("dispatch/cpu_fallback", 1)
@@ -268,70 +279,19 @@ def _cpu_run(op, *args, **kwargs):
     return out
 
 
-# -- the foreach ops ---------------------------------------------------------------
-
-def _inplace(name, fn, *scalar_args):
-    """A foreach in-place op whose first argument is the list written."""
-    def kernel(self, *args):
-        tensor_lists = [self] + [a for a in args[:len(args) - len(scalar_args)]]
-        scalars = args[len(args) - len(scalar_args):]
-        extra = [(lambda d, s=s, kind=k: _scalars(s, d) if kind == "list" else _scalar(s, d))
-                 for s, k in zip(scalars, scalar_args)]
-        results = _apply(name, fn, tensor_lists, *extra)
-        if results is None:
-            return _cpu_run(kernel.op, self, *args)
-        _write_back(self, results)
-
-    return kernel
-
-
-_OPS = {
-    "_foreach_add_.Scalar": lambda: _inplace("add_scalar", _add_scalar, "scalar"),
-    "_foreach_mul_.Scalar": lambda: _inplace("mul_scalar", _mul_scalar, "scalar"),
-    "_foreach_mul_.Tensor": lambda: _inplace("mul_scalar", _mul_scalar, "scalar"),
-    "_foreach_mul_.List": lambda: _inplace("mul_list", _mul_list),
-    "_foreach_div_.Scalar": lambda: _inplace("div_scalar", _div_scalar, "scalar"),
-    "_foreach_div_.ScalarList": lambda: _inplace("div_scalar_list", _div_scalar_list, "list"),
-    "_foreach_lerp_.Scalar": lambda: _inplace("lerp_scalar", _lerp_scalar, "scalar"),
-    "_foreach_addcmul_.Scalar": lambda: _inplace("addcmul_scalar", _addcmul_scalar, "scalar"),
-    "_foreach_addcdiv_.Scalar": lambda: _inplace("addcdiv_scalar", _addcdiv_scalar, "scalar"),
-    "_foreach_addcdiv_.ScalarList": lambda: _inplace("addcdiv_scalar_list",
-                                                     _addcdiv_scalar_list, "list"),
-    "_foreach_maximum_.List": lambda: _inplace("maximum_list", _maximum_list),
-}
-
-
-def _functional(name, fn):
-    def kernel(self):
-        results = _apply(name, fn, [self])
-        if results is None:
-            return _cpu_run(kernel.op, self)
-        return list(results)
-
-    return kernel
-
-
-def _add_list_kernel(self, other, *, alpha=1):
-    results = _apply("add_list", _add_list, [self, other], lambda d: _scalar(alpha, d))
-    if results is None:
-        return _cpu_run(_add_list_kernel.op, self, other, alpha=alpha)
-    _write_back(self, results)
-
-
 def register():
     """Registers the kernels for rbln (once)."""
     global _library
     if _library is not None:
         return
+    from . import _foreach_kernels
+
     _library = torch.library.Library("aten", "IMPL", "PrivateUse1")
-    kernels = {name: make() for name, make in _OPS.items()}
-    kernels["_foreach_add_.List"] = _add_list_kernel
-    kernels["_foreach_sqrt"] = _functional("sqrt", _sqrt)
-    kernels["_foreach_neg"] = _functional("neg", _neg)
-    kernels["_fused_adamw_"] = _fused_adam(decoupled=True)
-    kernels["_fused_adam_"] = _fused_adam(decoupled=False)
+    kernels = _foreach_kernels.kernels()
+    for base, kind in (("_fused_adamw_", "adamw"), ("_fused_adam_", "adam"),
+                       ("_fused_sgd_", "sgd")):
+        for overload in ("default", "tensor_lr"):
+            kernels[f"{base}.{overload}"] = _fused(getattr(getattr(torch.ops.aten, base), overload),
+                                                   kind)
     for name, kernel in kernels.items():
-        base, _, overload = name.partition(".")
-        packet = getattr(torch.ops.aten, base)
-        kernel.op = getattr(packet, overload or "default")
-        _library.impl(name, kernel)
+        _library.impl(name.removesuffix(".default"), kernel)
