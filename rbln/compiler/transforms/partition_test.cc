@@ -266,6 +266,18 @@ TEST(PartitionTest, DataMovement) {
                                {x.type()}, {{"dim", IntA(dim)}}),
                     {x, index, src}, true, absl::StrCat("index_copy dim=", dim));
   }
+  // index_select of whole slices (a paged KV cache's block gather) is a loop
+  // of slice copies whose iterations the workers split (P8's range check
+  // in each); alone in the program, so the program is split only if the
+  // loop is.
+  for (int64_t n : kRows) {
+    HostTensor cache = Random(ir::BFLOAT16, {2, 9, 16, 8}, 24);
+    HostTensor ids = Random(ir::INT64, {n}, 25, 0, 9);
+    ExpectSameSplit(OneOpGraph("index_select", {cache.type(), ids.type()},
+                               {Type(ir::BFLOAT16, {2, n, 16, 8})}, {{"dim", IntA(1)}}),
+                    {cache, ids}, UnlessEmpty(n),
+                    Name("index_select dim=1", ir::BFLOAT16, ids.shape));
+  }
 }
 
 // Scans are one loop on worker 0 that writes the output slice by slice

@@ -5,6 +5,7 @@
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "rbln/compiler/abi/kernel_abi.h"
 #include "rbln/compiler/frontend/ops/movement_util.h"
 #include "rbln/compiler/frontend/ops/shape_util.h"
 
@@ -97,10 +98,19 @@ Value GatherSlices(GraphImporter& im, Value x, const std::string& index,
   Value out = b.create<mlir::tensor::EmptyOp>(
       im.loc(), shape,
       x.getType().cast<mlir::RankedTensorType>().getElementType());
-  return IndexLoop(im, out, index, bound,
-                   [&](OpBuilder& lb, Location l, Value i, Value at, Value acc) {
-                     return CopyOneSlice(lb, l, x, at, acc, i, dim);
-                   });
+  Value gathered =
+      IndexLoop(im, out, index, bound,
+                [&](OpBuilder& lb, Location l, Value i, Value at, Value acc) {
+                  return CopyOneSlice(lb, l, x, at, acc, i, dim);
+                });
+  // Iteration i writes only slice i of `out`: the partition pass may spread
+  // the iterations over the chiplet workers once bufferization has made the
+  // loop copy in place (a loop that still carries a buffer stays whole).
+  // index_copy's loop above stays in order: the last repeated index wins.
+  mlir::Operation* loop = gathered.getDefiningOp();
+  loop->setAttr(kParallelIterationsAttr, b.getUnitAttr());
+  loop->setAttr(kWorkAttr, b.getI64IntegerAttr(NumElements(shape)));
+  return gathered;
 }
 
 }  // namespace rbln::compiler
