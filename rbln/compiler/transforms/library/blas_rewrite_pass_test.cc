@@ -426,6 +426,11 @@ TEST(BlasRewritePassTest, OnednnTakesBf16AndF16OperandsAsTheyAre) {
            {OneOpGraph("mm", {Type(bf, {256, 128}), Type(bf, {128, 512})},
                        {Type(bf, {256, 512})}),
             1, 4, 0, bf16},
+           // A batch of skinny products (decode attention's scores: few
+           // multiply-adds, 2 MB of keys): cut by the elements it moves.
+           {OneOpGraph("bmm", {Type(bf, {64, 2, 64}), Type(bf, {64, 64, 256})},
+                       {Type(bf, {64, 2, 256})}),
+            1, 4, 0, bf16},
        }) {
     auto context = CreateCompilerContext();
     mlir::OwningOpRef<mlir::ModuleOp> module =

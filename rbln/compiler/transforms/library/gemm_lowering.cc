@@ -209,9 +209,15 @@ void EmitOnednnGemm(OpBuilder& b, Location l, const Gemm& g,
                                               BaseAddress(b, l, m));
   };
   const GemmProblem p = GemmProblemOf(g);
-  // Blocks along the dimension GemmBlockOf splits.
+  // Blocks along the dimension GemmBlockOf splits, by the multiply-adds and
+  // the elements the GEMM moves: a batch of skinny products (decode
+  // attention's 64 x [2 x 64] * [64 x 256]) does few multiply-adds per byte
+  // and would otherwise run whole on one worker while the others wait.
+  constexpr int64_t kMultiplyAddsPerElement = 16;
+  const int64_t moved = g.batch * (g.m * g.k + g.k * g.n + g.m * g.n);
   const int64_t blocks = LibraryCallBlocks(
-      g.batch * g.m * g.n * g.k, g.batch > 1 ? g.batch : std::max(g.m, g.n));
+      g.batch * g.m * g.n * g.k + kMultiplyAddsPerElement * moved,
+      g.batch > 1 ? g.batch : std::max(g.m, g.n));
   llvm::SmallVector<Value> args;
   if (problem) {
     args = {ProblemWordsAddress(b, l, problem), address(g.a), address(g.b),
