@@ -42,18 +42,49 @@ std::pair<int64_t, int64_t> GroupedGemmColumns(int64_t n, int64_t block, int64_t
   return {begin, std::min(n, begin + part)};
 }
 
+std::vector<int64_t> GroupedGemmGroupBlocks(
+    const std::vector<std::pair<int64_t, int64_t>>& rows, int64_t m, int64_t blocks) {
+  const int64_t groups = static_cast<int64_t>(rows.size());
+  if (blocks < 1 || groups < kMinGroupsPerBlock * blocks) return {};
+  // A non-empty group costs its rows plus, for reading its weight, as many
+  // as an average group has.
+  const int64_t weight_rows = std::max<int64_t>(1, m / groups);
+  std::vector<int64_t> cost(groups, 0);
+  int64_t total = 0, rows_end = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    const auto [begin, end] = rows[g];
+    if (begin >= end) continue;
+    if (begin < rows_end) return {};  // overlaps an earlier group: in order
+    rows_end = end;
+    cost[g] = end - begin + weight_rows;
+    total += cost[g];
+  }
+  std::vector<int64_t> owner(groups, 0);
+  if (total == 0) return owner;
+  int64_t before = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    // The block whose share of the total holds the middle of g's cost.
+    owner[g] = std::min(blocks - 1, (2 * before + cost[g]) * blocks / (2 * total));
+    before += cost[g];
+  }
+  return owner;
+}
+
 void RunGroupedGemmBlock(const GroupedGemmProblem& p, const void* a, const void* b,
                          const void* offsets, float* c, int64_t block, int64_t blocks) {
-  const auto [first, last] = GroupedGemmColumns(p.n, block, blocks);
-  if (first >= last || p.k <= 0) return;
+  if (p.k <= 0) return;
   const int64_t bytes = OperandBytes(p.type);
   const auto* a_bytes = static_cast<const char*>(a);
   const auto* b_bytes = static_cast<const char*>(b);
   const std::vector<std::pair<int64_t, int64_t>> rows =
       GroupRows(offsets, p.offsets_i64, p.groups, p.m);
+  const std::vector<int64_t> owner = GroupedGemmGroupBlocks(rows, p.m, blocks);
+  const auto [first, last] = owner.empty() ? GroupedGemmColumns(p.n, block, blocks)
+                                           : std::pair<int64_t, int64_t>{0, p.n};
+  if (first >= last) return;
   for (int64_t g = 0; g < p.groups; ++g) {
     const auto [begin, end] = rows[g];
-    if (begin >= end) continue;
+    if (begin >= end || (!owner.empty() && owner[g] != block)) continue;
     GemmProblem q;
     q.type = p.type;
     q.trans_b = p.trans_b;

@@ -10,12 +10,19 @@
 // was routed to are not read.
 //
 // Kernels call rbln_grouped_gemm (kGroupedGemmSymbol, abi/kernel_abi.h) once
-// per column block (blocks fixed by the problem's shape, so every element is
-// computed by the same call whatever the number of chiplet workers, SPEC
-// A2): one oneDNN
-// GEMM per non-empty group on that block's columns, B[g] a weight packed
-// once per version of its bytes (packed_weights.h) when it is a program
-// input.
+// per block (the block count fixed by the problem's shape). With at least
+// kMinGroupsPerBlock groups a block and no two groups' rows overlapping
+// (an MoE layer's experts), a block is a run of whole groups, balanced by
+// their rows and weights (GroupedGemmGroupBlocks): one oneDNN GEMM per
+// non-empty group over all of C's columns, so C is written in place (no
+// staged column block), each weight is read by one call and there are
+// `groups` calls, not groups x blocks. Otherwise (few groups, or
+// overlapping ones, which must run in order) a block is a range of
+// columns (GroupedGemmColumns): one GEMM per non-empty group on them.
+// Either way a group's product is the same oneDNN call whatever the block
+// count or the number of chiplet workers that run the blocks (SPEC A2).
+// B[g] is a weight packed once per version of its bytes (packed_weights.h)
+// when it is a program input.
 #ifndef RBLN_COMPILER_KERNELS_GROUPED_GEMM_H_
 #define RBLN_COMPILER_KERNELS_GROUPED_GEMM_H_
 
@@ -43,6 +50,18 @@ struct GroupedGemmProblem {
 // tensor of `m` rows, start the previous group's end as given (0 first).
 std::vector<std::pair<int64_t, int64_t>> GroupRows(const void* offsets, bool i64,
                                                    int64_t groups, int64_t m);
+
+// Groups a block takes at the least for the blocks to be runs of groups.
+inline constexpr int64_t kMinGroupsPerBlock = 2;
+
+// The block of each group when the blocks are runs of groups (see above),
+// from the groups' rows (GroupRows) in `m` rows: contiguous runs, each
+// group in the block whose equal share of the total cost holds the middle
+// of its own (a non-empty group's rows plus m / groups for its weight).
+// Empty when the blocks are column ranges instead: fewer than
+// kMinGroupsPerBlock groups a block, or groups whose rows overlap.
+std::vector<int64_t> GroupedGemmGroupBlocks(
+    const std::vector<std::pair<int64_t, int64_t>>& rows, int64_t m, int64_t blocks);
 
 // Columns [begin, end) of column block `block` of `blocks` (whole 16-float
 // vectors; empty past the last column).

@@ -2,8 +2,9 @@
 // rbln_grouped_gemm against a double-precision reference: f32 and bf16
 // operands, B plain and transposed, int32 and int64 offsets, empty groups,
 // rows past the last offset left as they were, offsets that decrease or
-// run past the rows (clamped as Tensor.slice clamps), in one column block
-// and in four (the count is fixed by the problem's shape, not the workers).
+// run past the rows (clamped as Tensor.slice clamps), in one block and in
+// several (the count is fixed by the problem's shape, not the workers):
+// column blocks, and runs of whole groups when there are many.
 #include "rbln/compiler/kernels/grouped_gemm.h"
 
 #include <cmath>
@@ -137,6 +138,60 @@ TEST_F(GroupedGemmTest, MatchesReferenceInOneBlockAndInFour) {
       }
     }
   }
+}
+
+// Many groups (an MoE layer's experts): the blocks are runs of whole
+// groups, every group's product one call over all columns; the same
+// result in 1, 3 and 4 blocks, with empty groups, rows past the last
+// offset, and the same groups overlapping (a decreasing offset), where the
+// blocks are column ranges and the later group's product stays.
+TEST_F(GroupedGemmTest, ManyGroupsMatchReferenceInAnyBlockCount) {
+  const std::vector<std::vector<int64_t>> offsets = {
+      {4, 4, 9, 15, 22, 22, 30, 31, 40, 47, 47, 50, 58, 60, 62, 62},
+      {0, 0, 0, 0, 0, 0, 0, 64, 64, 64, 64, 64, 64, 64, 64, 64},  // one group
+      {4, 9, 15, 22, 30, 31, 40, 47, 20, 50, 58, 60, 62, 63, 64, 64},  // overlap
+  };
+  uint32_t seed = 11;
+  for (bool trans_b : {false, true}) {
+    for (const std::vector<int64_t>& offs : offsets) {
+      Case t{/*bf16=*/true, trans_b, /*i64=*/false, 64, 40, 32, offs};
+      std::mt19937 rng(seed++);
+      const Operand a = Make(t.m * t.k, true, rng);
+      const Operand b = Make(int64_t(offs.size()) * t.k * t.n, true, rng);
+      std::vector<float> c0(t.m * t.n, 5.0f);
+      const std::vector<double> want = Reference(t, a, b, c0);
+      const std::vector<float> one = RunGrouped(t, a, b, c0, 1);
+      for (int64_t blocks : {3, 4}) {
+        const std::vector<float> got = RunGrouped(t, a, b, c0, blocks);
+        for (size_t i = 0; i < want.size(); ++i) {
+          ASSERT_NEAR(got[i], want[i], 1e-5 * t.k)
+              << (trans_b ? "trans_b " : "") << blocks << " blocks, offsets from "
+              << offs[0] << ", element " << i;
+        }
+      }
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_NEAR(one[i], want[i], 1e-5 * t.k) << "1 block, element " << i;
+      }
+    }
+  }
+}
+
+TEST(GroupedGemmBlocksTest, RunsOfWholeGroupsBalancedByRowsAndWeights) {
+  // 8 groups in 2 blocks: costs are rows + 64 / 8 for each non-empty group.
+  std::vector<std::pair<int64_t, int64_t>> rows = {
+      {0, 2}, {2, 2}, {2, 30}, {30, 32}, {32, 40}, {40, 48}, {48, 56}, {56, 64}};
+  // Costs 10, 0, 36, 10, 16, 16, 16, 16 (total 120): middles 5, 10, 28,
+  // 51, 64, 80, 96, 112 against the halves' boundary 60.
+  EXPECT_EQ(GroupedGemmGroupBlocks(rows, 64, 2),
+            (std::vector<int64_t>{0, 0, 0, 0, 1, 1, 1, 1}));
+  // Fewer than kMinGroupsPerBlock groups a block: column blocks.
+  EXPECT_TRUE(GroupedGemmGroupBlocks(rows, 64, 5).empty());
+  // Overlapping rows must run in order: column blocks.
+  rows[4] = {20, 40};
+  EXPECT_TRUE(GroupedGemmGroupBlocks(rows, 64, 2).empty());
+  // No rows at all: every group (all empty) in block 0.
+  const std::vector<std::pair<int64_t, int64_t>> none(8, {0, 0});
+  EXPECT_EQ(GroupedGemmGroupBlocks(none, 64, 4), std::vector<int64_t>(8, 0));
 }
 
 TEST(GroupedGemmRowsTest, GroupRowsClampsAsTensorSlice) {

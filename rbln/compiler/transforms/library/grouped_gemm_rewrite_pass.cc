@@ -6,9 +6,9 @@
 // them into C) with calls of rbln_grouped_gemm (kernels/grouped_gemm.h):
 // one oneDNN GEMM per group on its rows only, B[g] read in place (plain or
 // transposed, as the generic's map reads it) and A and B as stored (f32,
-// bf16 bits or f16). The calls are cut into column blocks by the problem's
-// shape (library_calls.h), which the partition pass spreads over the
-// chiplet workers. C's zero fill before the loop stays: rows in no group
+// bf16 bits or f16). The calls are cut into blocks by the problem's shape
+// (library_calls.h), which the partition pass spreads over the chiplet
+// workers. C's zero fill before the loop stays: rows in no group
 // are zero.
 //
 // A loop whose operands are not what the call can address (no base buffer
@@ -188,8 +188,9 @@ class GroupedGemmRewritePass
           i64(g.groups), i64(g.m), i64(g.n), i64(g.k), i64(g.a.ld), i64(g.b.ld),
           i64(g.c.ld), i64(g.b.batch_stride), address(g.a), address(g.b), offsets,
           address(g.c)};
-      // Column blocks of whole 16-float vectors (GroupedGemmColumns); the
-      // rows are at most m in all.
+      // Blocks of whole 16-float column vectors or runs of whole groups
+      // (kernels/grouped_gemm.h decides which from the problem and the
+      // offsets); the rows are at most m in all.
       const int64_t work = g.m * g.n * g.k;
       EmitBlockedCalls(b, l, callee, std::move(args),
                        LibraryCallBlocks(work, (g.n + 15) / 16), work);
