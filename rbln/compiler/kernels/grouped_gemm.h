@@ -67,7 +67,7 @@ std::vector<int64_t> GroupedGemmGroupBlocks(
 // vectors; empty past the last column).
 std::pair<int64_t, int64_t> GroupedGemmColumns(int64_t n, int64_t block, int64_t blocks);
 
-// Runs column block `block` of `blocks` of `p` (what rbln_grouped_gemm does).
+// Runs block `block` of `blocks` of `p` (what rbln_grouped_gemm does).
 void RunGroupedGemmBlock(const GroupedGemmProblem& p, const void* a, const void* b,
                          const void* offsets, float* c, int64_t block, int64_t blocks);
 
