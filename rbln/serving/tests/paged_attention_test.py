@@ -26,9 +26,9 @@ def _fresh_dynamo():
     yield
 
 
-def _step(q, k, v, cache, slots, table, positions, window):
+def _step(q, k, v, cache, slots, table, positions, window, visible=None):
     pa.write_kv(cache, slots, k, v)
-    return pa.attend(q, cache, table, positions, BLOCK, 0.25, window)
+    return pa.attend(q, cache, table, positions, BLOCK, 0.25, window, visible)
 
 
 def _case(batch, q_len, starts, tables, dtype, seed=0):
@@ -63,8 +63,12 @@ CASES = {
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("window", [None, 3])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_compiled_step_matches_the_loops(case, window, dtype):
+@pytest.mark.parametrize("mask_on_host", [False, True])
+def test_compiled_step_matches_the_loops(case, window, dtype, mask_on_host):
     q, k, v, cache, slots, table, positions = _case(*CASES[case], dtype)
+    # The model runner's way: the visibility mask computed on the host.
+    visible = (pa.visible_mask(positions, table.shape[0], table.shape[1] * BLOCK, window)
+               if mask_on_host else None)
     want_cache = cache.clone()
     want = pa.reference(q, k, v, want_cache, slots, table, positions, BLOCK, 0.25, window)
 
@@ -74,7 +78,8 @@ def test_compiled_step_matches_the_loops(case, window, dtype):
     before = torch.rbln.counters()
     with torch.no_grad():
         got = step(*[t.to("rbln") for t in (q, k, v)], dev_cache,
-                   *[t.to("rbln") for t in (slots, table, positions)], window)
+                   *[t.to("rbln") for t in (slots, table, positions)], window,
+                   None if visible is None else visible.to("rbln"))
     after = torch.rbln.counters()
     for name in ("graph/cpu_fallback", "graph/host_ops", "dispatch/cpu_fallback"):
         assert after.get(name, 0) == before.get(name, 0), name

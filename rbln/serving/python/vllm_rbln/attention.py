@@ -49,6 +49,9 @@ class RblnCallMetadata:
     slot_mapping: torch.Tensor  # [B*Q] int64
     block_table: torch.Tensor  # [B, NB] int64
     positions: torch.Tensor  # [B*Q] int64
+    # [B, Q, NB * block_size] bool, paged_attention.visible_mask without a
+    # window: computed once per call on the host instead of in every layer.
+    visible: torch.Tensor
 
 
 class RblnAttentionMetadataBuilder(AttentionMetadataBuilder[RblnStepMetadata]):
@@ -105,8 +108,9 @@ class RblnAttentionImpl(AttentionImpl):
         meta = attn_metadata
         if self.kv_sharing_target_layer_name is None:
             paged_attention.write_kv(kv_cache, meta.slot_mapping, key, value)
-        out = paged_attention.attend(query, kv_cache, meta.block_table, meta.positions,
-                                     self.block_size, self.scale, self.sliding_window)
+        out = paged_attention.attend(
+            query, kv_cache, meta.block_table, meta.positions, self.block_size, self.scale,
+            self.sliding_window, visible=meta.visible if self.sliding_window is None else None)
         output.copy_(out.view(output.shape))
         return output
 

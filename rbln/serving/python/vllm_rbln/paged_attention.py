@@ -36,12 +36,26 @@ def write_kv(cache: torch.Tensor, slot_mapping: torch.Tensor, key: torch.Tensor,
     cache.index_copy_(2, slot_mapping, kv)
 
 
+def visible_mask(positions: torch.Tensor, batch: int, context: int,
+                 sliding_window: int = None) -> torch.Tensor:
+    """[B, Q, L] bool: which of its request's `context` gathered key positions
+    each query sees (step 3 above). The model runner computes it on the host
+    once per call for every layer without a sliding window."""
+    key_pos = torch.arange(context, device=positions.device).view(1, 1, context)
+    q_pos = positions.view(batch, -1, 1)
+    visible = key_pos <= q_pos
+    if sliding_window is not None:
+        visible = visible & (key_pos > q_pos - sliding_window)
+    return visible
+
+
 def attend(query: torch.Tensor, cache: torch.Tensor, block_table: torch.Tensor,
            positions: torch.Tensor, block_size: int, scale: float,
-           sliding_window: int = None) -> torch.Tensor:
+           sliding_window: int = None, visible: torch.Tensor = None) -> torch.Tensor:
     """Attention of `query` [B*Q, Hq, D] over the cached context of each
     request: `block_table` [B, NB] (block ids, int), `positions` [B*Q] (each
-    query's position in its sequence). Returns [B*Q, Hq, D]."""
+    query's position in its sequence). `visible`: visible_mask(positions, B,
+    NB * block_size, sliding_window) if the caller has it. Returns [B*Q, Hq, D]."""
     batch, num_table_blocks = block_table.shape
     tokens, num_heads, head_size = query.shape
     q_len = tokens // batch
@@ -60,11 +74,8 @@ def attend(query: torch.Tensor, cache: torch.Tensor, block_table: torch.Tensor,
     q = query.view(batch, q_len, num_kv_heads, group, head_size)
     q = q.permute(2, 0, 1, 3, 4).reshape(num_kv_heads, batch, q_len * group, head_size)
 
-    key_pos = torch.arange(context, device=query.device)
-    q_pos = positions.view(batch, q_len, 1)
-    visible = key_pos.view(1, 1, context) <= q_pos  # [B, Q, L]
-    if sliding_window is not None:
-        visible = visible & (key_pos.view(1, 1, context) > q_pos - sliding_window)
+    if visible is None:
+        visible = visible_mask(positions, batch, context, sliding_window)
     mask = visible.view(1, batch, q_len, 1, context).expand(
         1, batch, q_len, group, context).reshape(1, batch, q_len * group, context)
 
