@@ -11,8 +11,8 @@ new learning rate reuses the program), scalar lists and 0-d / per-tensor
 `Tensor` scalars; the per-tensor math is computed in float32 (opmath: half
 inputs widened, one rounding at the end, as CUDA's multi-tensor kernels do)
 for the whole list in one traced program, compiled once per (overload,
-shapes and dtypes) by `_optim_kernels.run_program`. In-place overloads write
-the results back into `self`. Tensor lists of other dtypes (integers,
+shapes and dtypes) by `_optim_kernels.run_program`. In-place overloads' programs
+write `self` in place. Tensor lists of other dtypes (integers,
 float64) or tensors of several devices take the counted CPU
 fallback (`_optim_kernels.cpu_run`).
 """
@@ -169,11 +169,10 @@ def _kernel(op, math, inplace):
 
         flat = [t for lst in lists for t in lst] + extra
         key = (name, tuple(sorted((k, repr(v)) for k, v in static.items())), tuple(layout))
-        results = _optim_kernels.run_program(key, update, flat)
         if inplace:
-            _optim_kernels.write_back(lists[0], results)
+            _optim_kernels.run_program(key, update, flat, writes=range(n))
             return None
-        return list(results)
+        return list(_optim_kernels.run_program(key, update, flat))
 
     return kernel
 

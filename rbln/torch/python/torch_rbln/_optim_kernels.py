@@ -31,15 +31,32 @@ _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 _library = None
 
 
-def run_program(key, fn, tensors):
+def run_program(key, fn, tensors, writes=None):
     """`fn(*tensors)` (it returns a tuple) as one device program, compiled
-    once per key and signature of `tensors`; its results."""
+    once per key and signature of `tensors`; its results. With `writes`
+    (for each result, the index of the input it replaces) the program
+    writes the results into those inputs in place (an input update, as a
+    compiled graph's mutated KV cache) and returns nothing: no copy per
+    tensor after the run."""
     def failure(e):
         return (f"rbln: the optimizer kernel {key[0]} did not compile for the device ({e}); "
                 "please report it with the optimizer and parameter shapes")
 
-    return _device_programs.run(("optim",) + tuple(key), fn, [_dense(t) for t in tensors],
-                                failure)
+    dense = [_dense(t) for t in tensors]
+    if writes is None:
+        return _device_programs.run(("optim",) + tuple(key), fn, dense, failure)
+
+    def update(*args):
+        for i, result in zip(writes, fn(*args)):
+            args[i].copy_(result)
+        return ()
+
+    _device_programs.run(("optim", "in place") + tuple(key), update, dense, failure)
+    # An input that had to be made dense was updated as a copy.
+    for i in writes:
+        if dense[i] is not tensors[i] and dense[i].data_ptr() != tensors[i].data_ptr():
+            write_back([tensors[i]], [dense[i]])
+    return None
 
 
 def _dense(t):
@@ -218,9 +235,9 @@ def _fused(op, kind):
 
         key = (op._schema.name, tuple(sorted(static.items())), grad_scale is not None,
                found_inf is not None, tuple(lengths))
-        results = run_program(key, update, tensors + extra)
         targets = mutated + (list(lists[1]) if grad_scale is not None else [])
-        write_back(targets, results)
+        index = {id(t): i for i, t in enumerate(tensors)}
+        run_program(key, update, tensors + extra, writes=[index[id(t)] for t in targets])
 
     return kernel
 
