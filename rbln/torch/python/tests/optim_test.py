@@ -13,6 +13,7 @@ import torch
 import transformers
 
 DEV = "rbln"
+F32, BF16 = torch.float32, torch.bfloat16
 transformers.logging.set_verbosity_error()
 
 
@@ -101,6 +102,25 @@ def test_foreach_with_a_wider_operand_rounds_once_into_self():
     assert_lists_close(dx, xs, torch.bfloat16)
 
 
+def test_in_place_programs_write_aliased_views_and_strided_self_correctly():
+    """The in-place programs update `self` as program inputs: a list that is
+    also the operand, views sharing one storage, and a transposed tensor
+    (made dense for the program, copied back) all end as on the CPU."""
+    xs = lists(F32, seed=1)
+    dx = to_dev(xs)
+    torch._foreach_add_(dx, dx, alpha=0.5)
+    torch._foreach_add_(xs, xs, alpha=0.5)
+    assert_lists_close(dx, xs, F32)
+    base = torch.randn(10)
+    dev_base = base.to(DEV)
+    torch._foreach_mul_([dev_base[0:5], dev_base[5:10]], 2.0)
+    torch.testing.assert_close(dev_base.cpu(), base * 2.0)
+    t = torch.randn(4, 6)
+    dev_t = t.to(DEV).t()
+    torch._foreach_mul_([dev_t], 3.0)
+    torch.testing.assert_close(dev_t.cpu(), t.t() * 3.0)
+
+
 def test_foreach_lists_the_device_cannot_compute_take_the_counted_cpu_fallback():
     """Integer lists have no device program: the CPU runs them, counted (I3)."""
     xs = [torch.arange(6, dtype=torch.int64), torch.arange(4, dtype=torch.int64)]
@@ -129,8 +149,6 @@ def gpt2():
                                      attn_pdrop=0.0)
     return transformers.GPT2LMHeadModel(config)
 
-
-F32, BF16 = torch.float32, torch.bfloat16
 
 # (optimizer, its arguments, parameter dtype). No foreach/fused argument is
 # torch.optim's default choice, which is foreach on rbln as on CUDA.

@@ -21,6 +21,7 @@ several devices or dtypes other than float32/float16/bfloat16 goes to the
 CPU, visibly (dispatch/cpu_fallback, `cpu_run`).
 """
 
+import collections
 import os
 
 import torch
@@ -43,6 +44,12 @@ def run_program(key, fn, tensors, writes=None):
                 "please report it with the optimizer and parameter shapes")
 
     dense = [_dense(t) for t in tensors]
+    if writes is not None and _shares_storage(dense, writes):
+        # A program updates an input in place only if no other input
+        # overlaps it (`_foreach_add_(xs, xs)`, views of one buffer): results
+        # are copied back instead.
+        write_back([tensors[i] for i in writes], run_program(key, fn, tensors))
+        return None
     if writes is None:
         return _device_programs.run(("optim",) + tuple(key), fn, dense, failure)
 
@@ -57,6 +64,13 @@ def run_program(key, fn, tensors, writes=None):
         if dense[i] is not tensors[i] and dense[i].data_ptr() != tensors[i].data_ptr():
             write_back([tensors[i]], [dense[i]])
     return None
+
+
+def _shares_storage(tensors, writes):
+    """Whether an input in `writes` shares its storage with another input."""
+    storages = [t.untyped_storage().data_ptr() for t in tensors]
+    uses = collections.Counter(storages)
+    return any(uses[storages[i]] > 1 for i in writes)
 
 
 def _dense(t):
