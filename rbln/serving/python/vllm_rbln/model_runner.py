@@ -238,7 +238,8 @@ class RblnModelRunner(CPUModelRunner):
                 return torch.zeros(shape, dtype=torch.int64, device=dev)
             meta = RblnCallMetadata(
                 slot_mapping=zeros(b * q), positions=zeros(b * q), block_table=zeros(b, nb),
-                visible=torch.zeros((b, q, nb * self.block_size), dtype=torch.bool, device=dev))
+                visible=paged_attention.visible_mask(torch.zeros(b * q, dtype=torch.int64), b,
+                                                     nb * self.block_size).to(dev))
             with set_forward_context(None, self.vllm_config), \
                     self.stats.call((b, q, nb), warm_up=True):
                 self._bind_call(get_forward_context(), meta)
