@@ -1,0 +1,290 @@
+#include "rbln/compiler/kernels/paged_attention.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "rbln/compiler/abi/library_epilogue.h"
+#include "rbln/compiler/kernels/half_convert.h"
+
+namespace rbln::compiler {
+namespace {
+
+// `n` values of `type` at `src` as f32 (bf16 and f16 widen exactly).
+void Widen(GemmOperandType type, const void* src, int64_t n, float* dst) {
+  switch (type) {
+    case GemmOperandType::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case GemmOperandType::kBF16: {
+      const auto* bits = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) {
+        const uint32_t u = static_cast<uint32_t>(bits[i]) << 16;
+        std::memcpy(&dst[i], &u, 4);
+      }
+      return;
+    }
+    case GemmOperandType::kF16:
+      HalfToFloat(static_cast<const uint16_t*>(src), 1, n, n, dst, n);
+      return;
+  }
+}
+
+// c10::Half's rounding of `x` (nearest even; NaN stays NaN), as
+// fp16_ieee_from_fp32_value (the FP16 library c10 uses) computes it.
+uint16_t RoundToHalf(float x) {
+  auto bits = [](float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; };
+  auto from_bits = [](uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; };
+  float base = (std::fabs(x) * 0x1.0p+112f) * 0x1.0p-110f;
+  const uint32_t w = bits(x), shl1_w = w + w, sign = w & 0x80000000u;
+  uint32_t bias = shl1_w & 0xff000000u;
+  if (bias < 0x71000000u) bias = 0x71000000u;
+  base = from_bits((bias >> 1) + 0x07800000u) + base;
+  const uint32_t b = bits(base);
+  const uint32_t nonsign = ((b >> 13) & 0x00007c00u) + (b & 0x00000fffu);
+  return static_cast<uint16_t>((sign >> 16) | (shl1_w > 0xff000000u ? 0x7e00u : nonsign));
+}
+
+// `n` f32 values stored at `dst` as `type`.
+void Narrow(GemmOperandType type, const float* src, int64_t n, void* dst) {
+  switch (type) {
+    case GemmOperandType::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case GemmOperandType::kBF16:
+      for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = RoundToBf16(src[i]);
+      return;
+    case GemmOperandType::kF16:
+      for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = RoundToHalf(src[i]);
+      return;
+  }
+}
+
+int64_t ElementBytes(GemmOperandType type) { return type == GemmOperandType::kF32 ? 4 : 2; }
+
+int64_t IntAt(const void* data, bool i64, int64_t i) {
+  return i64 ? static_cast<const int64_t*>(data)[i] : static_cast<const int32_t*>(data)[i];
+}
+
+// The vector primitives of the softmax: sum(a * b), y += alpha * x, y *= alpha.
+struct PortableOps {
+  static float Dot(const float* a, const float* b, int64_t n) {
+    float s[8] = {};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      for (int j = 0; j < 8; ++j) s[j] += a[i + j] * b[i + j];
+    }
+    for (; i < n; ++i) s[0] += a[i] * b[i];
+    return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+  }
+  static void Axpy(float alpha, const float* x, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+  }
+  static void Scale(float alpha, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] *= alpha;
+  }
+};
+
+#define RBLN_AVX512 __attribute__((target("avx512f")))
+
+struct Avx512Ops {
+  RBLN_AVX512 static __mmask16 Tail(int64_t left) {
+    return left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
+  }
+  RBLN_AVX512 static float Dot(const float* a, const float* b, int64_t n) {
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+      s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+      s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+    }
+    for (; i < n; i += 16) {
+      const __mmask16 m = Tail(n - i);
+      s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i),
+                           s0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+  }
+  RBLN_AVX512 static void Axpy(float alpha, const float* x, float* y, int64_t n) {
+    const __m512 a = _mm512_set1_ps(alpha);
+    for (int64_t i = 0; i < n; i += 16) {
+      const __mmask16 m = Tail(n - i);
+      _mm512_mask_storeu_ps(
+          y + i, m, _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(m, x + i),
+                                    _mm512_maskz_loadu_ps(m, y + i)));
+    }
+  }
+  RBLN_AVX512 static void Scale(float alpha, float* y, int64_t n) {
+    const __m512 a = _mm512_set1_ps(alpha);
+    for (int64_t i = 0; i < n; i += 16) {
+      const __mmask16 m = Tail(n - i);
+      _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(a, _mm512_maskz_loadu_ps(m, y + i)));
+    }
+  }
+};
+
+// The state of one work item: its query rows (f32), their key ranges and
+// online-softmax accumulators, and one cache block's keys and values.
+struct ItemScratch {
+  std::vector<float> q, acc, max, sum, scores, keys, values;
+  std::vector<int64_t> first, limit;
+};
+
+template <typename Ops>
+void RunItem(const PagedAttentionProblem& p, const char* query, const char* cache,
+             const void* block_table, const void* positions, char* out, int64_t item,
+             ItemScratch& s) {
+  const int64_t b = item / p.num_kv_heads, kv_head = item % p.num_kv_heads;
+  const int64_t group = p.num_heads / p.num_kv_heads, d = p.head_size;
+  const int64_t rows = p.q_len * group, context = p.table_width * p.block_size;
+  const int64_t num_blocks = p.cache_slots / p.block_size;
+  const int64_t qbytes = ElementBytes(p.query_type), cbytes = ElementBytes(p.cache_type);
+  s.q.resize(rows * d);
+  s.acc.assign(rows * d, 0.0f);
+  s.max.assign(rows, -std::numeric_limits<float>::infinity());
+  s.sum.assign(rows, 0.0f);
+  s.first.resize(rows);
+  s.limit.resize(rows);
+  s.scores.resize(p.block_size);
+  s.keys.resize(p.block_size * d);
+  s.values.resize(p.block_size * d);
+  int64_t lo = context, hi = 0;
+  for (int64_t qi = 0; qi < p.q_len; ++qi) {
+    const int64_t token = b * p.q_len + qi;
+    const int64_t limit =
+        std::min(context, std::max<int64_t>(0, IntAt(positions, p.positions_i64, token) + 1));
+    const int64_t first = p.sliding_window > 0 ? std::max<int64_t>(0, limit - p.sliding_window)
+                                               : 0;
+    for (int64_t g = 0; g < group; ++g) {
+      const int64_t r = qi * group + g, head = kv_head * group + g;
+      Widen(p.query_type,
+            query + (token * p.query_stride_token + head * p.query_stride_head) * qbytes, d,
+            &s.q[r * d]);
+      s.first[r] = first;
+      s.limit[r] = limit;
+    }
+    if (first < limit) {
+      lo = std::min(lo, first);
+      hi = std::max(hi, limit);
+    }
+  }
+  const char* key_base = cache + kv_head * p.cache_slots * d * cbytes;
+  const char* value_base = key_base + p.num_kv_heads * p.cache_slots * d * cbytes;
+  for (int64_t start = lo / p.block_size * p.block_size; start < hi; start += p.block_size) {
+    const int64_t id = IntAt(block_table, p.block_table_i64,
+                             b * p.table_width + start / p.block_size);
+    if (id < 0 || id >= num_blocks) continue;
+    const int64_t begin = std::max(lo, start), end = std::min(hi, start + p.block_size);
+    const int64_t slot = id * p.block_size + (begin - start);
+    // The block's keys and values in the item's range, widened once for
+    // all of its rows.
+    Widen(p.cache_type, key_base + slot * d * cbytes, (end - begin) * d, s.keys.data());
+    Widen(p.cache_type, value_base + slot * d * cbytes, (end - begin) * d, s.values.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t from = std::max(begin, s.first[r]), to = std::min(end, s.limit[r]);
+      if (from >= to) continue;
+      const float* q = &s.q[r * d];
+      float block_max = -std::numeric_limits<float>::infinity();
+      for (int64_t j = from; j < to; ++j) {
+        s.scores[j - from] = Ops::Dot(q, &s.keys[(j - begin) * d], d) * p.scale;
+        block_max = std::max(block_max, s.scores[j - from]);
+      }
+      float* acc = &s.acc[r * d];
+      const float new_max = std::max(s.max[r], block_max);
+      if (new_max > s.max[r]) {
+        // exp(-inf) = 0 on the first block: nothing to rescale.
+        const float correction = std::exp(s.max[r] - new_max);
+        s.sum[r] *= correction;
+        Ops::Scale(correction, acc, d);
+        s.max[r] = new_max;
+      }
+      for (int64_t j = from; j < to; ++j) {
+        const float e = std::exp(s.scores[j - from] - new_max);
+        s.sum[r] += e;
+        Ops::Axpy(e, &s.values[(j - begin) * d], acc, d);
+      }
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t qi = r / group, g = r % group;
+    const int64_t token = b * p.q_len + qi, head = kv_head * group + g;
+    float* acc = &s.acc[r * d];
+    if (s.sum[r] > 0.0f) Ops::Scale(1.0f / s.sum[r], acc, d);
+    Narrow(p.query_type, acc, d,
+           out + (token * p.out_stride_token + head * p.out_stride_head) * qbytes);
+  }
+}
+
+template <typename Ops>
+void RunItems(const PagedAttentionProblem& p, const void* query, const void* cache,
+              const void* block_table, const void* positions, void* out, int64_t block,
+              int64_t blocks) {
+  const int64_t items = p.batch * p.num_kv_heads;
+  ItemScratch scratch;
+  for (int64_t item = block * items / blocks; item < (block + 1) * items / blocks; ++item) {
+    RunItem<Ops>(p, static_cast<const char*>(query), static_cast<const char*>(cache),
+                 block_table, positions, static_cast<char*>(out), item, scratch);
+  }
+}
+
+}  // namespace
+
+AttentionIsa BestAttentionIsa() {
+  static const AttentionIsa isa =
+      __builtin_cpu_supports("avx512f") ? AttentionIsa::kAvx512 : AttentionIsa::kPortable;
+  return isa;
+}
+
+void RunPagedAttentionBlock(const PagedAttentionProblem& p, const void* query,
+                            const void* cache, const void* block_table,
+                            const void* positions, void* out, int64_t block, int64_t blocks,
+                            AttentionIsa isa) {
+  if (p.batch <= 0 || p.q_len <= 0 || p.num_kv_heads <= 0 || p.head_size <= 0 ||
+      p.block_size <= 0 || blocks <= 0 || p.num_heads % p.num_kv_heads != 0) {
+    return;
+  }
+  if (isa == AttentionIsa::kAvx512) {
+    RunItems<Avx512Ops>(p, query, cache, block_table, positions, out, block, blocks);
+  } else {
+    RunItems<PortableOps>(p, query, cache, block_table, positions, out, block, blocks);
+  }
+}
+
+}  // namespace rbln::compiler
+
+extern "C" void rbln_paged_attention(
+    int64_t query_type, int64_t cache_type, int64_t block_table_i64, int64_t positions_i64,
+    int64_t batch, int64_t q_len, int64_t num_heads, int64_t num_kv_heads, int64_t head_size,
+    int64_t cache_slots, int64_t table_width, int64_t block_size, int64_t sliding_window,
+    int64_t scale_bits, int64_t query_stride_token, int64_t query_stride_head,
+    int64_t out_stride_token, int64_t out_stride_head, int64_t query, int64_t cache,
+    int64_t block_table, int64_t positions, int64_t out, int64_t block, int64_t blocks) {
+  rbln::compiler::PagedAttentionProblem p;
+  p.query_type = static_cast<rbln::compiler::GemmOperandType>(query_type);
+  p.cache_type = static_cast<rbln::compiler::GemmOperandType>(cache_type);
+  p.block_table_i64 = block_table_i64 != 0;
+  p.positions_i64 = positions_i64 != 0;
+  p.batch = batch;
+  p.q_len = q_len;
+  p.num_heads = num_heads;
+  p.num_kv_heads = num_kv_heads;
+  p.head_size = head_size;
+  p.cache_slots = cache_slots;
+  p.table_width = table_width;
+  p.block_size = block_size;
+  p.sliding_window = sliding_window;
+  const uint32_t bits = static_cast<uint32_t>(scale_bits);
+  std::memcpy(&p.scale, &bits, 4);
+  p.query_stride_token = query_stride_token;
+  p.query_stride_head = query_stride_head;
+  p.out_stride_token = out_stride_token;
+  p.out_stride_head = out_stride_head;
+  rbln::compiler::RunPagedAttentionBlock(
+      p, reinterpret_cast<const void*>(query), reinterpret_cast<const void*>(cache),
+      reinterpret_cast<const void*>(block_table), reinterpret_cast<const void*>(positions),
+      reinterpret_cast<void*>(out), block, blocks);
+}

@@ -1,0 +1,282 @@
+// spec: P5, A2
+// rbln_paged_attention against a double-precision reference of attention
+// over each request's real context: random caches, block tables of
+// shuffled block ids (some unused slots, the table wider than the
+// context), ragged lengths, decode (one query a request) and prefill
+// (several, causal), GQA groups, a sliding window, f32 and bf16 operands
+// (f16 output rounding too), strided queries, the portable and AVX-512
+// paths, and the items cut into one block or several (same result).
+#include "rbln/compiler/kernels/paged_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "rbln/compiler/kernels/test_operands.h"
+
+namespace rbln::compiler {
+namespace {
+
+struct Case {
+  std::string name;
+  bool bf16 = false;
+  bool i64_table = false;
+  int64_t batch = 3, q_len = 1, num_heads = 4, num_kv_heads = 2, head_size = 64;
+  int64_t block_size = 16, table_width = 4, num_blocks = 16;
+  int64_t sliding_window = 0;
+  int64_t query_stride_token = 0;  // 0: contiguous
+};
+
+struct Data {
+  std::vector<float> q, cache;  // values (bf16-exact when bf16)
+  std::vector<char> q_raw, cache_raw;
+  std::vector<int64_t> table, positions;
+  std::vector<int32_t> table32;
+};
+
+Data Make(const Case& c, std::mt19937& rng) {
+  Data d;
+  const int64_t stride = c.query_stride_token ? c.query_stride_token : c.num_heads * c.head_size;
+  testing::FillOperand(c.batch * c.q_len * stride, c.bf16, rng, d.q, d.q_raw);
+  testing::FillOperand(2 * c.num_kv_heads * c.num_blocks * c.block_size * c.head_size, c.bf16,
+                       rng, d.cache, d.cache_raw);
+  // Each request's blocks: distinct shuffled ids, block 0 (the null block)
+  // never owned.
+  std::vector<int64_t> ids(c.num_blocks - 1);
+  std::iota(ids.begin(), ids.end(), 1);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  const int64_t context = c.table_width * c.block_size;
+  for (int64_t b = 0; b < c.batch; ++b) {
+    // Ragged: request b ends somewhere in its table (the last token of a
+    // prefill chunk at `end`, earlier tokens before it).
+    const int64_t end = std::uniform_int_distribution<int64_t>(c.q_len - 1, context - 1)(rng);
+    for (int64_t j = 0; j < c.table_width; ++j) {
+      // Blocks past the request's end hold ids too (stale, never read by
+      // the reference); a request may share a block with another.
+      d.table.push_back(ids[(b * c.table_width + j) % ids.size()]);
+    }
+    for (int64_t qi = 0; qi < c.q_len; ++qi) d.positions.push_back(end - (c.q_len - 1 - qi));
+  }
+  d.table32.assign(d.table.begin(), d.table.end());
+  return d;
+}
+
+// out[token, head, :] in double: softmax over the visible keys of its
+// request, read through the table.
+std::vector<double> Reference(const Case& c, const Data& d) {
+  const int64_t group = c.num_heads / c.num_kv_heads, dim = c.head_size;
+  const int64_t slots = c.num_blocks * c.block_size;
+  const int64_t stride = c.query_stride_token ? c.query_stride_token : c.num_heads * dim;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
+  std::vector<double> out(c.batch * c.q_len * c.num_heads * dim, 0.0);
+  for (int64_t t = 0; t < c.batch * c.q_len; ++t) {
+    const int64_t b = t / c.q_len, p = d.positions[t];
+    const int64_t first = c.sliding_window ? std::max<int64_t>(0, p + 1 - c.sliding_window) : 0;
+    for (int64_t h = 0; h < c.num_heads; ++h) {
+      const int64_t kv = h / group;
+      std::vector<double> scores;
+      std::vector<int64_t> key_slots;
+      for (int64_t j = first; j <= p; ++j) {
+        const int64_t slot = d.table[b * c.table_width + j / c.block_size] * c.block_size +
+                             j % c.block_size;
+        double s = 0;
+        for (int64_t e = 0; e < dim; ++e) {
+          s += double(d.q[t * stride + h * dim + e]) * d.cache[(kv * slots + slot) * dim + e];
+        }
+        scores.push_back(s * scale);
+        key_slots.push_back(slot);
+      }
+      const double mx = *std::max_element(scores.begin(), scores.end());
+      double sum = 0;
+      for (double& s : scores) sum += (s = std::exp(s - mx));
+      for (size_t j = 0; j < scores.size(); ++j) {
+        const int64_t v = ((c.num_kv_heads + kv) * slots + key_slots[j]) * dim;
+        for (int64_t e = 0; e < dim; ++e) {
+          out[(t * c.num_heads + h) * dim + e] += scores[j] / sum * d.cache[v + e];
+        }
+      }
+    }
+  }
+  return out;
+}
+
+float Bf16Value(uint16_t bits) {
+  const uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+PagedAttentionProblem ProblemOf(const Case& c) {
+  PagedAttentionProblem p;
+  p.query_type = p.cache_type = c.bf16 ? GemmOperandType::kBF16 : GemmOperandType::kF32;
+  p.block_table_i64 = c.i64_table;
+  p.positions_i64 = true;
+  p.batch = c.batch;
+  p.q_len = c.q_len;
+  p.num_heads = c.num_heads;
+  p.num_kv_heads = c.num_kv_heads;
+  p.head_size = c.head_size;
+  p.cache_slots = c.num_blocks * c.block_size;
+  p.table_width = c.table_width;
+  p.block_size = c.block_size;
+  p.sliding_window = c.sliding_window;
+  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_size)));
+  p.query_stride_token = c.query_stride_token ? c.query_stride_token : c.num_heads * c.head_size;
+  p.query_stride_head = c.head_size;
+  p.out_stride_token = c.num_heads * c.head_size;
+  p.out_stride_head = c.head_size;
+  return p;
+}
+
+std::vector<float> RunKernel(const Case& c, const Data& d, int64_t blocks, AttentionIsa isa) {
+  const PagedAttentionProblem p = ProblemOf(c);
+  const int64_t n = c.batch * c.q_len * c.num_heads * c.head_size;
+  std::vector<char> out(n * (c.bf16 ? 2 : 4), 0x7f);
+  const void* table = c.i64_table ? static_cast<const void*>(d.table.data())
+                                  : static_cast<const void*>(d.table32.data());
+  for (int64_t block = 0; block < blocks; ++block) {
+    RunPagedAttentionBlock(p, d.q_raw.data(), d.cache_raw.data(), table, d.positions.data(),
+                           out.data(), block, blocks, isa);
+  }
+  std::vector<float> values(n);
+  for (int64_t i = 0; i < n; ++i) {
+    if (c.bf16) {
+      uint16_t bits;
+      std::memcpy(&bits, out.data() + 2 * i, 2);
+      values[i] = Bf16Value(bits);
+    } else {
+      std::memcpy(&values[i], out.data() + 4 * i, 4);
+    }
+  }
+  return values;
+}
+
+std::vector<AttentionIsa> Isas() {
+  std::vector<AttentionIsa> isas = {AttentionIsa::kPortable};
+  if (BestAttentionIsa() == AttentionIsa::kAvx512) isas.push_back(AttentionIsa::kAvx512);
+  return isas;
+}
+
+class PagedAttentionTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PagedAttentionTest, MatchesReference) {
+  const Case& c = GetParam();
+  std::mt19937 rng(1234);
+  const Data d = Make(c, rng);
+  const std::vector<double> want = Reference(c, d);
+  // f32: the order of the sums only; bf16: one rounding of the output
+  // (values below 1 in magnitude: 2^-8 relative).
+  const double tol = c.bf16 ? 8e-3 : 2e-5;
+  for (AttentionIsa isa : Isas()) {
+    const std::vector<float> one = RunKernel(c, d, 1, isa);
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(one[i], want[i], tol) << "element " << i << " isa " << int(isa);
+    }
+    // Items cut into blocks: the same values, bit for bit (SPEC A2).
+    for (int64_t blocks : {2, 5}) {
+      const std::vector<float> split = RunKernel(c, d, blocks, isa);
+      ASSERT_EQ(0, std::memcmp(one.data(), split.data(), one.size() * 4)) << blocks;
+    }
+  }
+}
+
+std::vector<Case> Cases() {
+  std::vector<Case> cases;
+  Case decode;
+  decode.name = "decode_f32";
+  cases.push_back(decode);
+  Case decode_bf16 = decode;
+  decode_bf16.name = "decode_bf16_batch16";
+  decode_bf16.bf16 = true;
+  decode_bf16.batch = 16;
+  decode_bf16.num_heads = 8;
+  decode_bf16.num_kv_heads = 4;
+  decode_bf16.num_blocks = 80;
+  decode_bf16.table_width = 8;
+  cases.push_back(decode_bf16);
+  Case prefill = decode;
+  prefill.name = "prefill_f32_i64_table";
+  prefill.q_len = 7;
+  prefill.i64_table = true;
+  cases.push_back(prefill);
+  Case prefill_bf16 = prefill;
+  prefill_bf16.name = "prefill_bf16_mha_dim40";
+  prefill_bf16.bf16 = true;
+  prefill_bf16.num_kv_heads = 4;  // no grouping
+  prefill_bf16.head_size = 40;    // not a whole number of vectors
+  cases.push_back(prefill_bf16);
+  Case window = prefill;
+  window.name = "sliding_window_gqa4";
+  window.sliding_window = 10;
+  window.num_heads = 8;
+  cases.push_back(window);
+  Case strided = decode;
+  strided.name = "strided_query_block8";
+  strided.query_stride_token = 3 * 4 * 64;  // q of a fused qkv projection
+  strided.block_size = 8;
+  strided.table_width = 5;
+  cases.push_back(strided);
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, PagedAttentionTest, ::testing::ValuesIn(Cases()),
+                         [](const auto& info) { return info.param.name; });
+
+// Positions past the table clamp to its width; a request with no key
+// (a negative position) gives zeros; block ids outside the cache are
+// skipped, not read.
+TEST(PagedAttentionEdgeTest, ClampsAndSkips) {
+  Case c;
+  c.batch = 3;
+  std::mt19937 rng(7);
+  Data d = Make(c, rng);
+  d.positions = {-1, 1000, 5};
+  d.table[2 * c.table_width + 0] = c.num_blocks;  // request 2's first block: invalid
+  c.i64_table = true;
+  const PagedAttentionProblem p = ProblemOf(c);
+  std::vector<float> out(c.batch * c.num_heads * c.head_size, 7.0f);
+  RunPagedAttentionBlock(p, d.q_raw.data(), d.cache_raw.data(), d.table.data(),
+                         d.positions.data(), out.data(), 0, 1);
+  const int64_t row = c.num_heads * c.head_size;
+  for (int64_t i = 0; i < row; ++i) ASSERT_EQ(out[i], 0.0f) << i;  // no key
+  // Request 1 sees its whole table: the reference at position width - 1.
+  Data clamped = d;
+  clamped.positions = {0, c.table_width * c.block_size - 1, 0};
+  const std::vector<double> want = Reference(c, clamped);
+  for (int64_t i = row; i < 2 * row; ++i) ASSERT_NEAR(out[i], want[i], 2e-5) << i;
+  // Request 2's keys are all in its invalid first block: none read.
+  for (int64_t i = 2 * row; i < 3 * row; ++i) ASSERT_EQ(out[i], 0.0f) << i;
+}
+
+// The f16 output rounds to nearest even as c10::Half does.
+TEST(PagedAttentionEdgeTest, HalfOutputRounding) {
+  // One key, so the output is its value exactly, stored as f16 (an f16
+  // cache and query: every value is exact).
+  PagedAttentionProblem p;
+  p.query_type = p.cache_type = GemmOperandType::kF16;
+  p.batch = p.q_len = p.num_heads = p.num_kv_heads = 1;
+  p.head_size = 4;
+  p.cache_slots = p.block_size = 2;
+  p.table_width = 1;
+  p.query_stride_token = p.out_stride_token = 4;
+  p.query_stride_head = p.out_stride_head = 4;
+  const std::vector<uint16_t> q = {0x3c00, 0, 0, 0};
+  // keys of slots 0, 1, then values: 1.0, -2.0, 65504, 2^-24 (subnormal).
+  std::vector<uint16_t> cache(2 * 2 * 4, 0);
+  const std::vector<uint16_t> value = {0x3c00, 0xc000, 0x7bff, 0x0001};
+  std::copy(value.begin(), value.end(), cache.begin() + 2 * 4);
+  const int64_t table = 0, position = 0;
+  std::vector<uint16_t> out(4, 0xffff);
+  RunPagedAttentionBlock(p, q.data(), cache.data(), &table, &position, out.data(), 0, 1);
+  EXPECT_EQ(out, value);
+}
+
+}  // namespace
+}  // namespace rbln::compiler
