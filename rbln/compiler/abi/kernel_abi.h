@@ -31,6 +31,11 @@ inline constexpr char kWorkAttr[] = "rbln.work";
 // body: the grouped GEMM rewrite (transforms/library/) replaces the loop
 // with kGroupedGemmSymbol calls.
 inline constexpr char kGroupedGemmAttr[] = "rbln.grouped_gemm";
+// On the linalg.generic the frontend emits for paged attention
+// (frontend/ops/paged_attention_ops.cc), a dictionary of its block_size,
+// scale and sliding_window (0: none): the paged attention rewrite
+// (transforms/library/) replaces it with kPagedAttentionSymbol calls.
+inline constexpr char kPagedAttentionAttr[] = "rbln.paged_attention";
 // On an argument of @kernel that is a graph input the graph updates
 // (graph.proto's Update): the index of the result whose value is written
 // into it. Set by the graph importer, read by the output binding pass
@@ -53,6 +58,9 @@ inline constexpr char kOnednnConvSymbol[] = "rbln_conv";
 // Grouped GEMMs (torch._grouped_mm's 2-D x 3-D form, MoE experts) through
 // oneDNN, one GEMM per group of rows (kernels/grouped_gemm.h).
 inline constexpr char kGroupedGemmSymbol[] = "rbln_grouped_gemm";
+// Paged attention over a KV cache read in place, one request x kv head a
+// work item (kernels/paged_attention.h).
+inline constexpr char kPagedAttentionSymbol[] = "rbln_paged_attention";
 // OpenBLAS's GEMM (kernels/blas_loader.h).
 inline constexpr char kSgemmName[] = "cblas_sgemm";
 

@@ -32,6 +32,7 @@
 #include "rbln/compiler/kernels/memref_copy.h"
 #include "rbln/compiler/kernels/onednn_conv.h"
 #include "rbln/compiler/kernels/grouped_gemm.h"
+#include "rbln/compiler/kernels/paged_attention.h"
 #include "rbln/compiler/kernels/onednn_gemm.h"
 #include "rbln/compiler/kernels/special_math.h"
 #include "rbln/compiler/pipelines/mlir_compat.h"
@@ -136,6 +137,8 @@ llvm::orc::SymbolMap RuntimeSymbols(llvm::orc::MangleAndInterner interner) {
   symbols[interner(kOnednnConvSymbol)] = compat::ExportedSymbol(&rbln_conv);
   symbols[interner(kGroupedGemmSymbol)] =
       compat::ExportedSymbol(&rbln_grouped_gemm);
+  symbols[interner(kPagedAttentionSymbol)] =
+      compat::ExportedSymbol(&rbln_paged_attention);
   symbols[interner(kMemrefCopySymbol)] =
       compat::ExportedSymbol(&rbln_memref_copy);
   return symbols;

@@ -17,6 +17,7 @@ const OpConverterTable& Converters() {
     RegisterReductionOps(*t);
     RegisterMatmulOps(*t);
     RegisterGroupedMatmulOps(*t);
+    RegisterPagedAttentionOps(*t);
     RegisterDataMovementOps(*t);
     RegisterAttentionOps(*t);
     RegisterStridedBoxOps(*t);

@@ -50,6 +50,36 @@ inline void AddNode(ir::Graph& g, const std::string& op,
   }
 }
 
+// The shapes of one paged attention node (frontend/ops/paged_attention_ops.cc).
+struct PagedAttentionShape {
+  ir::DType dtype = ir::FLOAT32;        // query, cache and output
+  ir::DType index_dtype = ir::INT64;    // block table and positions
+  int64_t batch = 3, q_len = 1, heads = 4, kv_heads = 2, dim = 64;
+  int64_t block_size = 16, num_blocks = 12, table_width = 4;
+  int64_t sliding_window = 0;           // 0: no attribute
+};
+
+// out [T, Hq, D] = paged_attention(query [T, Hq, D], cache [2, Hkv, S, D],
+// block_table [B, NB], positions [T]), T = batch * q_len, S = num_blocks *
+// block_size, scale 1/sqrt(D).
+inline ir::Graph PagedAttentionGraph(const PagedAttentionShape& s) {
+  ir::Graph graph;
+  graph.set_name("paged_attention");
+  const int64_t tokens = s.batch * s.q_len;
+  AddInput(graph, "query", Type(s.dtype, {tokens, s.heads, s.dim}));
+  AddInput(graph, "cache", Type(s.dtype, {2, s.kv_heads, s.num_blocks * s.block_size, s.dim}));
+  AddInput(graph, "block_table", Type(s.index_dtype, {s.batch, s.table_width}));
+  AddInput(graph, "positions", Type(s.index_dtype, {tokens}));
+  AddNode(graph, "paged_attention", {"query", "cache", "block_table", "positions"}, "out",
+          Type(s.dtype, {tokens, s.heads, s.dim}));
+  ir::Node* n = graph.mutable_nodes(graph.nodes_size() - 1);
+  (*n->mutable_attrs())["block_size"].set_i(s.block_size);
+  (*n->mutable_attrs())["scale"].set_f(1.0 / std::sqrt(static_cast<double>(s.dim)));
+  if (s.sliding_window > 0) (*n->mutable_attrs())["sliding_window"].set_i(s.sliding_window);
+  graph.add_outputs("out");
+  return graph;
+}
+
 // out [m, n] = _grouped_mm(a [m, k], b [g, k, n], offs [g] of `offs_dtype`);
 // with `b_transposed` b is the transpose(-2, -1) of the input [g, n, k]
 // (how transformers passes an nn.Linear-layout expert weight).

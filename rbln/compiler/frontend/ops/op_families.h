@@ -11,6 +11,7 @@ void RegisterElementwiseOps(OpConverterTable& table);
 void RegisterReductionOps(OpConverterTable& table);
 void RegisterMatmulOps(OpConverterTable& table);
 void RegisterGroupedMatmulOps(OpConverterTable& table);
+void RegisterPagedAttentionOps(OpConverterTable& table);
 void RegisterDataMovementOps(OpConverterTable& table);
 void RegisterAttentionOps(OpConverterTable& table);
 void RegisterStridedBoxOps(OpConverterTable& table);

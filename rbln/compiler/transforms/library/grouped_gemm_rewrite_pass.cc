@@ -64,13 +64,6 @@ Value BaseOutside(Value v, mlir::scf::ForOp loop) {
   return loop->isAncestor(v.getParentRegion()->getParentOp()) ? nullptr : v;
 }
 
-std::optional<GemmOperandType> OperandType(mlir::Type element) {
-  if (element.isF32()) return GemmOperandType::kF32;
-  if (element.isInteger(16)) return GemmOperandType::kBF16;  // bf16 bits
-  if (element.isF16()) return GemmOperandType::kF16;
-  return std::nullopt;
-}
-
 // What one grouped GEMM loop becomes.
 struct GroupedGemm {
   Matrix a, b, c;
@@ -116,7 +109,7 @@ std::optional<GroupedGemm> PlanGroupedGemm(mlir::scf::ForOp loop) {
       a_type.getElementType() != b_type.getElementType()) {
     return std::nullopt;
   }
-  std::optional<GemmOperandType> type = OperandType(a_type.getElementType());
+  std::optional<GemmOperandType> type = LibraryOperandType(a_type.getElementType());
   std::optional<Matrix> ma = AsMatrix(a, a_type.getElementType());
   std::optional<Matrix> mb = AsMatrix(b, b_type.getElementType());
   std::optional<Matrix> mc = AsMatrix(c);

@@ -82,20 +82,12 @@ TEST(GroupedGemmRewritePassTest, CallsComputeTheLoopsValues) {
         Random(ir::BFLOAT16, {m, k}, 1, -1, 1),
         Random(ir::BFLOAT16, b_t ? Shape{g, n, k} : Shape{g, k, n}, 2, -1, 1),
         Tensor(ir::INT32, {g}, {7, 7, 30, 36})};  // an empty group, rows past the end
-    std::vector<std::vector<double>> results;
-    for (bool rewrite : {false, true}) {
-      auto context = CreateCompilerContext();
-      std::vector<Stage> stages;
-      if (rewrite) stages.push_back(GroupedGemmStage());
-      auto module = ImportAndRewrite(graph, context.get(), stages);
-      ASSERT_TRUE(module.ok()) << module.status();
-      EXPECT_EQ(Count(**module).calls, rewrite ? 1 : 0);
-      auto program = LowerToProgram(**module, graph);
-      ASSERT_TRUE(program.ok()) << program.status();
-      auto out = RunProgram(**program, inputs);
-      ASSERT_TRUE(out.ok()) << out.status();
-      results.push_back((*out)[0].values);
-    }
+    auto run = RunWithoutAndWithRewrite(
+        graph, GroupedGemmStage(), inputs, [](mlir::ModuleOp module, bool rewritten) {
+          EXPECT_EQ(Count(module).calls, rewritten ? 1 : 0);
+        });
+    ASSERT_TRUE(run.ok()) << run.status();
+    const auto& results = *run;
     ASSERT_EQ(results[0].size(), results[1].size());
     for (size_t i = 0; i < results[0].size(); ++i) {
       // Both f32 sums of the same bf16 products, rounded once to bf16.

@@ -64,6 +64,13 @@ mlir::Value ProblemWordsAddress(mlir::OpBuilder& b, mlir::Location l,
       b.create<mlir::memref::ExtractAlignedPointerAsIndexOp>(l, words));
 }
 
+std::optional<GemmOperandType> LibraryOperandType(mlir::Type element) {
+  if (element.isF32()) return GemmOperandType::kF32;
+  if (element.isInteger(16)) return GemmOperandType::kBF16;  // bf16 bits
+  if (element.isF16()) return GemmOperandType::kF16;
+  return std::nullopt;
+}
+
 void EmitBlockedCalls(mlir::OpBuilder& b, mlir::Location l,
                       mlir::func::FuncOp callee,
                       llvm::SmallVector<mlir::Value> args, int64_t blocks,

@@ -6,6 +6,7 @@
 #define RBLN_COMPILER_TRANSFORMS_LIBRARY_LIBRARY_CALLS_H_
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "llvm/ADT/SmallVector.h"
@@ -15,6 +16,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/SymbolTable.h"
+#include "rbln/compiler/abi/gemm_problem.h"
 
 namespace rbln::compiler {
 
@@ -49,6 +51,10 @@ mlir::memref::GlobalOp ProblemWordsGlobal(mlir::ModuleOp module,
 // The address of `problem`'s words as i64.
 mlir::Value ProblemWordsAddress(mlir::OpBuilder& b, mlir::Location l,
                                 mlir::memref::GlobalOp problem);
+
+// How a kernel reads buffers of `element`: f32, bf16 (stored as i16 bits)
+// or f16; nothing for other types.
+std::optional<GemmOperandType> LibraryOperandType(mlir::Type element);
 
 // Calls `callee` with `args` followed by the block and the block count:
 // once (block 0 of 1) when `blocks` is 1, else from an scf.for over the

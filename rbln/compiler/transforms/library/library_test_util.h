@@ -5,6 +5,8 @@
 #ifndef RBLN_COMPILER_TRANSFORMS_LIBRARY_LIBRARY_TEST_UTIL_H_
 #define RBLN_COMPILER_TRANSFORMS_LIBRARY_LIBRARY_TEST_UTIL_H_
 
+#include <array>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <vector>
@@ -17,7 +19,9 @@
 #include "rbln/compiler/execution/compiled_program.h"
 #include "rbln/compiler/frontend/frontend.h"
 #include "rbln/compiler/ir/graph.pb.h"
+#include "rbln/compiler/pipelines/mlir_setup.h"
 #include "rbln/compiler/pipelines/pipelines.h"
+#include "rbln/compiler/testing/op_test_util.h"
 
 namespace rbln::compiler::testing {
 
@@ -57,6 +61,29 @@ inline absl::StatusOr<std::unique_ptr<CompiledProgram>> LowerToProgram(
     return s;
   }
   return CompiledProgram::Create(module, graph);
+}
+
+// The first output of `graph` on `inputs` built without and then with
+// `rewrite` after bufferization (each in a fresh context); `inspect` sees
+// each module before lowering.
+inline absl::StatusOr<std::array<std::vector<double>, 2>> RunWithoutAndWithRewrite(
+    const ir::Graph& graph, const Stage& rewrite, const std::vector<HostTensor>& inputs,
+    const std::function<void(mlir::ModuleOp, bool rewritten)>& inspect) {
+  std::array<std::vector<double>, 2> results;
+  for (bool rewritten : {false, true}) {
+    auto context = CreateCompilerContext();
+    std::vector<Stage> stages;
+    if (rewritten) stages.push_back(rewrite);
+    auto module = ImportAndRewrite(graph, context.get(), stages);
+    if (!module.ok()) return module.status();
+    inspect(**module, rewritten);
+    auto program = LowerToProgram(**module, graph);
+    if (!program.ok()) return program.status();
+    auto out = RunProgram(**program, inputs);
+    if (!out.ok()) return out.status();
+    results[rewritten] = (*out)[0].values;
+  }
+  return results;
 }
 
 }  // namespace rbln::compiler::testing

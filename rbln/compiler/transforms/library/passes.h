@@ -42,6 +42,15 @@ std::unique_ptr<mlir::Pass> CreateGroupedGemmRewritePass();
 // pipelines. Idempotent and thread-safe.
 void RegisterGroupedGemmRewritePass();
 
+// The frontend's paged attention generics to rbln_paged_attention calls
+// (paged_attention_rewrite_pass.cc). Its name in textual pipelines (it runs
+// on builtin.module, where it declares the callee).
+inline constexpr char kPagedAttentionRewritePassName[] = "rbln-paged-attention-rewrite";
+std::unique_ptr<mlir::Pass> CreatePagedAttentionRewritePass();
+// Registers the pass under kPagedAttentionRewritePassName for textual
+// pipelines. Idempotent and thread-safe.
+void RegisterPagedAttentionRewritePass();
+
 }  // namespace rbln::compiler
 
 #endif  // RBLN_COMPILER_TRANSFORMS_LIBRARY_PASSES_H_

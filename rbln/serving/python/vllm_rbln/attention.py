@@ -48,10 +48,7 @@ class RblnCallMetadata:
 
     slot_mapping: torch.Tensor  # [B*Q] int64
     block_table: torch.Tensor  # [B, NB] int64
-    positions: torch.Tensor  # [B*Q] int64
-    # [B, Q, NB * block_size] bool, paged_attention.visible_mask without a
-    # window: computed once per call on the host instead of in every layer.
-    visible: torch.Tensor
+    positions: torch.Tensor  # [B*Q] int64 (the kernel derives each query's keys)
 
 
 class RblnAttentionMetadataBuilder(AttentionMetadataBuilder[RblnStepMetadata]):
@@ -110,7 +107,7 @@ class RblnAttentionImpl(AttentionImpl):
             paged_attention.write_kv(kv_cache, meta.slot_mapping, key, value)
         out = paged_attention.attend(
             query, kv_cache, meta.block_table, meta.positions, self.block_size, self.scale,
-            self.sliding_window, visible=meta.visible if self.sliding_window is None else None)
+            self.sliding_window)
         output.copy_(out.view(output.shape))
         return output
 

@@ -201,12 +201,10 @@ class RblnModelRunner(CPUModelRunner):
             table[i, :width] = block_table[r, :width]
             last[i] = i * q + n - 1
         dev = self.rbln_device
-        host_pos = torch.from_numpy(pos)
         meta = RblnCallMetadata(
             slot_mapping=torch.from_numpy(slots).to(dev),
             block_table=torch.from_numpy(table).to(dev),
-            positions=host_pos.to(dev),
-            visible=paged_attention.visible_mask(host_pos, b, nb * self.block_size).to(dev))
+            positions=torch.from_numpy(pos).to(dev))
         self._bind_call(context, meta)
         with self.stats.call((b, q, nb)):
             out = self._host_logits(torch.from_numpy(ids).to(dev), meta.positions,
@@ -237,9 +235,7 @@ class RblnModelRunner(CPUModelRunner):
             def zeros(*shape):
                 return torch.zeros(shape, dtype=torch.int64, device=dev)
             meta = RblnCallMetadata(
-                slot_mapping=zeros(b * q), positions=zeros(b * q), block_table=zeros(b, nb),
-                visible=paged_attention.visible_mask(torch.zeros(b * q, dtype=torch.int64), b,
-                                                     nb * self.block_size).to(dev))
+                slot_mapping=zeros(b * q), positions=zeros(b * q), block_table=zeros(b, nb))
             with set_forward_context(None, self.vllm_config), \
                     self.stats.call((b, q, nb), warm_up=True):
                 self._bind_call(get_forward_context(), meta)

@@ -5,16 +5,19 @@ The KV cache of one layer is one tensor `[2, num_kv_heads, num_blocks *
 block_size, head_size]`: keys then values, each head's tokens in slot order.
 A block is `block_size` consecutive slots; block 0 is vLLM's null block,
 which no request owns, so padding tokens write there. Head-major, so that a
-request's gathered context is already the `[kv head, request, token, dim]`
-operand attention multiplies: the gather is the only copy of the context.
+kv head's blocks are contiguous [block_size, head_size] runs the kernel
+reads in place (and the gathered context of the ATen path is already the
+`[kv head, request, token, dim]` operand attention multiplies).
 
 A step runs a grid of `B` requests x `Q` query tokens (`T = B * Q` tokens,
 row-major: request b's tokens are rows b*Q .. b*Q+Q-1); each request's
 queries attend to the first `position + 1` tokens of its own blocks:
   1. write: every token's key/value goes to its slot (`index_copy_` by the
      slot mapping) -- the program updates the cache in place;
-  2. read: each request's blocks are gathered by its block-table row
-     (`index_select` of whole blocks), `L = blocks * block_size` tokens;
+  2. read: each request's keys and values are read through its block-table
+     row (on rbln in place, by the compiler's paged attention kernel;
+     elsewhere `index_select` of whole blocks, `L = blocks * block_size`
+     tokens);
   3. attend: the query of position p sees key positions 0..p (and, with a
      sliding window w, only the last w of them).
 Writing before reading makes prefill, chunked prefill, prefix blocks and
@@ -22,6 +25,7 @@ decode one computation: the new tokens are in the cache when they are read.
 """
 
 import torch
+from torch_rbln._paged_attention import decomposed, visible_mask  # noqa: F401
 
 
 def cache_shape(num_blocks: int, block_size: int, num_kv_heads: int, head_size: int):
@@ -36,53 +40,24 @@ def write_kv(cache: torch.Tensor, slot_mapping: torch.Tensor, key: torch.Tensor,
     cache.index_copy_(2, slot_mapping, kv)
 
 
-def visible_mask(positions: torch.Tensor, batch: int, context: int,
-                 sliding_window: int = None) -> torch.Tensor:
-    """[B, Q, L] bool: which of its request's `context` gathered key positions
-    each query sees (step 3 above). The model runner computes it on the host
-    once per call for every layer without a sliding window."""
-    key_pos = torch.arange(context, device=positions.device).view(1, 1, context)
-    q_pos = positions.view(batch, -1, 1)
-    visible = key_pos <= q_pos
-    if sliding_window is not None:
-        visible = visible & (key_pos > q_pos - sliding_window)
-    return visible
-
-
 def attend(query: torch.Tensor, cache: torch.Tensor, block_table: torch.Tensor,
            positions: torch.Tensor, block_size: int, scale: float,
            sliding_window: int = None, visible: torch.Tensor = None) -> torch.Tensor:
     """Attention of `query` [B*Q, Hq, D] over the cached context of each
     request: `block_table` [B, NB] (block ids, int), `positions` [B*Q] (each
-    query's position in its sequence). `visible`: visible_mask(positions, B,
-    NB * block_size, sliding_window) if the caller has it. Returns [B*Q, Hq, D]."""
-    batch, num_table_blocks = block_table.shape
-    tokens, num_heads, head_size = query.shape
-    q_len = tokens // batch
-    num_kv_heads = cache.shape[1]
-    group = num_heads // num_kv_heads
-    context = num_table_blocks * block_size
+    query's position in its sequence). Returns [B*Q, Hq, D].
 
-    # Whole blocks in table order: [2, Hkv, B * NB, block_size, D].
-    blocks = cache.view(2, num_kv_heads, -1, block_size, head_size).index_select(
-        2, block_table.reshape(-1))
-    blocks = blocks.view(2, num_kv_heads, batch, context, head_size)
-    keys, values = blocks[0], blocks[1]  # [Hkv, B, L, D] each, contiguous
-
-    # Query heads h = kv_head * group + g (the GQA layout of HF and vLLM):
-    # one row per (query, g) under each kv head, so no key is copied per group.
-    q = query.view(batch, q_len, num_kv_heads, group, head_size)
-    q = q.permute(2, 0, 1, 3, 4).reshape(num_kv_heads, batch, q_len * group, head_size)
-
-    if visible is None:
-        visible = visible_mask(positions, batch, context, sliding_window)
-    mask = visible.view(1, batch, q_len, 1, context).expand(
-        1, batch, q_len, group, context).reshape(1, batch, q_len * group, context)
-
-    out = torch.nn.functional.scaled_dot_product_attention(
-        q, keys.to(q.dtype), values.to(q.dtype), attn_mask=mask, scale=scale)
-    out = out.view(num_kv_heads, batch, q_len, group, head_size).permute(1, 2, 0, 3, 4)
-    return out.reshape(tokens, num_heads, head_size)
+    On rbln: torch.ops.rbln.paged_attention, which the compiler lowers to a
+    kernel reading each request's real context in place (steps 2 and 3 in
+    one, no gathered copy, no mask). Elsewhere: the same with ATen ops
+    (torch_rbln._paged_attention.decomposed); `visible`, visible_mask(
+    positions, B, NB * block_size, sliding_window), saves it the mask if the
+    caller has it."""
+    if query.device.type == "rbln":
+        return torch.ops.rbln.paged_attention(query, cache, block_table, positions, block_size,
+                                              scale, sliding_window)
+    return decomposed(query, cache, block_table, positions, block_size, scale,
+                      sliding_window, visible)
 
 
 def reference(query, key, value, cache, slot_mapping, block_table, positions, block_size,

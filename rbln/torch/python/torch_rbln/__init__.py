@@ -68,3 +68,7 @@ _device_only_ops.register()
 from . import _grouped_mm  # noqa: E402
 
 _grouped_mm.register()
+
+# vLLM serving's paged attention as one op the compiler lowers to a kernel
+# reading the KV cache in place (issue 31).
+from . import _paged_attention  # noqa: E402,F401

@@ -1,0 +1,218 @@
+// PagedAttentionRewrite (SPEC P5, issue 31): after bufferization, replaces
+// the linalg.generic the frontend emits for paged attention
+// (frontend/ops/paged_attention_ops.cc: marked kPagedAttentionAttr, one
+// output element per iteration, reading the query, cache, block table and
+// positions it captures) with calls of rbln_paged_attention
+// (kernels/paged_attention.h), which read the cache in place over each
+// request's real context. The calls are cut into blocks of work items
+// (request x kv head) by the problem's shape (library_calls.h), which the
+// partition pass spreads over the chiplet workers.
+//
+// A generic whose buffers the call cannot address (dynamic strides, a
+// non-unit stride along head_size, a cache, table or positions not
+// contiguous) is left as it is: it computes the same values itself.
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <optional>
+
+#include "llvm/ADT/SmallVector.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "rbln/compiler/abi/gemm_problem.h"
+#include "rbln/compiler/abi/kernel_abi.h"
+#include "rbln/compiler/transforms/library/gemm_lowering.h"
+#include "rbln/compiler/transforms/library/library_calls.h"
+#include "rbln/compiler/transforms/library/passes.h"
+
+namespace rbln::compiler {
+namespace {
+
+using ::mlir::OpBuilder;
+using ::mlir::Value;
+
+// One buffer the call reads or writes: its address (Matrix: the memref,
+// static offset if known, element size) and strides in elements.
+struct Buffer {
+  Matrix base;
+  llvm::SmallVector<int64_t> strides;
+};
+
+// `v` as a Buffer if its strides are static and its last one is 1 (or
+// `contiguous`: the strides of a row-major array of its shape).
+std::optional<Buffer> AsBuffer(Value v, bool contiguous) {
+  auto type = v.getType().dyn_cast<mlir::MemRefType>();
+  if (!type || !type.hasStaticShape()) return std::nullopt;
+  Buffer b;
+  int64_t offset;
+  if (mlir::failed(mlir::getStridesAndOffset(type, b.strides, offset)) ||
+      llvm::any_of(b.strides, mlir::ShapedType::isDynamic)) {
+    return std::nullopt;
+  }
+  int64_t expected = 1;
+  for (int d = type.getRank() - 1; d >= 0; --d) {
+    const bool unit_last = d == type.getRank() - 1;
+    if ((contiguous || unit_last) && type.getDimSize(d) > 1 && b.strides[d] != expected) {
+      return std::nullopt;
+    }
+    expected *= type.getDimSize(d);
+  }
+  b.base.memref = v;
+  if (!mlir::ShapedType::isDynamic(offset)) b.base.offset = offset;
+  b.base.element_bytes = type.getElementTypeBitWidth() / 8;
+  return b;
+}
+
+// What one paged attention generic becomes.
+struct PagedAttention {
+  Buffer query, cache, block_table, positions, out;
+  GemmOperandType query_type = GemmOperandType::kF32, cache_type = GemmOperandType::kF32;
+  bool table_i64 = false, positions_i64 = false;
+  int64_t tokens = 0, heads = 0, kv_heads = 0, dim = 0, slots = 0, batch = 0, width = 0;
+  int64_t block_size = 0, window = 0;
+  float scale = 1.0f;
+};
+
+std::optional<PagedAttention> PlanPagedAttention(mlir::linalg::GenericOp op) {
+  auto attrs = op->getAttrOfType<mlir::DictionaryAttr>(kPagedAttentionAttr);
+  if (!attrs || op.getNumDpsInputs() != 0 || op.getNumDpsInits() != 1 ||
+      op->getNumResults() != 0) {
+    return std::nullopt;
+  }
+  auto block_size = attrs.getAs<mlir::IntegerAttr>("block_size");
+  auto scale = attrs.getAs<mlir::FloatAttr>("scale");
+  auto window = attrs.getAs<mlir::IntegerAttr>("sliding_window");
+  if (!block_size || !scale || !window) return std::nullopt;
+  // The buffers the body reads, told apart by rank: query 3, cache 4,
+  // block table 2, positions 1.
+  Value by_rank[5] = {};
+  bool ambiguous = false;
+  op.getRegion().walk([&](mlir::memref::LoadOp load) {
+    Value m = load.getMemRef();
+    if (op->isAncestor(m.getParentRegion()->getParentOp())) return;
+    const int64_t rank = m.getType().cast<mlir::MemRefType>().getRank();
+    if (rank < 1 || rank > 4 || (by_rank[rank] && by_rank[rank] != m)) {
+      ambiguous = true;
+      return;
+    }
+    by_rank[rank] = m;
+  });
+  if (ambiguous || !by_rank[1] || !by_rank[2] || !by_rank[3] || !by_rank[4]) {
+    return std::nullopt;
+  }
+  std::optional<Buffer> query = AsBuffer(by_rank[3], false);
+  std::optional<Buffer> cache = AsBuffer(by_rank[4], true);
+  std::optional<Buffer> table = AsBuffer(by_rank[2], true);
+  std::optional<Buffer> positions = AsBuffer(by_rank[1], true);
+  std::optional<Buffer> out = AsBuffer(op.getDpsInitOperand(0)->get(), false);
+  if (!query || !cache || !table || !positions || !out) return std::nullopt;
+  auto type = [](const Buffer& b) { return b.base.memref.getType().cast<mlir::MemRefType>(); };
+  std::optional<GemmOperandType> query_type = LibraryOperandType(type(*query).getElementType());
+  std::optional<GemmOperandType> cache_type = LibraryOperandType(type(*cache).getElementType());
+  mlir::Type table_element = type(*table).getElementType();
+  mlir::Type positions_element = type(*positions).getElementType();
+  if (!query_type || !cache_type || type(*out).getElementType() != type(*query).getElementType() ||
+      !(table_element.isInteger(32) || table_element.isInteger(64)) ||
+      !(positions_element.isInteger(32) || positions_element.isInteger(64)) ||
+      type(*out).getShape() != type(*query).getShape()) {
+    return std::nullopt;
+  }
+  PagedAttention p{*query, *cache, *table, *positions, *out, *query_type, *cache_type};
+  p.table_i64 = table_element.isInteger(64);
+  p.positions_i64 = positions_element.isInteger(64);
+  p.tokens = type(*query).getDimSize(0);
+  p.heads = type(*query).getDimSize(1);
+  p.dim = type(*query).getDimSize(2);
+  p.kv_heads = type(*cache).getDimSize(1);
+  p.slots = type(*cache).getDimSize(2);
+  p.batch = type(*table).getDimSize(0);
+  p.width = type(*table).getDimSize(1);
+  p.block_size = block_size.getInt();
+  p.window = window.getInt();
+  p.scale = static_cast<float>(scale.getValueAsDouble());
+  if (p.tokens <= 0 || p.batch <= 0 || p.tokens % p.batch != 0 || p.kv_heads <= 0 ||
+      p.heads % p.kv_heads != 0 || p.block_size <= 0 || p.slots % p.block_size != 0 ||
+      type(*cache).getDimSize(3) != p.dim || type(*positions).getDimSize(0) != p.tokens) {
+    return std::nullopt;
+  }
+  return p;
+}
+
+class PagedAttentionRewritePass
+    : public mlir::PassWrapper<PagedAttentionRewritePass, mlir::OperationPass<mlir::ModuleOp>> {
+ public:
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(PagedAttentionRewritePass)
+
+  llvm::StringRef getArgument() const final { return kPagedAttentionRewritePassName; }
+  llvm::StringRef getDescription() const final {
+    return "Rewrite the frontend's paged attention generics on memrefs to "
+           "rbln_paged_attention calls";
+  }
+  void getDependentDialects(mlir::DialectRegistry& registry) const override {
+    registry.insert<mlir::arith::ArithDialect, mlir::func::FuncDialect,
+                    mlir::LLVM::LLVMDialect, mlir::memref::MemRefDialect,
+                    mlir::scf::SCFDialect>();
+  }
+
+  void runOnOperation() override {
+    mlir::ModuleOp module = getOperation();
+    llvm::SmallVector<std::pair<mlir::linalg::GenericOp, PagedAttention>, 4> ops;
+    module.walk([&](mlir::linalg::GenericOp op) {
+      if (!op->hasAttr(kPagedAttentionAttr)) return;
+      if (std::optional<PagedAttention> p = PlanPagedAttention(op)) ops.push_back({op, *p});
+    });
+    if (ops.empty()) return;
+    mlir::func::FuncOp callee = DeclareLibraryFunction(module, kPagedAttentionSymbol, 25);
+    if (!callee) {
+      module.emitError() << "symbol " << kPagedAttentionSymbol << " exists with another type";
+      return signalPassFailure();
+    }
+    for (auto& [op, p] : ops) {
+      OpBuilder b(op);
+      mlir::Location l = op.getLoc();
+      auto i64 = [&](int64_t v) -> Value {
+        return b.create<mlir::arith::ConstantIntOp>(l, v, 64);
+      };
+      auto address = [&](const Buffer& buffer) -> Value {
+        return b.create<mlir::arith::IndexCastOp>(l, b.getI64Type(),
+                                                  BaseAddress(b, l, buffer.base));
+      };
+      uint32_t scale_bits;
+      std::memcpy(&scale_bits, &p.scale, 4);
+      llvm::SmallVector<Value> args = {
+          i64(static_cast<int64_t>(p.query_type)), i64(static_cast<int64_t>(p.cache_type)),
+          i64(p.table_i64), i64(p.positions_i64), i64(p.batch), i64(p.tokens / p.batch),
+          i64(p.heads), i64(p.kv_heads), i64(p.dim), i64(p.slots), i64(p.width),
+          i64(p.block_size), i64(p.window), i64(scale_bits), i64(p.query.strides[0]),
+          i64(p.query.strides[1]), i64(p.out.strides[0]), i64(p.out.strides[1]),
+          address(p.query), address(p.cache), address(p.block_table), address(p.positions),
+          address(p.out)};
+      // At most the table's whole width per query row (scores and values).
+      const int64_t work = 2 * p.tokens * p.heads * p.width * p.block_size * p.dim;
+      EmitBlockedCalls(b, l, callee, std::move(args),
+                       LibraryCallBlocks(work, p.batch * p.kv_heads), work);
+      op->erase();
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<mlir::Pass> CreatePagedAttentionRewritePass() {
+  return std::make_unique<PagedAttentionRewritePass>();
+}
+
+void RegisterPagedAttentionRewritePass() {
+  static std::once_flag once;
+  std::call_once(once, [] { mlir::PassRegistration<PagedAttentionRewritePass>(); });
+}
+
+}  // namespace rbln::compiler
