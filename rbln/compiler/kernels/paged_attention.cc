@@ -14,20 +14,17 @@
 namespace rbln::compiler {
 namespace {
 
-// `n` values of `type` at `src` as f32 (bf16 and f16 widen exactly).
+// `n` values of `type` at `src` as f32 (bf16 and f16 widen exactly);
+// `Ops` widens bf16 (the bits shifted into a float's high half).
+template <typename Ops>
 void Widen(GemmOperandType type, const void* src, int64_t n, float* dst) {
   switch (type) {
     case GemmOperandType::kF32:
       std::memcpy(dst, src, n * sizeof(float));
       return;
-    case GemmOperandType::kBF16: {
-      const auto* bits = static_cast<const uint16_t*>(src);
-      for (int64_t i = 0; i < n; ++i) {
-        const uint32_t u = static_cast<uint32_t>(bits[i]) << 16;
-        std::memcpy(&dst[i], &u, 4);
-      }
+    case GemmOperandType::kBF16:
+      Ops::WidenBf16(static_cast<const uint16_t*>(src), n, dst);
       return;
-    }
     case GemmOperandType::kF16:
       HalfToFloat(static_cast<const uint16_t*>(src), 1, n, n, dst, n);
       return;
@@ -87,9 +84,21 @@ struct PortableOps {
   static void Scale(float alpha, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] *= alpha;
   }
+  static void WidenBf16(const uint16_t* src, int64_t n, float* dst) {
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t u = static_cast<uint32_t>(src[i]) << 16;
+      std::memcpy(&dst[i], &u, 4);
+    }
+  }
+  // s[i] = exp(s[i] - max) for i < n; returns their sum.
+  static float ExpSum(float* s, int64_t n, float max) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; ++i) sum += (s[i] = std::exp(s[i] - max));
+    return sum;
+  }
 };
 
-#define RBLN_AVX512 __attribute__((target("avx512f")))
+#define RBLN_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
 struct Avx512Ops {
   RBLN_AVX512 static __mmask16 Tail(int64_t left) {
@@ -117,6 +126,36 @@ struct Avx512Ops {
           y + i, m, _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(m, x + i),
                                     _mm512_maskz_loadu_ps(m, y + i)));
     }
+  }
+  RBLN_AVX512 static void WidenBf16(const uint16_t* src, int64_t n, float* dst) {
+    for (int64_t i = 0; i < n; i += 16) {
+      const __mmask16 m = Tail(n - i);
+      const __m512i wide = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src + i));
+      _mm512_mask_storeu_ps(dst + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16)));
+    }
+  }
+  // ExpSum with exp(x) = 2^k * e^r, k = round(x / ln 2), |r| <= ln 2 / 2,
+  // e^r by its Taylor polynomial of degree 6 (relative error ~1e-7);
+  // arguments below -87 (results under FLT_MIN) give 2^-126-ish, not 0.
+  RBLN_AVX512 static float ExpSum(float* s, int64_t n, float max) {
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+      const __mmask16 m = Tail(n - i);
+      __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + i), _mm512_set1_ps(max));
+      x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+      const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693145752f), x);
+      r = _mm512_fnmadd_ps(k, _mm512_set1_ps(1.42860677e-6f), r);
+      __m512 p = _mm512_set1_ps(1.0f / 720);
+      for (float c : {1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f}) {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+      }
+      const __m512 e = _mm512_scalef_ps(p, k);
+      _mm512_mask_storeu_ps(s + i, m, e);
+      sum = _mm512_mask_add_ps(sum, m, sum, e);
+    }
+    return _mm512_reduce_add_ps(sum);
   }
   RBLN_AVX512 static void Scale(float alpha, float* y, int64_t n) {
     const __m512 a = _mm512_set1_ps(alpha);
@@ -161,7 +200,7 @@ void RunItem(const PagedAttentionProblem& p, const char* query, const char* cach
                                                : 0;
     for (int64_t g = 0; g < group; ++g) {
       const int64_t r = qi * group + g, head = kv_head * group + g;
-      Widen(p.query_type,
+      Widen<Ops>(p.query_type,
             query + (token * p.query_stride_token + head * p.query_stride_head) * qbytes, d,
             &s.q[r * d]);
       s.first[r] = first;
@@ -182,8 +221,8 @@ void RunItem(const PagedAttentionProblem& p, const char* query, const char* cach
     const int64_t slot = id * p.block_size + (begin - start);
     // The block's keys and values in the item's range, widened once for
     // all of its rows.
-    Widen(p.cache_type, key_base + slot * d * cbytes, (end - begin) * d, s.keys.data());
-    Widen(p.cache_type, value_base + slot * d * cbytes, (end - begin) * d, s.values.data());
+    Widen<Ops>(p.cache_type, key_base + slot * d * cbytes, (end - begin) * d, s.keys.data());
+    Widen<Ops>(p.cache_type, value_base + slot * d * cbytes, (end - begin) * d, s.values.data());
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t from = std::max(begin, s.first[r]), to = std::min(end, s.limit[r]);
       if (from >= to) continue;
@@ -202,10 +241,9 @@ void RunItem(const PagedAttentionProblem& p, const char* query, const char* cach
         Ops::Scale(correction, acc, d);
         s.max[r] = new_max;
       }
+      s.sum[r] += Ops::ExpSum(s.scores.data(), to - from, new_max);
       for (int64_t j = from; j < to; ++j) {
-        const float e = std::exp(s.scores[j - from] - new_max);
-        s.sum[r] += e;
-        Ops::Axpy(e, &s.values[(j - begin) * d], acc, d);
+        Ops::Axpy(s.scores[j - from], &s.values[(j - begin) * d], acc, d);
       }
     }
   }
@@ -235,7 +273,10 @@ void RunItems(const PagedAttentionProblem& p, const void* query, const void* cac
 
 AttentionIsa BestAttentionIsa() {
   static const AttentionIsa isa =
-      __builtin_cpu_supports("avx512f") ? AttentionIsa::kAvx512 : AttentionIsa::kPortable;
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+              __builtin_cpu_supports("avx512vl")
+          ? AttentionIsa::kAvx512
+          : AttentionIsa::kPortable;
   return isa;
 }
 

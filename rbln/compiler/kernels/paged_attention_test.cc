@@ -207,10 +207,11 @@ std::vector<Case> Cases() {
   prefill.i64_table = true;
   cases.push_back(prefill);
   Case prefill_bf16 = prefill;
-  prefill_bf16.name = "prefill_bf16_mha_dim40";
+  prefill_bf16.name = "prefill_bf16_mha_dim40_block32";
   prefill_bf16.bf16 = true;
   prefill_bf16.num_kv_heads = 4;  // no grouping
   prefill_bf16.head_size = 40;    // not a whole number of vectors
+  prefill_bf16.block_size = 32;   // more keys a block than a vector holds
   cases.push_back(prefill_bf16);
   Case window = prefill;
   window.name = "sliding_window_gqa4";
