@@ -124,5 +124,29 @@ def test_first_call_phases_in_inspect_and_log(monkeypatch, capsys):
         assert text in line, line
 
 
+def test_decomposition_table_built_once_per_operator_set(monkeypatch):
+    # spec: J1 -- issue 29 item 4: every graph's compile read PyTorch's core
+    # ATen table, which walks all registered operators (~0.3 s); it is built
+    # once and reused by the next graph (a generate step's decode graph),
+    # and rebuilt when an operator is registered after it.
+    from torch_rbln._dynamo import capture
+
+    builds = []
+    build = capture._build_decompositions
+    monkeypatch.setattr(capture, "_build_decompositions",
+                        lambda: builds.append(1) or build())
+    monkeypatch.setattr(capture, "_decomposition_cache", None)
+    first = capture.decompositions()
+    second = capture.decompositions()
+    assert len(builds) == 1
+    assert first == second and first is not second  # A copy each time.
+    assert torch.ops.aten.index_copy.default not in first  # _NATIVE_OPS kept out.
+    assert capture.decompositions()[torch.ops.aten.split.Tensor] is capture._split
+    lib = torch.library.Library("rbln_decomp_cache_test", "DEF")
+    lib.define("twice(Tensor x) -> Tensor")
+    capture.decompositions()
+    assert len(builds) == 2
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))

@@ -66,8 +66,28 @@ def dynamo_capture_seconds():
         pass
     return None
 
+
+# (registered operator count, table) of the last decompositions() call.
+_decomposition_cache = None
+
+
 def decompositions():
-    """PyTorch's core ATen decompositions minus `_NATIVE_OPS`, plus ours."""
+    """PyTorch's core ATen decompositions minus `_NATIVE_OPS`, plus ours.
+
+    Built once per set of registered operators: reading PyTorch's table
+    materializes an entry for every CompositeImplicitAutograd op of every
+    namespace (a walk over all registered operators, ~0.2-0.4 s each time,
+    which every graph's compile paid -- a generate step's prefill and
+    decode graphs twice). A newly registered operator (a custom op loaded
+    after a compile) changes the count and rebuilds it."""
+    global _decomposition_cache
+    registered = len(torch._C._dispatch_get_all_op_names())
+    if _decomposition_cache is None or _decomposition_cache[0] != registered:
+        _decomposition_cache = (registered, _build_decompositions())
+    return dict(_decomposition_cache[1])
+
+
+def _build_decompositions():
     from torch._decomp import core_aten_decompositions
 
     table = {
