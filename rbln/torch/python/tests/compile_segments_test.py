@@ -148,5 +148,38 @@ def test_decomposition_table_built_once_per_operator_set(monkeypatch):
     assert len(builds) == 2
 
 
+def test_cyclic_gc_paused_while_a_graph_compiles(monkeypatch):
+    # spec: J1 -- issue 29 item 4: full collections of Python's cyclic GC
+    # during aot_autograd and the compile walk every object of the process
+    # and free nothing; the collector is off while a graph compiles, back on
+    # after, and stays off when the user turned it off.
+    import gc
+
+    from torch_rbln._dynamo.compiled_graph import CompiledGraph
+
+    seen = []
+    compile_static = CompiledGraph.compile_static
+    monkeypatch.setattr(CompiledGraph, "compile_static",
+                        lambda self: seen.append(gc.isenabled()) or compile_static(self))
+    ids = torch.randint(0, 128, (1, 16), generator=torch.Generator().manual_seed(0))
+    model = make_stack(1).to(DEV)
+    assert gc.isenabled()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        out = torch.compile(model, backend="rbln", dynamic=False)(ids.to(DEV))
+    assert seen == [False] and gc.isenabled()
+    with torch.no_grad():
+        expected = make_stack(1).float()(ids).half()
+    torch.testing.assert_close(out.cpu(), expected, atol=3e-2, rtol=3e-2)
+    gc.disable()
+    try:
+        torch._dynamo.reset()
+        with torch.no_grad():
+            torch.compile(model, backend="rbln", dynamic=False)(ids[:, :8].to(DEV))
+        assert seen == [False, False] and not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))
