@@ -5,12 +5,13 @@
 // positions it captures) with calls of rbln_paged_attention
 // (kernels/paged_attention.h), which read the cache in place over each
 // request's real context. The calls are cut into blocks of work items
-// (request x kv head) by the problem's shape (library_calls.h), which the
+// (request x kv head) by the problem's shape (AttentionBlocks), which the
 // partition pass spreads over the chiplet workers.
 //
 // A generic whose buffers the call cannot address (dynamic strides, a
 // non-unit stride along head_size, a cache, table or positions not
 // contiguous) is left as it is: it computes the same values itself.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -69,6 +70,18 @@ std::optional<Buffer> AsBuffer(Value v, bool contiguous) {
   if (!mlir::ShapedType::isDynamic(offset)) b.base.offset = offset;
   b.base.element_bytes = type.getElementTypeBitWidth() / 8;
   return b;
+}
+
+// A block of work items takes at least this many multiply-adds (~50 us): a
+// call costs little next to it, unlike a GEMM's (LibraryCallBlocks), whose
+// threshold would leave a decode step's attention (16 requests x 128 keys,
+// 2 M) whole on one chiplet worker.
+constexpr int64_t kMinAttentionBlockWork = int64_t{1} << 18;
+
+// Blocks of `items` work items with `work` multiply-adds in all.
+int64_t AttentionBlocks(int64_t work, int64_t items) {
+  return std::max<int64_t>(
+      1, std::min({kMaxGemmBlocks, items, work / kMinAttentionBlockWork}));
 }
 
 // What one paged attention generic becomes.
@@ -198,7 +211,7 @@ class PagedAttentionRewritePass
       // At most the table's whole width per query row (scores and values).
       const int64_t work = 2 * p.tokens * p.heads * p.width * p.block_size * p.dim;
       EmitBlockedCalls(b, l, callee, std::move(args),
-                       LibraryCallBlocks(work, p.batch * p.kv_heads), work);
+                       AttentionBlocks(work, p.batch * p.kv_heads), work);
       op->erase();
     }
   }

@@ -50,14 +50,15 @@ Counts Count(mlir::ModuleOp module) {
 
 TEST(PagedAttentionRewritePassTest, GenericBecomesCalls) {
   auto context = CreateCompilerContext();
-  PagedAttentionShape small;  // 3 x 2 items, little work: one call
-  PagedAttentionShape large;  // 16 requests x 4 kv heads over 1024 keys: blocks
-  large.batch = 16;
-  large.heads = 8;
-  large.kv_heads = 4;
-  large.num_blocks = 1100;
-  large.table_width = 64;
-  for (auto [s, blocked] : {std::pair{small, 0}, std::pair{large, 1}}) {
+  PagedAttentionShape small;  // 3 x 2 items over 64 keys, little work: one call
+  small.dim = 16;
+  PagedAttentionShape decode;  // 16 requests x 4 kv heads over 128 keys: blocks
+  decode.batch = 16;
+  decode.heads = 8;
+  decode.kv_heads = 4;
+  decode.num_blocks = 200;
+  decode.table_width = 8;
+  for (auto [s, blocked] : {std::pair{small, 0}, std::pair{decode, 1}}) {
     auto module = ImportAndRewrite(PagedAttentionGraph(s), context.get(), {PagedAttentionStage()});
     ASSERT_TRUE(module.ok()) << module.status();
     const Counts c = Count(**module);
