@@ -57,6 +57,7 @@ struct PagedAttentionShape {
   int64_t batch = 3, q_len = 1, heads = 4, kv_heads = 2, dim = 64;
   int64_t block_size = 16, num_blocks = 12, table_width = 4;
   int64_t sliding_window = 0;           // 0: no attribute
+  bool negated = false;                 // out = -paged_attention(...), as a consumer
 };
 
 // out [T, Hq, D] = paged_attention(query [T, Hq, D], cache [2, Hkv, S, D],
@@ -70,12 +71,13 @@ inline ir::Graph PagedAttentionGraph(const PagedAttentionShape& s) {
   AddInput(graph, "cache", Type(s.dtype, {2, s.kv_heads, s.num_blocks * s.block_size, s.dim}));
   AddInput(graph, "block_table", Type(s.index_dtype, {s.batch, s.table_width}));
   AddInput(graph, "positions", Type(s.index_dtype, {tokens}));
-  AddNode(graph, "paged_attention", {"query", "cache", "block_table", "positions"}, "out",
-          Type(s.dtype, {tokens, s.heads, s.dim}));
+  AddNode(graph, "paged_attention", {"query", "cache", "block_table", "positions"},
+          s.negated ? "attention" : "out", Type(s.dtype, {tokens, s.heads, s.dim}));
   ir::Node* n = graph.mutable_nodes(graph.nodes_size() - 1);
   (*n->mutable_attrs())["block_size"].set_i(s.block_size);
   (*n->mutable_attrs())["scale"].set_f(1.0 / std::sqrt(static_cast<double>(s.dim)));
   if (s.sliding_window > 0) (*n->mutable_attrs())["sliding_window"].set_i(s.sliding_window);
+  if (s.negated) AddNode(graph, "neg", {"attention"}, "out", Type(s.dtype, {tokens, s.heads, s.dim}));
   graph.add_outputs("out");
   return graph;
 }

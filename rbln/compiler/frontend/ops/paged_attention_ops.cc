@@ -14,7 +14,7 @@
 // h / (Hq / Hkv). A query with no key gives zeros. Half inputs compute in
 // f32 (scores, softmax, sums), rounded once.
 //
-// The op is one all-parallel linalg.generic over the output marked
+// The op is one linalg.generic over the output marked
 // kPagedAttentionAttr (with block_size, scale and the window), whose body
 // computes one output element with an online softmax over the element's
 // keys, reading the other operands in place (tensor.extract of the values
@@ -50,6 +50,7 @@ using ::mlir::Location;
 using ::mlir::OpBuilder;
 using ::mlir::Value;
 using ::mlir::ValueRange;
+using ::mlir::utils::IteratorType;
 
 struct Problem {
   ir::DType query_dtype, cache_dtype;
@@ -205,10 +206,25 @@ absl::Status ConvertPagedAttention(GraphImporter& im, const ir::Node& node) {
         return b.create<arith::IndexCastOp>(l, id_type, id);
       });
   p.positions = im.ValueOf(node.inputs(3));
-  Value out = nn::Parallel(im, {}, {}, q, im.StorageType(p.query_dtype),
-                           [&](OpBuilder& b, Location l, ValueRange) {
-                             return Element(im, p, b, l);
-                           });
+  // Loops (t, h, e) and a reduction loop of one iteration: element-wise
+  // fusion takes only all-parallel producers, so the op is never merged
+  // into its consumer (vLLM copies the output into its own buffer), where
+  // the rewrite could no longer find it.
+  mlir::MLIRContext* ctx = im.context();
+  auto out_map = mlir::AffineMap::get(
+      4, 0,
+      {mlir::getAffineDimExpr(0, ctx), mlir::getAffineDimExpr(1, ctx),
+       mlir::getAffineDimExpr(2, ctx)},
+      ctx);
+  // An unread [T, Hq, D, 1] operand gives the reduction loop its extent.
+  Value extent = nn::Empty(im, {q[0], q[1], q[2], 1}, im.StorageType(p.query_dtype));
+  Value out = nn::Generic(im, {extent}, {nn::Empty(im, q, im.StorageType(p.query_dtype))},
+                          {nn::IdentityMap(im, 4), out_map},
+                          {IteratorType::parallel, IteratorType::parallel,
+                           IteratorType::parallel, IteratorType::reduction},
+                          [&](OpBuilder& b, Location l, ValueRange) {
+                            return llvm::SmallVector<Value>{Element(im, p, b, l)};
+                          })[0];
   OpBuilder& b = im.builder();
   out.getDefiningOp()->setAttr(
       kPagedAttentionAttr,

@@ -96,7 +96,8 @@ struct PagedAttention {
 
 std::optional<PagedAttention> PlanPagedAttention(mlir::linalg::GenericOp op) {
   auto attrs = op->getAttrOfType<mlir::DictionaryAttr>(kPagedAttentionAttr);
-  if (!attrs || op.getNumDpsInputs() != 0 || op.getNumDpsInits() != 1 ||
+  // Its one input only gives a loop its extent (frontend); nothing reads it.
+  if (!attrs || op.getNumDpsInputs() != 1 || op.getNumDpsInits() != 1 ||
       op->getNumResults() != 0) {
     return std::nullopt;
   }

@@ -1,7 +1,8 @@
 // spec: P5, A2
 // The paged attention rewrite: the frontend's marked generic becomes
 // rbln_paged_attention calls -- blocks of work items in a parallel loop
-// when the problem is large -- and the program with the calls computes the
+// when the problem is large; also with an element-wise consumer, which
+// fusion must not merge it into -- and the program with the calls computes the
 // generic's own values (its element-wise online softmax, what runs when
 // the rewrite cannot take the op): decode and prefill, GQA, a sliding
 // window, f32 and bf16, int32 and int64 indices.
@@ -58,7 +59,10 @@ TEST(PagedAttentionRewritePassTest, GenericBecomesCalls) {
   decode.kv_heads = 4;
   decode.num_blocks = 200;
   decode.table_width = 8;
-  for (auto [s, blocked] : {std::pair{small, 0}, std::pair{decode, 1}}) {
+  PagedAttentionShape consumed = small;  // an element-wise consumer does not absorb it
+  consumed.negated = true;
+  for (auto [s, blocked] :
+       {std::pair{small, 0}, std::pair{decode, 1}, std::pair{consumed, 0}}) {
     auto module = ImportAndRewrite(PagedAttentionGraph(s), context.get(), {PagedAttentionStage()});
     ASSERT_TRUE(module.ok()) << module.status();
     const Counts c = Count(**module);
@@ -72,6 +76,7 @@ TEST(PagedAttentionRewritePassTest, CallsComputeTheGenericsValues) {
   PagedAttentionShape decode;
   decode.dtype = ir::BFLOAT16;
   PagedAttentionShape prefill;
+  prefill.negated = true;
   prefill.q_len = 6;
   prefill.heads = 8;
   prefill.sliding_window = 11;
