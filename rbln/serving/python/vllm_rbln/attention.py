@@ -52,8 +52,8 @@ class RblnCallMetadata:
 
 
 class RblnAttentionMetadataBuilder(AttentionMetadataBuilder[RblnStepMetadata]):
-    # Decodes first: the runner groups them into one call anyway, and vLLM
-    # keeps the order stable between steps.
+    # Decodes first (vLLM keeps the order stable between steps); the runner
+    # packs every token of a step into one call in this order.
     reorder_batch_threshold: int | None = 1
 
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device):

@@ -4,11 +4,12 @@ vLLM's runner (the CPU runner's host-buffer variant of GPUModelRunner) keeps
 the per-step bookkeeping -- token ids, positions, block tables, slot mappings
 -- in host memory. This runner keeps the model weights and each layer's paged
 KV cache in rbln memory and replaces the forward pass (`_model_forward`, the
-override point vLLM documents): each scheduler step is cut into calls of
-bucketed static shapes (buckets.py); each call uploads its padded host
-arrays, runs the step -- the vLLM model, its paged attention and the logits
-of each request's last token -- as one program compiled by
-torch.compile(backend="rbln"), and downloads the logits. Sampling stays on
+override point vLLM documents): each scheduler step is one call of a
+bucketed static shape (buckets.py: every new token of the step in one padded
+row of tokens); the call uploads its padded host arrays, runs the step --
+the vLLM model, its paged attention and the logits of each request's last
+token -- as one program compiled by torch.compile(backend="rbln"), and
+downloads the logits. Sampling stays on
 the host, on those logits.
 
 vLLM internals used here: CPUModelRunner / GPUModelRunner (load_model,
@@ -29,7 +30,6 @@ from vllm.v1.worker.utils import bind_kv_cache
 
 from . import paged_attention
 from .attention import RblnCallMetadata, RblnStepMetadata
-from . import buckets
 from .buckets import Buckets
 from .step_stats import StepStats
 
@@ -42,12 +42,11 @@ class RblnModelRunner(CPUModelRunner):
         self.rbln_device = rbln_device
         scheduler = vllm_config.scheduler_config
         self.block_size = vllm_config.cache_config.block_size
-        # Every request's block-table row is padded to the blocks of the
-        # longest sequence, so one program serves any context length.
+        # Every token's block-table row is padded to the blocks of the
+        # longest sequence, so one program serves any context length (the
+        # attention kernel reads only the blocks of the token's context).
         self.table_blocks = -(-self.max_model_len // self.block_size)
-        self.buckets = Buckets(scheduler.max_num_seqs,
-                               min(scheduler.max_num_batched_tokens, self.max_model_len),
-                               self.table_blocks)
+        self.buckets = Buckets(scheduler.max_num_seqs, scheduler.max_num_batched_tokens)
         self.stats = StepStats()
         self.compile_seconds = 0.0
         self._caches = {}  # layer name -> rbln tensor
@@ -150,66 +149,46 @@ class RblnModelRunner(CPUModelRunner):
             return torch.zeros((num_tokens, self._vocab), dtype=torch.float32)
         qsl = step.query_start_loc.numpy()[:step.num_reqs + 1]
         query_lens = np.diff(qsl)
-        # Only the rows vLLM samples from (each request's last token) are set.
-        logits = torch.empty((num_tokens, self._vocab), dtype=torch.float32)
+        call = self.buckets.plan(query_lens.tolist())
         saved = context.attn_metadata, context.slot_mapping
-        seq_lens = step.seq_lens.numpy()[:step.num_reqs]
-        planned = self.buckets.plan(query_lens.tolist(),
-                                    (-(-seq_lens // self.block_size)).tolist())
-        calls = buckets.order(planned, *self._blocks_touched(step, qsl))
-        self.stats.reordered_steps += calls != planned
         try:
-            for call in calls:
-                rows = self._run_call(context, call, qsl, input_ids.numpy(),
-                                      positions.numpy(), step)
-                last = qsl[np.array(call.requests) + 1] - 1
-                logits[torch.from_numpy(last.astype(np.int64))] = rows
+            rows = self._run_call(context, call, qsl, input_ids.numpy(), positions.numpy(),
+                                  step)
         finally:
             context.attn_metadata, context.slot_mapping = saved
+        # Only the rows vLLM samples from (each request's last token) are set.
+        logits = torch.empty((num_tokens, self._vocab), dtype=torch.float32)
+        logits[torch.from_numpy((qsl[1:] - 1).astype(np.int64))] = rows
+        self.stats.count_step(mixed=bool(query_lens.max() > 1 and query_lens.min() == 1))
         return logits
 
-    def _blocks_touched(self, step, qsl):
-        """Per request, the blocks this step fills (its slots) and those it
-        reads from earlier tokens (its table up to its first new position)."""
-        slots = step.slot_mapping.numpy()
-        table = step.block_table.numpy()
-        start = step.seq_lens.numpy()[:step.num_reqs] - np.diff(qsl)
-        writes, reads = [], []
-        for r in range(step.num_reqs):
-            writes.append(set((slots[qsl[r]:qsl[r + 1]] // self.block_size).tolist()))
-            reads.append(set(table[r, :-(-int(start[r]) // self.block_size)].tolist()))
-        return writes, reads
-
     def _run_call(self, context, call, qsl, input_ids, positions, step):
-        """Uploads one call's padded grid, runs its program, returns the
-        logits rows of its requests (host, float32)."""
-        b, q, nb = call.batch, call.q_len, call.table_blocks
-        ids = np.zeros(b * q, np.int64)
-        pos = np.zeros(b * q, np.int64)
-        slots = np.zeros(b * q, np.int64)  # Padding writes the null block.
-        table = np.zeros((b, nb), np.int64)
-        last = np.zeros(b, np.int64)
+        """Uploads one call's padded token rows, runs its program, returns
+        the logits rows of the step's requests (host, float32)."""
+        t, num_reqs, n = call.tokens, step.num_reqs, int(qsl[-1])
+        ids = np.zeros(t, np.int64)
+        pos = np.zeros(t, np.int64)
+        slots = np.zeros(t, np.int64)  # Padding writes the null block,
+        table = np.zeros((t, self.table_blocks), np.int64)  # reads its slot 0.
+        last = np.zeros(call.rows, np.int64)
+        ids[:n] = input_ids[:n]
+        pos[:n] = positions[:n]
+        slots[:n] = step.slot_mapping.numpy()[:n]
         block_table = step.block_table.numpy()
-        slot_mapping = step.slot_mapping.numpy()
-        # The call's context bucket covers every block its requests read.
-        width = min(nb, block_table.shape[1])
-        for i, r in enumerate(call.requests):
-            s, n = qsl[r], qsl[r + 1] - qsl[r]
-            ids[i * q:i * q + n] = input_ids[s:s + n]
-            pos[i * q:i * q + n] = positions[s:s + n]
-            slots[i * q:i * q + n] = slot_mapping[s:s + n]
-            table[i, :width] = block_table[r, :width]
-            last[i] = i * q + n - 1
+        width = min(self.table_blocks, block_table.shape[1])
+        # Each token's row is its request's block-table row.
+        table[:n, :width] = np.repeat(block_table[:num_reqs, :width], np.diff(qsl), axis=0)
+        last[:num_reqs] = qsl[1:] - 1
         dev = self.rbln_device
         meta = RblnCallMetadata(
             slot_mapping=torch.from_numpy(slots).to(dev),
             block_table=torch.from_numpy(table).to(dev),
             positions=torch.from_numpy(pos).to(dev))
         self._bind_call(context, meta)
-        with self.stats.call((b, q, nb)):
+        with self.stats.call(call):
             out = self._host_logits(torch.from_numpy(ids).to(dev), meta.positions,
                                     torch.from_numpy(last).to(dev))
-        return out[:len(call.requests)]
+        return out[:num_reqs]
 
     def _host_logits(self, ids, positions, last):
         """The step program's logits (float32) on the host; warm-up takes this
@@ -229,17 +208,18 @@ class RblnModelRunner(CPUModelRunner):
         writing only the null block), so serving never compiles."""
         start = time.perf_counter()
         dev = self.rbln_device
-        for b, q, nb in self.buckets.shapes():
+        for call in self.buckets.shapes():
+            t = call.tokens
             # Distinct inference tensors, as in a real call (Dynamo guards on
             # aliasing and on the dispatch keys).
             def zeros(*shape):
                 return torch.zeros(shape, dtype=torch.int64, device=dev)
             meta = RblnCallMetadata(
-                slot_mapping=zeros(b * q), positions=zeros(b * q), block_table=zeros(b, nb))
+                slot_mapping=zeros(t), positions=zeros(t), block_table=zeros(t, self.table_blocks))
             with set_forward_context(None, self.vllm_config), \
-                    self.stats.call((b, q, nb), warm_up=True):
+                    self.stats.call(call, warm_up=True):
                 self._bind_call(get_forward_context(), meta)
-                self._host_logits(zeros(b * q), meta.positions, zeros(b))
+                self._host_logits(zeros(t), meta.positions, zeros(call.rows))
         self.compile_seconds = time.perf_counter() - start
         self.stats.warmed_up()
         logger.info("rbln: warm-up compiled %d step shapes %s in %.1f s", len(

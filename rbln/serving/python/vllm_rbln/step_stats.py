@@ -33,18 +33,22 @@ def _counters() -> dict:
 class StepStats:
     def __init__(self):
         self.warm = False
-        self.calls = {}  # (batch, q_len, table_blocks) -> calls after warm-up
-        self.seconds = {}  # (batch, q_len, table_blocks) -> seconds in those calls
+        self.calls = {}  # buckets.Call -> calls after warm-up
+        self.seconds = {}  # buckets.Call -> seconds in those calls
         self.after_warm_up = dict.fromkeys(COMPILES + FALLBACKS, 0)
         self.warm_up = dict.fromkeys(COMPILES + FALLBACKS, 0)
-        # Steps whose calls ran out of plan order (buckets.order): a call
-        # filling prefix blocks that another call of the step reads.
-        self.reordered_steps = 0
+        self.steps = 0  # After warm-up; one call each (buckets.py).
+        # Steps whose call held decode tokens and prompt tokens together.
+        self.mixed_steps = 0
         self.explain = os.environ.get("VLLM_RBLN_EXPLAIN", "0") == "1"
         self.verdicts = {}  # explain() verdict -> calls
 
     def warmed_up(self) -> None:
         self.warm = True
+
+    def count_step(self, mixed: bool) -> None:
+        self.steps += 1
+        self.mixed_steps += mixed
 
     @contextlib.contextmanager
     def call(self, shape, warm_up: bool = False):
@@ -82,7 +86,8 @@ class StepStats:
             "warm": self.warm,
             "warm_up": dict(self.warm_up),
             "after_warm_up": dict(self.after_warm_up),
-            "reordered_steps": self.reordered_steps,
+            "steps": self.steps,
+            "mixed_steps": self.mixed_steps,
             "explain_verdicts": dict(self.verdicts),
             "calls": {_name(shape): n for shape, n in sorted(self.calls.items())},
             "ms_per_call": {_name(shape): 1e3 * self.seconds[shape] / n
@@ -90,7 +95,6 @@ class StepStats:
         }
 
 
-def _name(shape) -> str:
-    """"BxQ/NB": a grid of B requests x Q tokens over block tables of NB blocks."""
-    batch, q_len, table_blocks = shape
-    return f"{batch}x{q_len}/{table_blocks}"
+def _name(call) -> str:
+    """"T/R": a call of T token rows and R logits rows (buckets.Call)."""
+    return f"{call.tokens}/{call.rows}"
