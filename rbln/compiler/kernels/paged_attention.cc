@@ -10,6 +10,7 @@
 
 #include "rbln/compiler/abi/library_epilogue.h"
 #include "rbln/compiler/kernels/half_convert.h"
+#include "rbln/core/counters.h"
 
 namespace rbln::compiler {
 namespace {
@@ -324,6 +325,13 @@ extern "C" void rbln_paged_attention(
   p.query_stride_head = query_stride_head;
   p.out_stride_token = out_stride_token;
   p.out_stride_head = out_stride_head;
+  // Work items (request x kv head) this kernel ran: what shows that a
+  // program's paged attention took the kernel, not the compiler's own
+  // element-wise lowering of the op (correct, but far slower).
+  static rbln::Counter* const items =
+      rbln::CounterRegistry::Global().Get("compiler/paged_attention/items");
+  const int64_t total = batch * num_kv_heads;
+  items->Add((block + 1) * total / blocks - block * total / blocks);
   rbln::compiler::RunPagedAttentionBlock(
       p, reinterpret_cast<const void*>(query), reinterpret_cast<const void*>(cache),
       reinterpret_cast<const void*>(block_table), reinterpret_cast<const void*>(positions),

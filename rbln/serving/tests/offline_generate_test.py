@@ -141,8 +141,16 @@ def test_requests_sharing_prefix_blocks_in_one_step(llm, model_dir):
 
 
 def test_steps_never_compile_or_fall_back_after_warm_up(llm, model_dir):
+    (before,) = llm.collective_rpc("rbln_stats")
     _generate(llm, _prompts(model_dir)[:6], [4] * 6)
     (stats,) = llm.collective_rpc("rbln_stats")
+    # Every layer of every step ran the paged-attention kernel over at least
+    # one token x kv head (not the compiler's slow element-wise lowering).
+    with open(os.path.join(model_dir, "config.json")) as f:
+        config = json.load(f)
+    per_step = config["num_hidden_layers"] * config["num_key_value_heads"]
+    assert (stats["paged_attention_items"] - before["paged_attention_items"] >=
+            (stats["steps"] - before["steps"]) * per_step > 0), (before, stats)
     assert stats["warm"], stats
     assert stats["warm_up"]["graph/compiles"] >= 1, stats
     assert all(v == 0 for v in stats["after_warm_up"].values()), stats

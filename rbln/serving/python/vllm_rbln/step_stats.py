@@ -87,6 +87,11 @@ class StepStats:
             "warm_up": dict(self.warm_up),
             "after_warm_up": dict(self.after_warm_up),
             "steps": self.steps,
+            # Work items the paged-attention kernel ran (request x kv head
+            # per layer and call): zero would mean the compiler's slow
+            # element-wise lowering of the op ran instead.
+            "paged_attention_items": torch.rbln.counters().get(
+                "compiler/paged_attention/items", 0),
             "mixed_steps": self.mixed_steps,
             "explain_verdicts": dict(self.verdicts),
             "calls": {_name(shape): n for shape, n in sorted(self.calls.items())},
