@@ -26,7 +26,7 @@ namespace rbln::compiler {
 
 // Bump when code generation changes in a way that makes old objects (or
 // what their manifests record, e.g. uses_onednn) wrong.
-inline constexpr char kCompilerVersion[] = "rbln-compiler-10";
+inline constexpr char kCompilerVersion[] = "rbln-compiler-11";
 
 class DiskCache {
  public:

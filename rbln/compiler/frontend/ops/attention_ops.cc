@@ -17,6 +17,11 @@
 //     "scale" float (default 1/sqrt(E)); "dropout_p" must be 0.
 //     attn_mask broadcasts to [..., L, S]: bool keeps true positions, a
 //     float mask is added to the scores.
+//     "enable_gqa" bool: k and v may have Hkv heads (dim -3) where q has
+//     H = G * Hkv; query head h reads key/value head h / G, as PyTorch's
+//     enable_gqa. The products then run per key/value head with the G
+//     query heads' rows stacked (q viewed as [..., Hkv, G * L, E]), so the
+//     keys and values are read once each, never repeated into a copy.
 //   _scaled_dot_product_flash_attention_for_cpu(q[B,H,L,E], k, v
 //       [, attn_mask]) -> (out[B,H,L,Ev], logsumexp[B,H,L] f32), the same
 //     attributes.
@@ -58,6 +63,37 @@ class Steps {
     ir::Node n = Make(op, inputs, step, dtype, shape, std::move(attrs));
     if (absl::Status s = im_.EmitNode(n); !s.ok()) return s;
     return n.outputs(0).name();
+  }
+
+  // A product (matmul or matmul_transpose_b) of a [..., M, K] and b whose
+  // batch dims equal a's, as one rank-3 batch GEMM: the batch dims are
+  // collapsed here (free views), since a product of rank > 3 copies its
+  // result out of the matmul converter's reshape (a pass over the scores).
+  // Operands whose batches broadcast go to the converter as they are.
+  absl::StatusOr<std::string> Product(const std::string& op, const std::string& a,
+                                      const std::string& b, const std::string& step,
+                                      ir::DType dtype, const Shape& out_shape) {
+    const Shape as = ShapeOf(im_.TypeOf(a)), bs = ShapeOf(im_.TypeOf(b));
+    const Shape batch(as.begin(), as.end() - 2);
+    if (batch.size() < 2 || Shape(bs.begin(), bs.end() - 2) != batch) {
+      return Emit(op, {a, b}, step, dtype, out_shape);
+    }
+    int64_t n = 1;
+    for (int64_t d : batch) n *= d;
+    auto flat = [&](const std::string& x, const Shape& shape,
+                    const std::string& name) -> absl::StatusOr<std::string> {
+      return Emit("view", {x}, name, im_.TypeOf(x).dtype(),
+                  {n, shape[shape.size() - 2], shape.back()});
+    };
+    absl::StatusOr<std::string> fa = flat(a, as, step + "_a");
+    if (!fa.ok()) return fa.status();
+    absl::StatusOr<std::string> fb = flat(b, bs, step + "_b");
+    if (!fb.ok()) return fb.status();
+    absl::StatusOr<std::string> prod =
+        Emit(op, {*fa, *fb}, step + "_flat", dtype,
+             {n, out_shape[out_shape.size() - 2], out_shape.back()});
+    if (!prod.ok()) return prod.status();
+    return Emit("view", {*prod}, step, dtype, out_shape);
   }
 
   ir::Node Make(const std::string& op, const std::vector<std::string>& inputs,
@@ -147,13 +183,37 @@ absl::Status ConvertAttention(GraphImporter& im, const ir::Node& node) {
         "op %s: key %s must be [..., S, %d] and value %s [..., S, Ev]",
         node.op(), ir::TypeToText(kt), E, ir::TypeToText(vt)));
   }
-  absl::StatusOr<Shape> qk_batch = BroadcastBatch(
-      node, Shape(q.begin(), q.end() - 2), Shape(k.begin(), k.end() - 2));
+  // Grouped-query attention: q [..., Hkv * G, L, E] runs as
+  // [..., Hkv, G * L, E] against k and v's Hkv heads.
+  const bool gqa = BoolAttr(node, "enable_gqa", false) && q.size() >= 3 &&
+                   k.size() >= 3 && q[q.size() - 3] != k[k.size() - 3];
+  int64_t group = 1;
+  Shape q_rows = q;  // q as the products see it.
+  if (gqa) {
+    const int64_t heads = q[q.size() - 3], kv_heads = k[k.size() - 3];
+    if (v.size() < 3 || v[v.size() - 3] != kv_heads || heads % kv_heads != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "op %s with enable_gqa: query heads (%d) must be a multiple of key "
+          "heads (%d), and value must have the key's heads, got %s",
+          node.op(), heads, kv_heads, ir::TypeToText(vt)));
+    }
+    group = heads / kv_heads;
+    q_rows.erase(q_rows.end() - 3, q_rows.end());
+    for (int64_t d : {kv_heads, group * L, E}) q_rows.push_back(d);
+  }
+  absl::StatusOr<Shape> qk_batch =
+      BroadcastBatch(node, Shape(q_rows.begin(), q_rows.end() - 2),
+                     Shape(k.begin(), k.end() - 2));
   if (!qk_batch.ok()) return qk_batch.status();
   absl::StatusOr<Shape> batch =
       BroadcastBatch(node, *qk_batch, Shape(v.begin(), v.end() - 2));
   if (!batch.ok()) return batch.status();
+  // The products' output: [..., Hkv, G * L, Ev] with gqa.
+  Shape pv_shape = *batch;
+  pv_shape.push_back(group * L);
+  pv_shape.push_back(Ev);
   Shape expected = *batch;
+  if (gqa) expected.back() *= group;  // Hkv -> H.
   expected.push_back(L);
   expected.push_back(Ev);
   if (ShapeOf(node.outputs(0).type()) != expected || !IsFloat(out_dtype)) {
@@ -167,26 +227,43 @@ absl::Status ConvertAttention(GraphImporter& im, const ir::Node& node) {
   const bool causal = BoolAttr(node, "is_causal", false);
   Steps steps(im, node);
 
+  std::string q_in = node.inputs(0);
+  if (gqa) {
+    absl::StatusOr<std::string> rows =
+        steps.Emit("view", {q_in}, "q_rows", qt.dtype(), q_rows);
+    if (!rows.ok()) return rows.status();
+    q_in = *rows;
+  }
   // f32 query and key (v enters p @ v in its own dtype).
   std::vector<std::string> f32_in;
-  for (int i = 0; i < 2; ++i) {
-    const ir::TensorType& t = im.TypeOf(node.inputs(i));
+  for (const std::string& in : {q_in, node.inputs(1)}) {
+    const ir::TensorType& t = im.TypeOf(in);
     if (t.dtype() == ir::FLOAT32) {
-      f32_in.push_back(node.inputs(i));
+      f32_in.push_back(in);
       continue;
     }
     absl::StatusOr<std::string> c =
-        steps.Emit("_to_copy", {node.inputs(i)}, absl::StrFormat("f32_%d", i),
+        steps.Emit("_to_copy", {in}, absl::StrFormat("f32_%d", f32_in.size()),
                    ir::FLOAT32, ShapeOf(t));
     if (!c.ok()) return c.status();
     f32_in.push_back(*c);
   }
+  Shape qk_shape = *qk_batch;
+  qk_shape.push_back(group * L);
+  qk_shape.push_back(S);
+  absl::StatusOr<std::string> qk = steps.Product(
+      "matmul_transpose_b", f32_in[0], f32_in[1], "qk", ir::FLOAT32, qk_shape);
+  if (!qk.ok()) return qk.status();
+  // The scores as [..., Hkv, G, L, S] with gqa, so the mask and the causal
+  // test index (query position, key position) as without.
   Shape s_shape = *qk_batch;
+  if (gqa) s_shape.push_back(group);
   s_shape.push_back(L);
   s_shape.push_back(S);
-  absl::StatusOr<std::string> qk = steps.Emit(
-      "matmul_transpose_b", {f32_in[0], f32_in[1]}, "qk", ir::FLOAT32, s_shape);
-  if (!qk.ok()) return qk.status();
+  if (gqa) {
+    qk = steps.Emit("view", {*qk}, "qk_grouped", ir::FLOAT32, s_shape);
+    if (!qk.ok()) return qk.status();
+  }
 
   // Scale and mask in one element-wise generic over the scores.
   ir::Node masked = steps.Make("scaled_masked_scores", {*qk}, "scores",
@@ -201,7 +278,31 @@ absl::Status ConvertAttention(GraphImporter& im, const ir::Node& node) {
           "op %s: attn_mask must be bool or float, got %s", node.op(),
           ir::TypeToText(mt)));
     }
-    masked.add_inputs(node.inputs(3));
+    std::string mask = node.inputs(3);
+    Shape m = ShapeOf(mt);
+    if (gqa && m.size() >= 3) {
+      // [..., H | 1, L', S'] -> [..., Hkv | 1, G | 1, L', S'].
+      const size_t h = m.size() - 3;
+      const int64_t kv_heads = k[k.size() - 3];
+      Shape grouped(m.begin(), m.begin() + h);
+      if (m[h] == 1) {
+        grouped.push_back(1);
+        grouped.push_back(1);
+      } else if (m[h] == kv_heads * group) {
+        grouped.push_back(kv_heads);
+        grouped.push_back(group);
+      } else {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "op %s: attn_mask %s does not broadcast to the query's %d heads",
+            node.op(), ir::TypeToText(mt), kv_heads * group));
+      }
+      grouped.insert(grouped.end(), m.end() - 2, m.end());
+      absl::StatusOr<std::string> g =
+          steps.Emit("view", {mask}, "mask_grouped", mt.dtype(), grouped);
+      if (!g.ok()) return g.status();
+      mask = *g;
+    }
+    masked.add_inputs(mask);
     operand_dtypes.push_back(bool_mask ? ir::BOOL : ir::FLOAT32);
   }
   const int rank = s_shape.size();
@@ -271,11 +372,21 @@ absl::Status ConvertAttention(GraphImporter& im, const ir::Node& node) {
     if (!rounded.ok()) return rounded.status();
     p_operand = *rounded;
   }
+  if (gqa) {
+    absl::StatusOr<std::string> rows =
+        steps.Emit("view", {p_operand}, "probs_rows", pv_dtype, qk_shape);
+    if (!rows.ok()) return rows.status();
+    p_operand = *rows;
+  }
   const bool convert = out_dtype != pv_dtype;
-  absl::StatusOr<std::string> out = steps.Emit(
-      "matmul", {p_operand, node.inputs(2)}, convert ? "out_pv" : "out", pv_dtype,
-      expected);
+  absl::StatusOr<std::string> out = steps.Product(
+      "matmul", p_operand, node.inputs(2),
+      gqa ? "out_rows" : (convert ? "out_pv" : "out"), pv_dtype, pv_shape);
   if (!out.ok()) return out.status();
+  if (gqa) {
+    out = steps.Emit("view", {*out}, convert ? "out_pv" : "out", pv_dtype, expected);
+    if (!out.ok()) return out.status();
+  }
   if (convert) {
     out = steps.Emit("_to_copy", {*out}, "out", out_dtype, expected);
     if (!out.ok()) return out.status();
@@ -286,7 +397,9 @@ absl::Status ConvertAttention(GraphImporter& im, const ir::Node& node) {
     // logsumexp over keys: max + log(sum(exp(s - max))).
     Shape row = s_shape;
     row.back() = 1;
-    Shape lse_shape(s_shape.begin(), s_shape.end() - 1);
+    // [..., H, L]; with gqa computed as [..., Hkv, G, L], the same order.
+    Shape lse_shape(expected.begin(), expected.end() - 1);
+    Shape s_rows(s_shape.begin(), s_shape.end() - 1);
     const std::string s_name = masked.outputs(0).name();
     absl::StatusOr<std::string> m =
         steps.Emit("amax", {s_name}, "row_max", ir::FLOAT32, row,
@@ -299,11 +412,15 @@ absl::Status ConvertAttention(GraphImporter& im, const ir::Node& node) {
         steps.Emit("exp", {*sh}, "exp", ir::FLOAT32, s_shape);
     if (!e.ok()) return e.status();
     absl::StatusOr<std::string> z = steps.Emit(
-        "sum", {*e}, "sum", ir::FLOAT32, lse_shape, {{"dim", Int(-1)}});
+        "sum", {*e}, "sum", ir::FLOAT32, s_rows, {{"dim", Int(-1)}});
     if (!z.ok()) return z.status();
     absl::StatusOr<std::string> logz =
-        steps.Emit("log", {*z}, "log_sum", ir::FLOAT32, lse_shape);
+        steps.Emit("log", {*z}, "log_sum", ir::FLOAT32, s_rows);
     if (!logz.ok()) return logz.status();
+    if (gqa) {
+      logz = steps.Emit("view", {*logz}, "log_sum_heads", ir::FLOAT32, lse_shape);
+      if (!logz.ok()) return logz.status();
+    }
     absl::StatusOr<std::string> m_flat =
         steps.Emit("view", {*m}, "row_max_flat", ir::FLOAT32, lse_shape);
     if (!m_flat.ok()) return m_flat.status();

@@ -195,6 +195,108 @@ TEST(AttentionOpsTest, FlashAttentionForCpuReturnsLogSumExp) {
   }
 }
 
+// k or v [..., Hkv, S, E] with each head repeated `group` times in place
+// ([..., Hkv * G, S, E], head h = kv head h / G): transformers' repeat_kv.
+HostTensor RepeatHeads(const HostTensor& t, int64_t group) {
+  const size_t r = t.shape.size();
+  const int64_t heads = t.shape[r - 3],
+                block = t.shape[r - 2] * t.shape[r - 1],
+                outer = NumElements(t.shape) / (heads * block);
+  HostTensor out{t.dtype, t.shape, {}};
+  out.shape[r - 3] *= group;
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t g = 0; g < group; ++g) {
+        const auto first = t.values.begin() + (o * heads + h) * block;
+        out.values.insert(out.values.end(), first, first + block);
+      }
+    }
+  }
+  return out;
+}
+
+// spec: H4. Grouped-query attention (enable_gqa, as the compiled graphs'
+// attention gets it from repeat_kv): k and v keep their Hkv heads and give
+// what attention over the repeated heads gives -- decode (L = 1) and
+// prefill rows, a float mask shared by the heads or per head, causal, and
+// the flash op's logsumexp per query head.
+TEST(AttentionOpsTest, GroupedQueryAttentionMatchesRepeatedHeads) {
+  struct Case {
+    std::string op;
+    Shape q, kv;
+    bool causal;
+    Shape mask_shape;  // empty: no mask
+  };
+  const std::vector<Case> cases = {
+      {"scaled_dot_product_attention", {2, 4, 1, 8}, {2, 2, 6, 8}, false, {2, 1, 1, 6}},
+      {"scaled_dot_product_attention", {2, 4, 3, 8}, {2, 2, 6, 8}, true, {}},
+      {"scaled_dot_product_attention", {1, 6, 3, 8}, {1, 2, 5, 8}, false, {1, 6, 3, 5}},
+      {"_scaled_dot_product_flash_attention_for_cpu", {2, 4, 3, 8}, {2, 1, 5, 8}, false,
+       {1, 1, 3, 5}},
+  };
+  for (ir::DType dtype : {ir::FLOAT32, ir::BFLOAT16}) {
+    for (const Case& c : cases) {
+      const int64_t group = c.q[1] / c.kv[1];
+      HostTensor q = Random(dtype, c.q, 1), k = Random(dtype, c.kv, 2),
+                 v = Random(dtype, c.kv, 3);
+      std::vector<HostTensor> inputs = {q, k, v};
+      if (!c.mask_shape.empty()) inputs.push_back(Random(ir::FLOAT32, c.mask_shape, 4, -1, 1));
+      const bool flash = c.op != "scaled_dot_product_attention";
+      std::vector<ir::TensorType> types, outs = {Type(dtype, c.q)};
+      for (const HostTensor& t : inputs) types.push_back(t.type());
+      if (flash) outs.push_back(Type(ir::FLOAT32, {c.q[0], c.q[1], c.q[2]}));
+      ir::Graph g = OneOpGraph(c.op, types, outs,
+                               {{"is_causal", BoolA(c.causal)}, {"enable_gqa", BoolA(true)}});
+      absl::StatusOr<std::vector<HostTensor>> out = CompileAndRun(g, inputs);
+      ASSERT_TRUE(out.ok()) << out.status() << "\n" << ir::ToText(g);
+      // The reference: per (batch, head) with the heads repeated, and the
+      // mask broadcast to every head.
+      const HostTensor k_full = RepeatHeads(k, group), v_full = RepeatHeads(v, group);
+      Reference want;
+      for (int64_t b = 0; b < c.q[0]; ++b) {
+        for (int64_t h = 0; h < c.q[1]; ++h) {
+          auto head = [&](const HostTensor& t) {
+            const int64_t block = t.shape[2] * t.shape[3];
+            const auto first = t.values.begin() + (b * t.shape[1] + h) * block;
+            return HostTensor{t.dtype, {t.shape[2], t.shape[3]}, {first, first + block}};
+          };
+          std::optional<HostTensor> m;
+          if (!c.mask_shape.empty()) {
+            const HostTensor& mt = inputs[3];
+            const int64_t block = c.q[2] * c.kv[2];
+            const int64_t mb = mt.shape[0] == 1 ? 0 : b, mh = mt.shape[1] == 1 ? 0 : h;
+            const int64_t rows = mt.shape[2];  // 1 or L
+            std::vector<double> vals;
+            for (int64_t i = 0; i < c.q[2]; ++i) {
+              const auto first = mt.values.begin() +
+                                 ((mb * mt.shape[1] + mh) * rows + (rows == 1 ? 0 : i)) * c.kv[2];
+              vals.insert(vals.end(), first, first + c.kv[2]);
+            }
+            m = HostTensor{ir::FLOAT32, {c.q[2], c.kv[2]}, vals};
+            ASSERT_EQ(static_cast<int64_t>(vals.size()), block);
+          }
+          Reference r = Attention(head(q), head(k_full), head(v_full), {1}, c.causal,
+                                  1.0 / std::sqrt(8.0), m ? &*m : nullptr);
+          for (auto [to, from] : {std::pair{&want.out, &r.out}, {&want.out_abs, &r.out_abs},
+                                  {&want.lse, &r.lse}}) {
+            to->insert(to->end(), from->begin(), from->end());
+          }
+        }
+      }
+      ExpectClose((*out)[0], want.out, OutTolerance(dtype, want), ir::ToText(g));
+      if (flash) ExpectClose((*out)[1], want.lse, Tolerance(ir::FLOAT32, want.lse), "lse");
+    }
+  }
+  // Without enable_gqa unequal heads are an error that names the shapes.
+  HostTensor q = Random(ir::FLOAT32, {1, 4, 2, 8}, 1), kv = Random(ir::FLOAT32, {1, 2, 3, 8}, 2);
+  absl::StatusOr<std::vector<HostTensor>> out = CompileAndRun(
+      OneOpGraph("scaled_dot_product_attention", {q.type(), kv.type(), kv.type()},
+                 {q.type()}, {}),
+      {q, kv, kv});
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("do not broadcast"), std::string::npos) << out.status();
+}
+
 TEST(AttentionOpsTest, DropoutIsNotImplemented) {
   ir::TensorType t = Type(ir::FLOAT32, {1, 2, 4});
   absl::StatusOr<std::vector<HostTensor>> out = CompileAndRun(

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from . import grouped_attention as _grouped_attention
+
 # Names the compiler (and the eager shim, compiled_ops.cc) use for ATen ops
 # whose schema name differs from the op the compiler implements.
 _IR_OP_ALIASES = {
@@ -301,14 +303,20 @@ class _Converter:
             self.env[node] = self.env[node.args[0]]
             return
         inputs, attrs = [], {}
-        n_args = len(node.args)
+        args = node.args
+        grouped = _grouped_attention.ungrouped_kv(node)
+        if grouped is not None:
+            # Attention over repeat_kv'd keys/values reads them unrepeated.
+            args = (args[0], *grouped, *args[3:])
+            attrs["enable_gqa"] = True
+        n_args = len(args)
         for i, arg in enumerate(schema.arguments):
             if arg.kwarg_only or i >= n_args:
                 if arg.name not in node.kwargs:
                     continue  # Default value: the compiler knows it.
                 value = node.kwargs[arg.name]
             else:
-                value = node.args[i]
+                value = args[i]
             what = f"argument {arg.name} of {node.name} ({schema.name})"
             if value is None and _is_optional_tensor(arg.type):
                 attrs[f"has_{arg.name}"] = False
