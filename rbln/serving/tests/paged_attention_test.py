@@ -91,15 +91,13 @@ def test_compiled_step_matches_the_loops(case, window, dtype):
 @pytest.mark.parametrize("window", [None, 3])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_cpu_op_and_decomposition_match_the_loops(case, window):
-    # Off rbln the op is the ATen decomposition (gather, mask, SDPA), with the
-    # mask from the positions or given by the caller.
+    # Off rbln the op is the ATen decomposition (gather, mask from the
+    # positions, SDPA).
     q, k, v, cache, slots, table, positions = _case(*CASES[case], torch.float32)
     want_cache = cache.clone()
     want = pa.reference(q, k, v, want_cache, slots, table, positions, BLOCK, 0.25, window)
-    visible = pa.visible_mask(positions, table.shape[0], table.shape[1] * BLOCK, window)
     got = [torch.ops.rbln.paged_attention(q, want_cache, table, positions, BLOCK, 0.25, window),
-           pa.attend(q, want_cache, table, positions, BLOCK, 0.25, window),
-           pa.attend(q, want_cache, table, positions, BLOCK, 0.25, window, visible)]
+           pa.attend(q, want_cache, table, positions, BLOCK, 0.25, window)]
     for out in got:
         torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
 

@@ -25,7 +25,7 @@ decode one computation: the new tokens are in the cache when they are read.
 """
 
 import torch
-from torch_rbln._paged_attention import decomposed, visible_mask  # noqa: F401
+from torch_rbln._paged_attention import decomposed
 
 
 def cache_shape(num_blocks: int, block_size: int, num_kv_heads: int, head_size: int):
@@ -42,7 +42,7 @@ def write_kv(cache: torch.Tensor, slot_mapping: torch.Tensor, key: torch.Tensor,
 
 def attend(query: torch.Tensor, cache: torch.Tensor, block_table: torch.Tensor,
            positions: torch.Tensor, block_size: int, scale: float,
-           sliding_window: int = None, visible: torch.Tensor = None) -> torch.Tensor:
+           sliding_window: int = None) -> torch.Tensor:
     """Attention of `query` [B*Q, Hq, D] over the cached context of each
     request: `block_table` [B, NB] (block ids, int), `positions` [B*Q] (each
     query's position in its sequence). Returns [B*Q, Hq, D].
@@ -50,14 +50,12 @@ def attend(query: torch.Tensor, cache: torch.Tensor, block_table: torch.Tensor,
     On rbln: torch.ops.rbln.paged_attention, which the compiler lowers to a
     kernel reading each request's real context in place (steps 2 and 3 in
     one, no gathered copy, no mask). Elsewhere: the same with ATen ops
-    (torch_rbln._paged_attention.decomposed); `visible`, visible_mask(
-    positions, B, NB * block_size, sliding_window), saves it the mask if the
-    caller has it."""
+    (torch_rbln._paged_attention.decomposed)."""
     if query.device.type == "rbln":
         return torch.ops.rbln.paged_attention(query, cache, block_table, positions, block_size,
                                               scale, sliding_window)
     return decomposed(query, cache, block_table, positions, block_size, scale,
-                      sliding_window, visible)
+                      sliding_window)
 
 
 def reference(query, key, value, cache, slot_mapping, block_table, positions, block_size,

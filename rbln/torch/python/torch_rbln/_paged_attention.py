@@ -36,10 +36,8 @@ def visible_mask(positions: torch.Tensor, batch: int, context: int,
 
 def decomposed(query: torch.Tensor, cache: torch.Tensor, block_table: torch.Tensor,
                positions: torch.Tensor, block_size: int, scale: float,
-               sliding_window: int = None, visible: torch.Tensor = None) -> torch.Tensor:
-    """The op with ATen ops (module docstring). `visible`: visible_mask(positions,
-    B, NB * block_size, sliding_window) if the caller has it. Returns
-    [B*Q, Hq, D]."""
+               sliding_window: int = None) -> torch.Tensor:
+    """The op with ATen ops (module docstring). Returns [B*Q, Hq, D]."""
     batch, num_table_blocks = block_table.shape
     tokens, num_heads, head_size = query.shape
     q_len = tokens // batch
@@ -58,8 +56,7 @@ def decomposed(query: torch.Tensor, cache: torch.Tensor, block_table: torch.Tens
     q = query.view(batch, q_len, num_kv_heads, group, head_size)
     q = q.permute(2, 0, 1, 3, 4).reshape(num_kv_heads, batch, q_len * group, head_size)
 
-    if visible is None:
-        visible = visible_mask(positions, batch, context, sliding_window)
+    visible = visible_mask(positions, batch, context, sliding_window)
     mask = visible.view(1, batch, q_len, 1, context).expand(
         1, batch, q_len, group, context).reshape(1, batch, q_len * group, context)
 
