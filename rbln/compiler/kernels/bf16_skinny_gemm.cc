@@ -1,0 +1,338 @@
+#include "rbln/compiler/kernels/bf16_skinny_gemm.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace rbln::compiler {
+namespace {
+
+float Bf16ToFloat(uint16_t bits) {
+  const uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// ---- Portable: each element one sequential f32 sum over k. ----
+
+void GemmPortable(const GemmProblem& q, const uint16_t* a, const uint16_t* b,
+                  float* c) {
+  for (int64_t bt = 0; bt < q.batch; ++bt) {
+    const uint16_t* ab = a + bt * q.stride_a;
+    const uint16_t* bb = b + bt * q.stride_b;
+    float* cb = c + bt * q.m * q.n;
+    for (int64_t i = 0; i < q.m; ++i) {
+      const uint16_t* row = ab + i * q.lda;
+      for (int64_t j = 0; j < q.n; ++j) {
+        float s = 0;
+        if (q.trans_b) {
+          const uint16_t* col = bb + j * q.ldb;
+          for (int64_t l = 0; l < q.k; ++l) {
+            s += Bf16ToFloat(row[l]) * Bf16ToFloat(col[l]);
+          }
+        } else {
+          for (int64_t l = 0; l < q.k; ++l) {
+            s += Bf16ToFloat(row[l]) * Bf16ToFloat(bb[l * q.ldb + j]);
+          }
+        }
+        cb[i * q.n + j] = s;
+      }
+    }
+  }
+}
+
+// ---- AVX2 + FMA (per-function target: the build stays baseline x86-64,
+// and these run only where BestSkinnyIsa() found the instructions). ----
+#define RBLN_AVX2 __attribute__((target("avx2,fma")))
+
+RBLN_AVX2 inline float FmaScalar(float a, float b, float c) {
+  return _mm_cvtss_f32(
+      _mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+}
+
+// Lanes 0..7 added in a fixed tree.
+RBLN_AVX2 inline float HorizontalSum(__m256 v) {
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
+  return _mm_cvtss_f32(x);
+}
+
+// B stored [n, k] (trans_b): C[i][j] is the dot product of A's row i and
+// B's row j. 16 elements of a B row are widened by interleaving them with
+// zeros (unpacklo/hi: elements 0-3, 8-11 into `lo`, 4-7, 12-15 into `hi`);
+// A's rows are widened once into the same order (`aw`, k16 floats a row).
+// Per element: lane sums (lo, then hi, chunk after chunk), their
+// HorizontalSum, then the k % 16 last products one after another.
+RBLN_AVX2 void WidenRowInterleaved(const uint16_t* a, int64_t k16, float* out) {
+  const __m256i zero = _mm256_setzero_si256();
+  for (int64_t l = 0; l < k16; l += 16) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + l));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + l),
+                        _mm256_unpacklo_epi16(zero, x));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + l + 8),
+                        _mm256_unpackhi_epi16(zero, x));
+  }
+}
+
+// Rows [0, R) x columns [0, C) of C at `c` (row stride ldc).
+template <int R, int C>
+RBLN_AVX2 void DotTile(const float* aw, const uint16_t* a, int64_t lda,
+                       const uint16_t* b, int64_t ldb, int64_t k, float* c,
+                       int64_t ldc) {
+  const int64_t k16 = k & ~int64_t{15};
+  const __m256i zero = _mm256_setzero_si256();
+  __m256 acc[R][C];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int j = 0; j < C; ++j) acc[r][j] = _mm256_setzero_ps();
+  }
+  for (int64_t l = 0; l < k16; l += 16) {
+    __m256 lo[C], hi[C];
+#pragma GCC unroll 4
+    for (int j = 0; j < C; ++j) {
+      const __m256i x = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(b + j * ldb + l));
+      lo[j] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, x));
+      hi[j] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, x));
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m256 al = _mm256_loadu_ps(aw + r * k16 + l);
+      const __m256 ah = _mm256_loadu_ps(aw + r * k16 + l + 8);
+#pragma GCC unroll 4
+      for (int j = 0; j < C; ++j) {
+        acc[r][j] = _mm256_fmadd_ps(al, lo[j], acc[r][j]);
+        acc[r][j] = _mm256_fmadd_ps(ah, hi[j], acc[r][j]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < C; ++j) {
+      float s = HorizontalSum(acc[r][j]);
+      for (int64_t l = k16; l < k; ++l) {
+        s = FmaScalar(Bf16ToFloat(a[r * lda + l]), Bf16ToFloat(b[j * ldb + l]),
+                      s);
+      }
+      c[r * ldc + j] = s;
+    }
+  }
+}
+
+// Columns of a DotTile of R rows: as many as keep its accumulators and
+// widened B in the 16 vector registers.
+constexpr int DotColumns(int rows) { return rows == 1 ? 4 : rows == 2 ? 3 : 2; }
+
+// Rows of a tile, and the columns of a panel (a multiple of every
+// DotColumns), whose B rows stay in cache while each group of rows reads
+// them.
+constexpr int kTileRows = 4;
+constexpr int64_t kPanelColumns = 12;
+
+template <int R>
+RBLN_AVX2 void DotRows(const float* aw, const uint16_t* a, int64_t lda,
+                       const uint16_t* b, int64_t ldb, int64_t k, float* c,
+                       int64_t ldc, int64_t n) {
+  constexpr int C = DotColumns(R);
+  int64_t j = 0;
+  for (; j + C <= n; j += C) {
+    DotTile<R, C>(aw, a, lda, b + j * ldb, ldb, k, c + j, ldc);
+  }
+  for (; j < n; ++j) DotTile<R, 1>(aw, a, lda, b + j * ldb, ldb, k, c + j, ldc);
+}
+
+RBLN_AVX2 void TransposedAvx2(const GemmProblem& q, const uint16_t* a,
+                              const uint16_t* b, float* c,
+                              std::vector<float>& aw) {
+  const int64_t k16 = q.k & ~int64_t{15};
+  aw.resize(std::max<int64_t>(1, q.m * k16));
+  for (int64_t bt = 0; bt < q.batch; ++bt) {
+    const uint16_t* ab = a + bt * q.stride_a;
+    const uint16_t* bb = b + bt * q.stride_b;
+    float* cb = c + bt * q.m * q.n;
+    for (int64_t i = 0; i < q.m; ++i) {
+      WidenRowInterleaved(ab + i * q.lda, k16, aw.data() + i * k16);
+    }
+    for (int64_t j = 0; j < q.n; j += kPanelColumns) {
+      const int64_t n = std::min(kPanelColumns, q.n - j);
+      for (int64_t i = 0; i < q.m; i += kTileRows) {
+        const float* awi = aw.data() + i * k16;
+        const uint16_t* ai = ab + i * q.lda;
+        const uint16_t* bj = bb + j * q.ldb;
+        float* cij = cb + i * q.n + j;
+        switch (std::min<int64_t>(kTileRows, q.m - i)) {
+          case 1:
+            DotRows<1>(awi, ai, q.lda, bj, q.ldb, q.k, cij, q.n, n);
+            break;
+          case 2:
+            DotRows<2>(awi, ai, q.lda, bj, q.ldb, q.k, cij, q.n, n);
+            break;
+          case 3:
+            DotRows<3>(awi, ai, q.lda, bj, q.ldb, q.k, cij, q.n, n);
+            break;
+          default:
+            DotRows<4>(awi, ai, q.lda, bj, q.ldb, q.k, cij, q.n, n);
+            break;
+        }
+      }
+    }
+  }
+}
+
+// B stored [k, n]: C's row i is the sum over l of A[i][l] times B's row l,
+// 8 columns a vector. Per element: one FMA after another in the order of l
+// (the partial sums kept in C between blocks of kKBlock rows of B, which
+// stay in cache while each group of rows reads them); the last n % 8
+// columns the same one at a time.
+constexpr int64_t kKBlock = 256;
+
+RBLN_AVX2 inline __m256 WidenEight(const uint16_t* b) {
+  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(x), 16));
+}
+
+// Rows [0, R) x columns [0, 8V) of C at `c`, B's rows [l0, l1); C is read
+// first unless `first`. `aw`: A's rows widened (k floats each).
+template <int R, int V>
+RBLN_AVX2 void AxpyTile(const float* aw, int64_t k, const uint16_t* b,
+                        int64_t ldb, int64_t l0, int64_t l1, bool first,
+                        float* c, int64_t ldc) {
+  __m256 acc[R][V];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) {
+      acc[r][v] = first ? _mm256_setzero_ps()
+                        : _mm256_loadu_ps(c + r * ldc + 8 * v);
+    }
+  }
+  for (int64_t l = l0; l < l1; ++l) {
+    __m256 bv[V];
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) bv[v] = WidenEight(b + l * ldb + 8 * v);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m256 ar = _mm256_broadcast_ss(aw + r * k + l);
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm256_fmadd_ps(ar, bv[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) _mm256_storeu_ps(c + r * ldc + 8 * v, acc[r][v]);
+  }
+}
+
+constexpr int AxpyVectors(int rows) { return rows <= 2 ? 4 : 2; }
+
+template <int R>
+RBLN_AVX2 void AxpyRows(const float* aw, int64_t k, const uint16_t* b,
+                        int64_t ldb, int64_t l0, int64_t l1, bool first,
+                        float* c, int64_t ldc, int64_t n) {
+  constexpr int V = AxpyVectors(R);
+  int64_t j = 0;
+  for (; j + 8 * V <= n; j += 8 * V) {
+    AxpyTile<R, V>(aw, k, b + j, ldb, l0, l1, first, c + j, ldc);
+  }
+  for (; j + 8 <= n; j += 8) {
+    AxpyTile<R, 1>(aw, k, b + j, ldb, l0, l1, first, c + j, ldc);
+  }
+  for (; j < n; ++j) {
+    for (int r = 0; r < R; ++r) {
+      float s = first ? 0.0f : c[r * ldc + j];
+      for (int64_t l = l0; l < l1; ++l) {
+        s = FmaScalar(aw[r * k + l], Bf16ToFloat(b[l * ldb + j]), s);
+      }
+      c[r * ldc + j] = s;
+    }
+  }
+}
+
+RBLN_AVX2 void PlainAvx2(const GemmProblem& q, const uint16_t* a,
+                         const uint16_t* b, float* c, std::vector<float>& aw) {
+  aw.resize(q.m * q.k);
+  for (int64_t bt = 0; bt < q.batch; ++bt) {
+    const uint16_t* ab = a + bt * q.stride_a;
+    const uint16_t* bb = b + bt * q.stride_b;
+    float* cb = c + bt * q.m * q.n;
+    for (int64_t i = 0; i < q.m; ++i) {
+      for (int64_t l = 0; l < q.k; ++l) {
+        aw[i * q.k + l] = Bf16ToFloat(ab[i * q.lda + l]);
+      }
+    }
+    for (int64_t l0 = 0; l0 < q.k; l0 += kKBlock) {
+      const int64_t l1 = std::min(q.k, l0 + kKBlock);
+      const bool first = l0 == 0;
+      for (int64_t i = 0; i < q.m; i += kTileRows) {
+        const float* awi = aw.data() + i * q.k;
+        float* ci = cb + i * q.n;
+        switch (std::min<int64_t>(kTileRows, q.m - i)) {
+          case 1:
+            AxpyRows<1>(awi, q.k, bb, q.ldb, l0, l1, first, ci, q.n, q.n);
+            break;
+          case 2:
+            AxpyRows<2>(awi, q.k, bb, q.ldb, l0, l1, first, ci, q.n, q.n);
+            break;
+          case 3:
+            AxpyRows<3>(awi, q.k, bb, q.ldb, l0, l1, first, ci, q.n, q.n);
+            break;
+          default:
+            AxpyRows<4>(awi, q.k, bb, q.ldb, l0, l1, first, ci, q.n, q.n);
+            break;
+        }
+      }
+    }
+  }
+}
+
+#undef RBLN_AVX2
+
+}  // namespace
+
+SkinnyIsa BestSkinnyIsa() {
+  static const SkinnyIsa best = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+               ? SkinnyIsa::kAvx2
+               : SkinnyIsa::kPortable;
+  }();
+  return best;
+}
+
+const char* SkinnyIsaName(SkinnyIsa isa) {
+  return isa == SkinnyIsa::kAvx2 ? "avx2" : "portable";
+}
+
+bool SkinnyBf16Applies(const GemmProblem& q) {
+  return q.type == GemmOperandType::kBF16 && q.batch >= 1 && q.m >= 1 &&
+         q.m <= kSkinnyBf16MaxRows && q.n >= 1 && q.k >= 1;
+}
+
+void SkinnyBf16Gemm(const GemmProblem& q, const void* a, const void* b,
+                    float* c_dense, SkinnyIsa isa) {
+  const uint16_t* a16 = static_cast<const uint16_t*>(a);
+  const uint16_t* b16 = static_cast<const uint16_t*>(b);
+  if (isa == SkinnyIsa::kPortable) {
+    GemmPortable(q, a16, b16, c_dense);
+    return;
+  }
+  // A's rows as f32, reused by the calls of this thread.
+  thread_local std::vector<float> widened_a;
+  if (q.trans_b) {
+    TransposedAvx2(q, a16, b16, c_dense, widened_a);
+  } else {
+    PlainAvx2(q, a16, b16, c_dense, widened_a);
+  }
+}
+
+void SkinnyBf16Gemm(const GemmProblem& q, const void* a, const void* b,
+                    float* c_dense) {
+  SkinnyBf16Gemm(q, a, b, c_dense, BestSkinnyIsa());
+}
+
+}  // namespace rbln::compiler
