@@ -167,6 +167,97 @@ struct Avx512Ops {
   }
 };
 
+#define RBLN_AVX2 __attribute__((target("avx2,fma")))
+
+// The AVX-512 ops 8 wide (Zen 2/3, client CPUs): tails through
+// vmaskmov (lanes past the end are neither read nor written).
+struct Avx2Ops {
+  RBLN_AVX2 static __m256i Tail(int64_t left) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::min<int64_t>(left, 8))),
+                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  RBLN_AVX2 static float Sum(__m256 v) {
+    const __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+  }
+  RBLN_AVX2 static float Dot(const float* a, const float* b, int64_t n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    __m256 s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+      s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+      s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+      s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+      s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+    }
+    for (; i + 8 <= n; i += 8) {
+      s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    }
+    if (i < n) {
+      const __m256i m = Tail(n - i);
+      s1 = _mm256_fmadd_ps(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m), s1);
+    }
+    return Sum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+  }
+  RBLN_AVX2 static void Axpy(float alpha, const float* x, float* y, int64_t n) {
+    const __m256 a = _mm256_set1_ps(alpha);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    }
+    if (i < n) {
+      const __m256i m = Tail(n - i);
+      _mm256_maskstore_ps(
+          y + i, m, _mm256_fmadd_ps(a, _mm256_maskload_ps(x + i, m), _mm256_maskload_ps(y + i, m)));
+    }
+  }
+  RBLN_AVX2 static void Scale(float alpha, float* y, int64_t n) {
+    const __m256 a = _mm256_set1_ps(alpha);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(a, _mm256_loadu_ps(y + i)));
+    if (i < n) {
+      const __m256i m = Tail(n - i);
+      _mm256_maskstore_ps(y + i, m, _mm256_mul_ps(a, _mm256_maskload_ps(y + i, m)));
+    }
+  }
+  RBLN_AVX2 static void WidenBf16(const uint16_t* src, int64_t n, float* dst) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      const __m256i wide = _mm256_cvtepu16_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+      _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
+    }
+    PortableOps::WidenBf16(src + i, n - i, dst + i);
+  }
+  // Avx512Ops::ExpSum's exp (same reduction and polynomial), 2^k built in
+  // the exponent field instead of by vscalefps: arguments are also clamped
+  // to <= 88 (2^k stays finite; here they are <= 0, score - max).
+  RBLN_AVX2 static float ExpSum(float* s, int64_t n, float max) {
+    __m256 sum = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 8) {
+      const __m256i m = Tail(n - i);
+      __m256 x = _mm256_sub_ps(_mm256_maskload_ps(s + i, m), _mm256_set1_ps(max));
+      x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+      const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693145752f), x);
+      r = _mm256_fnmadd_ps(k, _mm256_set1_ps(1.42860677e-6f), r);
+      __m256 p = _mm256_set1_ps(1.0f / 720);
+      for (float c : {1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f}) {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+      }
+      // 2^k, k in [-126, 127]: a normal float's exponent field.
+      const __m256 two_k = _mm256_castsi256_ps(_mm256_slli_epi32(
+          _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23));
+      const __m256 e = _mm256_mul_ps(p, two_k);
+      _mm256_maskstore_ps(s + i, m, e);
+      sum = _mm256_add_ps(sum, _mm256_and_ps(e, _mm256_castsi256_ps(m)));
+    }
+    return Sum(sum);
+  }
+};
+
 // The state of one work item: its query rows (f32), their key ranges and
 // online-softmax accumulators, and one cache block's keys and values.
 struct ItemScratch {
@@ -277,6 +368,8 @@ AttentionIsa BestAttentionIsa() {
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
               __builtin_cpu_supports("avx512vl")
           ? AttentionIsa::kAvx512
+      : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+          ? AttentionIsa::kAvx2
           : AttentionIsa::kPortable;
   return isa;
 }
@@ -291,6 +384,8 @@ void RunPagedAttentionBlock(const PagedAttentionProblem& p, const void* query,
   }
   if (isa == AttentionIsa::kAvx512) {
     RunItems<Avx512Ops>(p, query, cache, block_table, positions, out, block, blocks);
+  } else if (isa == AttentionIsa::kAvx2) {
+    RunItems<Avx2Ops>(p, query, cache, block_table, positions, out, block, blocks);
   } else {
     RunItems<PortableOps>(p, query, cache, block_table, positions, out, block, blocks);
   }

@@ -17,10 +17,10 @@
 // widened to f32 once and every row folds it into an f32 online softmax
 // (scores scaled by `scale`, PyTorch's opmath for half inputs); the result
 // is rounded once to the query's type. Only the request's real context is
-// read, block by block, not its table's full width. With AVX-512 (the
-// widening, inner products, axpys and a polynomial exp of a block's
-// scores are vector code; a portable path otherwise) results differ from
-// the portable path's by f32 rounding only. An item's arithmetic
+// read, block by block, not its table's full width. With AVX-512 or
+// AVX2+FMA (the widening, inner products, axpys and a polynomial exp of a
+// block's scores are vector code; a portable path otherwise) results
+// differ from the portable path's by f32 rounding only. An item's arithmetic
 // does not depend on how items are cut into blocks (SPEC A2). A block id
 // outside [0, cache_slots / block_size) is not read: its keys are skipped.
 #ifndef RBLN_COMPILER_KERNELS_PAGED_ATTENTION_H_
@@ -48,8 +48,9 @@ struct PagedAttentionProblem {
   int64_t out_stride_token = 0, out_stride_head = 0;
 };
 
-// The instruction sets the inner products can use.
-enum class AttentionIsa { kPortable = 0, kAvx512 = 1 };
+// The instruction sets the inner products can use, in order (a CPU with
+// one has the ones before it).
+enum class AttentionIsa { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
 // The fastest one this CPU has (checked once, at run time).
 AttentionIsa BestAttentionIsa();
 

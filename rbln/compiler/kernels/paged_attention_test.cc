@@ -4,8 +4,9 @@
 // shuffled block ids (some unused slots, the table wider than the
 // context), ragged lengths, decode (one query a request) and prefill
 // (several, causal), GQA groups, a sliding window, f32 and bf16 operands
-// (f16 output rounding too), strided queries, the portable and AVX-512
-// paths, and the items cut into one block or several (same result).
+// (f16 output rounding too), strided queries, a sharp softmax, the
+// portable, AVX2+FMA and AVX-512 paths (each one the CPU has; the others
+// skipped), and the items cut into one block or several (same result).
 #include "rbln/compiler/kernels/paged_attention.h"
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -31,6 +33,7 @@ struct Case {
   int64_t block_size = 16, table_width = 4, num_blocks = 16;
   int64_t sliding_window = 0;
   int64_t query_stride_token = 0;  // 0: contiguous
+  double sharpness = 1.0;  // the scale: sharpness / sqrt(head_size)
 };
 
 struct Data {
@@ -73,7 +76,7 @@ std::vector<double> Reference(const Case& c, const Data& d) {
   const int64_t group = c.num_heads / c.num_kv_heads, dim = c.head_size;
   const int64_t slots = c.num_blocks * c.block_size;
   const int64_t stride = c.query_stride_token ? c.query_stride_token : c.num_heads * dim;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
+  const double scale = c.sharpness / std::sqrt(static_cast<double>(dim));
   std::vector<double> out(c.batch * c.q_len * c.num_heads * dim, 0.0);
   for (int64_t t = 0; t < c.batch * c.q_len; ++t) {
     const int64_t b = t / c.q_len, p = d.positions[t];
@@ -127,7 +130,7 @@ PagedAttentionProblem ProblemOf(const Case& c) {
   p.table_width = c.table_width;
   p.block_size = c.block_size;
   p.sliding_window = c.sliding_window;
-  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_size)));
+  p.scale = static_cast<float>(c.sharpness / std::sqrt(static_cast<double>(c.head_size)));
   p.query_stride_token = c.query_stride_token ? c.query_stride_token : c.num_heads * c.head_size;
   p.query_stride_head = c.head_size;
   p.out_stride_token = c.num_heads * c.head_size;
@@ -158,34 +161,25 @@ std::vector<float> RunKernel(const Case& c, const Data& d, int64_t blocks, Atten
   return values;
 }
 
-std::vector<AttentionIsa> Isas() {
-  std::vector<AttentionIsa> isas = {AttentionIsa::kPortable};
-  if (BestAttentionIsa() == AttentionIsa::kAvx512) isas.push_back(AttentionIsa::kAvx512);
-  return isas;
-}
-
-class PagedAttentionTest : public ::testing::TestWithParam<Case> {};
-
-TEST_P(PagedAttentionTest, MatchesReference) {
-  const Case& c = GetParam();
-  std::mt19937 rng(1234);
-  const Data d = Make(c, rng);
-  const std::vector<double> want = Reference(c, d);
-  // f32: the order of the sums only; bf16: one rounding of the output
-  // (values below 1 in magnitude: 2^-8 relative).
-  const double tol = c.bf16 ? 8e-3 : 2e-5;
-  for (AttentionIsa isa : Isas()) {
-    const std::vector<float> one = RunKernel(c, d, 1, isa);
-    for (size_t i = 0; i < want.size(); ++i) {
-      ASSERT_NEAR(one[i], want[i], tol) << "element " << i << " isa " << int(isa);
-    }
-    // Items cut into blocks: the same values, bit for bit (SPEC A2).
-    for (int64_t blocks : {2, 5}) {
-      const std::vector<float> split = RunKernel(c, d, blocks, isa);
-      ASSERT_EQ(0, std::memcmp(one.data(), split.data(), one.size() * 4)) << blocks;
-    }
+const char* IsaName(AttentionIsa isa) {
+  switch (isa) {
+    case AttentionIsa::kPortable:
+      return "portable";
+    case AttentionIsa::kAvx2:
+      return "avx2";
+    case AttentionIsa::kAvx512:
+      return "avx512";
   }
+  return "?";
 }
+
+// Each ISA's tests run on every CPU; where the CPU lacks the ISA they are
+// skipped, saying so.
+#define SKIP_IF_UNSUPPORTED(isa)                                               \
+  if ((isa) > BestAttentionIsa()) {                                            \
+    GTEST_SKIP() << "this CPU has no " << IsaName(isa) << " (best path: "     \
+                 << IsaName(BestAttentionIsa()) << ")";                        \
+  }
 
 std::vector<Case> Cases() {
   std::vector<Case> cases;
@@ -224,16 +218,58 @@ std::vector<Case> Cases() {
   strided.block_size = 8;
   strided.table_width = 5;
   cases.push_back(strided);
+  // Scores spread over ~[-60, 0] after the max (not ~[-2, 0]): the
+  // vector paths' polynomial exp over its whole range, below exp(-87) too.
+  Case sharp = prefill;
+  sharp.name = "sharp_softmax_f32";
+  sharp.sharpness = 32.0;
+  cases.push_back(sharp);
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, PagedAttentionTest, ::testing::ValuesIn(Cases()),
-                         [](const auto& info) { return info.param.name; });
+// spec: P5, A2 -- the portable, AVX2+FMA and AVX-512 paths each against
+// the double reference (within the same tolerances), a path this CPU lacks
+// skipped with a message.
+class PagedAttentionTest
+    : public ::testing::TestWithParam<std::tuple<Case, AttentionIsa>> {};
+
+TEST_P(PagedAttentionTest, MatchesReference) {
+  const Case& c = std::get<0>(GetParam());
+  const AttentionIsa isa = std::get<1>(GetParam());
+  SKIP_IF_UNSUPPORTED(isa);
+  std::mt19937 rng(1234);
+  const Data d = Make(c, rng);
+  const std::vector<double> want = Reference(c, d);
+  // f32: the order of the sums only; bf16: one rounding of the output
+  // (values below 1 in magnitude: 2^-8 relative).
+  const double tol = c.bf16 ? 8e-3 : 2e-5;
+  const std::vector<float> one = RunKernel(c, d, 1, isa);
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_NEAR(one[i], want[i], tol) << "element " << i << " isa " << IsaName(isa);
+  }
+  // Items cut into blocks: the same values, bit for bit (SPEC A2).
+  for (int64_t blocks : {2, 5}) {
+    const std::vector<float> split = RunKernel(c, d, blocks, isa);
+    ASSERT_EQ(0, std::memcmp(one.data(), split.data(), one.size() * 4)) << blocks;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, PagedAttentionTest,
+    ::testing::Combine(::testing::ValuesIn(Cases()),
+                       ::testing::Values(AttentionIsa::kPortable, AttentionIsa::kAvx2,
+                                         AttentionIsa::kAvx512)),
+    [](const auto& info) {
+      return std::get<0>(info.param).name + "_" + IsaName(std::get<1>(info.param));
+    });
 
 // Positions past the table clamp to its width; a request with no key
 // (a negative position) gives zeros; block ids outside the cache are
 // skipped, not read.
-TEST(PagedAttentionEdgeTest, ClampsAndSkips) {
+class PagedAttentionEdgeTest : public ::testing::TestWithParam<AttentionIsa> {};
+
+TEST_P(PagedAttentionEdgeTest, ClampsAndSkips) {
+  SKIP_IF_UNSUPPORTED(GetParam());
   Case c;
   c.batch = 3;
   std::mt19937 rng(7);
@@ -244,7 +280,7 @@ TEST(PagedAttentionEdgeTest, ClampsAndSkips) {
   const PagedAttentionProblem p = ProblemOf(c);
   std::vector<float> out(c.batch * c.num_heads * c.head_size, 7.0f);
   RunPagedAttentionBlock(p, d.q_raw.data(), d.cache_raw.data(), d.table.data(),
-                         d.positions.data(), out.data(), 0, 1);
+                         d.positions.data(), out.data(), 0, 1, GetParam());
   const int64_t row = c.num_heads * c.head_size;
   for (int64_t i = 0; i < row; ++i) ASSERT_EQ(out[i], 0.0f) << i;  // no key
   // Request 1 sees its whole table: the reference at position width - 1.
@@ -257,7 +293,8 @@ TEST(PagedAttentionEdgeTest, ClampsAndSkips) {
 }
 
 // The f16 output rounds to nearest even as c10::Half does.
-TEST(PagedAttentionEdgeTest, HalfOutputRounding) {
+TEST_P(PagedAttentionEdgeTest, HalfOutputRounding) {
+  SKIP_IF_UNSUPPORTED(GetParam());
   // One key, so the output is its value exactly, stored as f16 (an f16
   // cache and query: every value is exact).
   PagedAttentionProblem p;
@@ -275,9 +312,15 @@ TEST(PagedAttentionEdgeTest, HalfOutputRounding) {
   std::copy(value.begin(), value.end(), cache.begin() + 2 * 4);
   const int64_t table = 0, position = 0;
   std::vector<uint16_t> out(4, 0xffff);
-  RunPagedAttentionBlock(p, q.data(), cache.data(), &table, &position, out.data(), 0, 1);
+  RunPagedAttentionBlock(p, q.data(), cache.data(), &table, &position, out.data(), 0, 1,
+                         GetParam());
   EXPECT_EQ(out, value);
 }
+
+INSTANTIATE_TEST_SUITE_P(Isas, PagedAttentionEdgeTest,
+                         ::testing::Values(AttentionIsa::kPortable, AttentionIsa::kAvx2,
+                                           AttentionIsa::kAvx512),
+                         [](const auto& info) { return std::string(IsaName(info.param)); });
 
 }  // namespace
 }  // namespace rbln::compiler
