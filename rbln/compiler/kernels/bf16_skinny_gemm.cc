@@ -47,6 +47,10 @@ void GemmPortable(const GemmProblem& q, const uint16_t* a, const uint16_t* b,
 // ---- AVX2 + FMA (per-function target: the build stays baseline x86-64,
 // and these run only where BestSkinnyIsa() found the instructions). ----
 #define RBLN_AVX2 __attribute__((target("avx2,fma")))
+// Keeps a loaded vector in a register: without it GCC folds the load into
+// every instruction that reads it (one load per FMA), and the loads, not
+// the FMAs, bound the loop.
+#define RBLN_IN_REGISTER(v) __asm__("" : "+x"(v))
 
 RBLN_AVX2 inline float FmaScalar(float a, float b, float c) {
   return _mm_cvtss_f32(
@@ -95,15 +99,18 @@ RBLN_AVX2 void DotTile(const float* aw, const uint16_t* a, int64_t lda,
     __m256 lo[C], hi[C];
 #pragma GCC unroll 4
     for (int j = 0; j < C; ++j) {
-      const __m256i x = _mm256_loadu_si256(
+      __m256i x = _mm256_loadu_si256(
           reinterpret_cast<const __m256i*>(b + j * ldb + l));
+      RBLN_IN_REGISTER(x);
       lo[j] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, x));
       hi[j] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, x));
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      const __m256 al = _mm256_loadu_ps(aw + r * k16 + l);
-      const __m256 ah = _mm256_loadu_ps(aw + r * k16 + l + 8);
+      __m256 al = _mm256_loadu_ps(aw + r * k16 + l);
+      __m256 ah = _mm256_loadu_ps(aw + r * k16 + l + 8);
+      RBLN_IN_REGISTER(al);
+      RBLN_IN_REGISTER(ah);
 #pragma GCC unroll 4
       for (int j = 0; j < C; ++j) {
         acc[r][j] = _mm256_fmadd_ps(al, lo[j], acc[r][j]);
@@ -290,6 +297,7 @@ RBLN_AVX2 void PlainAvx2(const GemmProblem& q, const uint16_t* a,
   }
 }
 
+#undef RBLN_IN_REGISTER
 #undef RBLN_AVX2
 
 }  // namespace
