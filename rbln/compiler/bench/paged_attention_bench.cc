@@ -12,6 +12,7 @@
 // portable one (best CPU).
 //
 //   bazel run -c opt //rbln/compiler/bench:paged_attention_bench -- [--reps 15]
+//       [--only avx2]  (one path, e.g. under perf)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -48,6 +49,8 @@ const char* IsaName(AttentionIsa isa) {
   }
   return "?";
 }
+
+const char* only = nullptr;
 
 void Run(bool bf16, int64_t batch, int64_t q_len, int64_t context, int reps) {
   PagedAttentionProblem p;
@@ -93,9 +96,12 @@ void Run(bool bf16, int64_t batch, int64_t q_len, int64_t context, int reps) {
     for (int64_t qi = 0; qi < q_len; ++qi) positions.push_back(context - q_len + qi);
   }
 
-  std::vector<AttentionIsa> isas = {AttentionIsa::kPortable};
-  for (AttentionIsa isa : {AttentionIsa::kAvx2, AttentionIsa::kAvx512}) {
-    if (isa <= rbln::compiler::BestAttentionIsa()) isas.push_back(isa);
+  std::vector<AttentionIsa> isas;
+  for (AttentionIsa isa : {AttentionIsa::kPortable, AttentionIsa::kAvx2, AttentionIsa::kAvx512}) {
+    if (isa <= rbln::compiler::BestAttentionIsa() &&
+        (only == nullptr || std::strcmp(only, IsaName(isa)) == 0)) {
+      isas.push_back(isa);
+    }
   }
   auto call = [&](AttentionIsa isa) {
     rbln::compiler::RunPagedAttentionBlock(p, query.data(), cache.data(), table.data(),
@@ -116,11 +122,12 @@ void Run(bool bf16, int64_t batch, int64_t q_len, int64_t context, int reps) {
     std::sort(cpu[k].begin(), cpu[k].end());
     std::sort(wall[k].begin(), wall[k].end());
     const double best = cpu[k].front() * 1e6, median = wall[k][wall[k].size() / 2] * 1e6;
-    if (k == 0) portable = best;
-    std::printf("%-5s %5lld %5lld %7lld  %-9s %10.1f %10.1f %8.2fx\n", bf16 ? "bf16" : "f32",
+    if (isas[k] == AttentionIsa::kPortable) portable = best;
+    std::printf("%-5s %5lld %5lld %7lld  %-9s %10.1f %10.1f", bf16 ? "bf16" : "f32",
                 static_cast<long long>(batch), static_cast<long long>(q_len),
-                static_cast<long long>(context), IsaName(isas[k]), best, median,
-                portable / best);
+                static_cast<long long>(context), IsaName(isas[k]), best, median);
+    if (portable > 0) std::printf(" %8.2fx", portable / best);
+    std::printf("\n");
   }
 }
 
@@ -132,6 +139,8 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     if (arg == "--reps") {
       reps = std::atoi(argv[i + 1]);
+    } else if (arg == "--only") {
+      only = argv[i + 1];
     } else {
       std::fprintf(stderr, "unknown argument %s\n", arg.c_str());
       return 2;

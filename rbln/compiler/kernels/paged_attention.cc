@@ -68,8 +68,24 @@ int64_t IntAt(const void* data, bool i64, int64_t i) {
   return i64 ? static_cast<const int64_t*>(data)[i] : static_cast<const int32_t*>(data)[i];
 }
 
+// A block's scores and its values' weighted sum, one key at a time through
+// `Ops`'s Dot and Axpy (the portable and AVX-512 paths).
+template <typename Ops>
+struct PerKeyOps {
+  // out[j] = scale * sum(q * keys[j]) for the `count` keys of `d` floats.
+  static void Scores(const float* q, const float* keys, int64_t count, int64_t d, float scale,
+                     float* out) {
+    for (int64_t j = 0; j < count; ++j) out[j] = Ops::Dot(q, keys + j * d, d) * scale;
+  }
+  // acc += w[j] * values[j] for j in order.
+  static void Accumulate(const float* w, const float* values, int64_t count, int64_t d,
+                         float* acc) {
+    for (int64_t j = 0; j < count; ++j) Ops::Axpy(w[j], values + j * d, acc, d);
+  }
+};
+
 // The vector primitives of the softmax: sum(a * b), y += alpha * x, y *= alpha.
-struct PortableOps {
+struct PortableOps : PerKeyOps<PortableOps> {
   static float Dot(const float* a, const float* b, int64_t n) {
     float s[8] = {};
     int64_t i = 0;
@@ -101,7 +117,7 @@ struct PortableOps {
 
 #define RBLN_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
-struct Avx512Ops {
+struct Avx512Ops : PerKeyOps<Avx512Ops> {
   RBLN_AVX512 static __mmask16 Tail(int64_t left) {
     return left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
   }
@@ -170,7 +186,11 @@ struct Avx512Ops {
 #define RBLN_AVX2 __attribute__((target("avx2,fma")))
 
 // The AVX-512 ops 8 wide (Zen 2/3, client CPUs): tails through
-// vmaskmov (lanes past the end are neither read nor written).
+// vmaskmov (lanes past the end are neither read nor written). A block's
+// scores take 8 keys at a time (q loaded once, one transposed reduction)
+// and its values' weighted sum keeps 32 floats of the accumulator in
+// registers over all of the block's keys (each element's sum in key order,
+// as Axpy's).
 struct Avx2Ops {
   RBLN_AVX2 static __m256i Tail(int64_t left) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::min<int64_t>(left, 8))),
@@ -229,6 +249,77 @@ struct Avx2Ops {
       _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
     }
     PortableOps::WidenBf16(src + i, n - i, dst + i);
+  }
+  RBLN_AVX2 static void Scores(const float* q, const float* keys, int64_t count, int64_t d,
+                               float scale, float* out) {
+    int64_t j = 0;
+    for (; j + 8 <= count; j += 8) {
+      // Spelled out: GCC keeps an array of accumulators in memory.
+      const float *k0 = keys + j * d, *k1 = k0 + d, *k2 = k1 + d, *k3 = k2 + d;
+      const float *k4 = k3 + d, *k5 = k4 + d, *k6 = k5 + d, *k7 = k6 + d;
+      __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0,
+             s7 = s0;
+      int64_t i = 0;
+      for (; i + 8 <= d; i += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + i);
+        s0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + i), s0);
+        s1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + i), s1);
+        s2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + i), s2);
+        s3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + i), s3);
+        s4 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k4 + i), s4);
+        s5 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k5 + i), s5);
+        s6 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k6 + i), s6);
+        s7 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k7 + i), s7);
+      }
+      if (i < d) {
+        const __m256i m = Tail(d - i);
+        const __m256 qv = _mm256_maskload_ps(q + i, m);
+        s0 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k0 + i, m), s0);
+        s1 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k1 + i, m), s1);
+        s2 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k2 + i, m), s2);
+        s3 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k3 + i, m), s3);
+        s4 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k4 + i, m), s4);
+        s5 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k5 + i, m), s5);
+        s6 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k6 + i, m), s6);
+        s7 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k7 + i, m), s7);
+      }
+      // Lane t of the result: key t's sum (each 128-bit half holds the
+      // keys' partial sums over its lanes).
+      const __m256 h0 = _mm256_hadd_ps(_mm256_hadd_ps(s0, s1), _mm256_hadd_ps(s2, s3));
+      const __m256 h1 = _mm256_hadd_ps(_mm256_hadd_ps(s4, s5), _mm256_hadd_ps(s6, s7));
+      const __m256 sum = _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20),
+                                       _mm256_permute2f128_ps(h0, h1, 0x31));
+      _mm256_storeu_ps(out + j, _mm256_mul_ps(sum, _mm256_set1_ps(scale)));
+    }
+    for (; j < count; ++j) out[j] = Dot(q, keys + j * d, d) * scale;
+  }
+  RBLN_AVX2 static void Accumulate(const float* w, const float* values, int64_t count, int64_t d,
+                                   float* acc) {
+    int64_t i = 0;
+    for (; i + 32 <= d; i += 32) {
+      __m256 a0 = _mm256_loadu_ps(acc + i), a1 = _mm256_loadu_ps(acc + i + 8);
+      __m256 a2 = _mm256_loadu_ps(acc + i + 16), a3 = _mm256_loadu_ps(acc + i + 24);
+      for (int64_t j = 0; j < count; ++j) {
+        const __m256 wj = _mm256_set1_ps(w[j]);
+        const float* v = values + j * d + i;
+        a0 = _mm256_fmadd_ps(wj, _mm256_loadu_ps(v), a0);
+        a1 = _mm256_fmadd_ps(wj, _mm256_loadu_ps(v + 8), a1);
+        a2 = _mm256_fmadd_ps(wj, _mm256_loadu_ps(v + 16), a2);
+        a3 = _mm256_fmadd_ps(wj, _mm256_loadu_ps(v + 24), a3);
+      }
+      _mm256_storeu_ps(acc + i, a0);
+      _mm256_storeu_ps(acc + i + 8, a1);
+      _mm256_storeu_ps(acc + i + 16, a2);
+      _mm256_storeu_ps(acc + i + 24, a3);
+    }
+    for (; i < d; i += 8) {
+      const __m256i m = Tail(d - i);
+      __m256 a = _mm256_maskload_ps(acc + i, m);
+      for (int64_t j = 0; j < count; ++j) {
+        a = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), _mm256_maskload_ps(values + j * d + i, m), a);
+      }
+      _mm256_maskstore_ps(acc + i, m, a);
+    }
   }
   // Avx512Ops::ExpSum's exp (same reduction and polynomial), 2^k built in
   // the exponent field instead of by vscalefps: arguments are also clamped
@@ -311,19 +402,26 @@ void RunItem(const PagedAttentionProblem& p, const char* query, const char* cach
     if (id < 0 || id >= num_blocks) continue;
     const int64_t begin = std::max(lo, start), end = std::min(hi, start + p.block_size);
     const int64_t slot = id * p.block_size + (begin - start);
-    // The block's keys and values in the item's range, widened once for
-    // all of its rows.
-    Widen<Ops>(p.cache_type, key_base + slot * d * cbytes, (end - begin) * d, s.keys.data());
-    Widen<Ops>(p.cache_type, value_base + slot * d * cbytes, (end - begin) * d, s.values.data());
+    // The block's keys and values in the item's range: an f32 cache's in
+    // place, others widened once for all of the item's rows.
+    const float *keys, *values;
+    if (p.cache_type == GemmOperandType::kF32) {
+      keys = reinterpret_cast<const float*>(key_base + slot * d * cbytes);
+      values = reinterpret_cast<const float*>(value_base + slot * d * cbytes);
+    } else {
+      Widen<Ops>(p.cache_type, key_base + slot * d * cbytes, (end - begin) * d, s.keys.data());
+      Widen<Ops>(p.cache_type, value_base + slot * d * cbytes, (end - begin) * d,
+                 s.values.data());
+      keys = s.keys.data();
+      values = s.values.data();
+    }
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t from = std::max(begin, s.first[r]), to = std::min(end, s.limit[r]);
       if (from >= to) continue;
       const float* q = &s.q[r * d];
+      Ops::Scores(q, keys + (from - begin) * d, to - from, d, p.scale, s.scores.data());
       float block_max = -std::numeric_limits<float>::infinity();
-      for (int64_t j = from; j < to; ++j) {
-        s.scores[j - from] = Ops::Dot(q, &s.keys[(j - begin) * d], d) * p.scale;
-        block_max = std::max(block_max, s.scores[j - from]);
-      }
+      for (int64_t j = 0; j < to - from; ++j) block_max = std::max(block_max, s.scores[j]);
       float* acc = &s.acc[r * d];
       const float new_max = std::max(s.max[r], block_max);
       if (new_max > s.max[r]) {
@@ -334,9 +432,7 @@ void RunItem(const PagedAttentionProblem& p, const char* query, const char* cach
         s.max[r] = new_max;
       }
       s.sum[r] += Ops::ExpSum(s.scores.data(), to - from, new_max);
-      for (int64_t j = from; j < to; ++j) {
-        Ops::Axpy(s.scores[j - from], &s.values[(j - begin) * d], acc, d);
-      }
+      Ops::Accumulate(s.scores.data(), values + (from - begin) * d, to - from, d, acc);
     }
   }
   for (int64_t r = 0; r < rows; ++r) {

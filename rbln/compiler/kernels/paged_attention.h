@@ -14,7 +14,8 @@
 //
 // A work item is one request x kv head: its q_len x group query rows share
 // every key and value load. Each cache block of the item's key range is
-// widened to f32 once and every row folds it into an f32 online softmax
+// widened to f32 once (an f32 cache is read in place) and every row folds
+// it into an f32 online softmax
 // (scores scaled by `scale`, PyTorch's opmath for half inputs); the result
 // is rounded once to the query's type. Only the request's real context is
 // read, block by block, not its table's full width. With AVX-512 or

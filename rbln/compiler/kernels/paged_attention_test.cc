@@ -218,6 +218,15 @@ std::vector<Case> Cases() {
   strided.block_size = 8;
   strided.table_width = 5;
   cases.push_back(strided);
+  // Head size 44: 8-wide vectors with a 4-float tail (the AVX2 path's
+  // accumulation: a 32-float run, an 8 and a masked 4); 12 keys a block:
+  // its scores 8 keys at a time plus 4 one by one.
+  Case odd = prefill;
+  odd.name = "prefill_f32_dim44_block12";
+  odd.head_size = 44;
+  odd.block_size = 12;
+  odd.table_width = 6;
+  cases.push_back(odd);
   // Scores spread over ~[-60, 0] after the max (not ~[-2, 0]): the
   // vector paths' polynomial exp over its whole range, below exp(-87) too.
   Case sharp = prefill;
