@@ -45,6 +45,25 @@ __attribute__((target("avx512f,avx,f16c"))) void RowAvx512(const uint16_t* src,
 
 using RowFn = void (*)(const uint16_t*, int64_t, float*);
 
+void Bf16RowScalar(const uint16_t* src, int64_t n, float* dst) {
+  for (int64_t j = 0; j < n; ++j) {
+    const uint32_t u = static_cast<uint32_t>(src[j]) << 16;
+    std::memcpy(dst + j, &u, 4);
+  }
+}
+
+__attribute__((target("avx2"))) void Bf16RowAvx2(const uint16_t* src,
+                                                 int64_t n, float* dst) {
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m128i h =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + j));
+    const __m256i u = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+    _mm256_storeu_ps(dst + j, _mm256_castsi256_ps(u));
+  }
+  Bf16RowScalar(src + j, n - j, dst + j);
+}
+
 RowFn RowFor(HalfIsa isa) {
   switch (isa) {
     case HalfIsa::kAvx512:
@@ -118,6 +137,19 @@ void HalfToFloat(const uint16_t* src, int64_t rows, int64_t cols,
 void HalfToFloat(const uint16_t* src, int64_t rows, int64_t cols,
                  int64_t ld_src, float* dst, int64_t ld_dst) {
   HalfToFloat(src, rows, cols, ld_src, dst, ld_dst, BestHalfIsa());
+}
+
+void Bf16ToFloat(const uint16_t* src, int64_t rows, int64_t cols,
+                 int64_t ld_src, float* dst, int64_t ld_dst) {
+  static const RowFn row = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") ? Bf16RowAvx2 : Bf16RowScalar;
+  }();
+  if (ld_src == cols && ld_dst == cols) {
+    row(src, rows * cols, dst);
+    return;
+  }
+  for (int64_t i = 0; i < rows; ++i) row(src + i * ld_src, cols, dst + i * ld_dst);
 }
 
 }  // namespace rbln::compiler

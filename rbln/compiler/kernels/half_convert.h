@@ -1,4 +1,4 @@
-// IEEE half precision (binary16) to float, for library calls whose library
+// IEEE half precision (binary16) and bfloat16 to float, for library calls whose library
 // has no f16 kernels (oneDNN 2.6 has no f16 matmul on any CPU): the
 // operands are widened, exactly, into f32 buffers first. Every half value
 // is a float, so the widened GEMM computes the same products; only the
@@ -28,6 +28,12 @@ void HalfToFloat(const uint16_t* src, int64_t rows, int64_t cols,
 // The same with `isa`, which must not exceed BestHalfIsa() (for tests).
 void HalfToFloat(const uint16_t* src, int64_t rows, int64_t cols,
                  int64_t ld_src, float* dst, int64_t ld_dst, HalfIsa isa);
+
+// The same for bfloat16 `src` (exact: the bits become a float's high half),
+// for libraries without bf16 kernels on this CPU (oneDNN 2.6 below
+// AVX-512).
+void Bf16ToFloat(const uint16_t* src, int64_t rows, int64_t cols,
+                 int64_t ld_src, float* dst, int64_t ld_dst);
 
 }  // namespace rbln::compiler
 

@@ -84,6 +84,31 @@ TEST(HalfToFloatTest, StridedRowsWithTails) {
   }
 }
 
+TEST(Bf16ToFloatTest, EveryBitPatternBecomesTheHighHalfOfAFloat) {
+  // Strided rows with tails (the vector path and its scalar tail).
+  const int64_t rows = 65536 / 37 + 1, cols = 37, ld_src = 40, ld_dst = 41;
+  std::vector<uint16_t> src(rows * ld_src);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint16_t>(i);
+  const float sentinel = -12345.0f;
+  std::vector<float> dst(rows * ld_dst, sentinel);
+  Bf16ToFloat(src.data(), rows, cols, ld_src, dst.data(), ld_dst);
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < ld_dst; ++j) {
+      const uint32_t got = Bits(dst[i * ld_dst + j]);
+      if (j >= cols) {
+        ASSERT_EQ(got, Bits(sentinel)) << i << "," << j;
+      } else {
+        ASSERT_EQ(got, static_cast<uint32_t>(src[i * ld_src + j]) << 16) << i << "," << j;
+      }
+    }
+  }
+  std::vector<uint16_t> all(65536);
+  for (uint32_t h = 0; h < 65536; ++h) all[h] = static_cast<uint16_t>(h);
+  std::vector<float> out(all.size());
+  Bf16ToFloat(all.data(), 1, all.size(), all.size(), out.data(), out.size());
+  for (uint32_t h = 0; h < 65536; ++h) ASSERT_EQ(Bits(out[h]), h << 16) << h;
+}
+
 TEST(HalfToFloatTest, BestIsaIsNamed) {
   EXPECT_STRNE(HalfIsaName(BestHalfIsa()), "");
   RecordProperty("isa", HalfIsaName(BestHalfIsa()));

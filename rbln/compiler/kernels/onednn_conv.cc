@@ -28,6 +28,7 @@ constexpr int kSrcSlot = 2;
 constexpr int kWeightsSlot = 3;
 constexpr int kDstSlot = 4;
 constexpr int kWidenedKernelSlot = 5;
+constexpr int kWidenedSrcSlot = 6;  // a bf16 source as f32 (no HasBf16)
 
 // The word after a block problem's encoding in the key of its packed
 // kernel (PackedWeightCache keys of GEMMs end otherwise).
@@ -251,8 +252,13 @@ std::string ConvImplementation(const ConvProblem& p) {
   const Api& d = onednn::Library();
   if (!d.error.empty()) return d.error;
   onednn::OneOmpThread one_thread(d);
-  const Primitive& prim = PrimitiveFor(d, p);
+  ConvProblem q = p;
+  const bool widened_bf16 =
+      p.type == ConvOperandType::kBF16 && !onednn::HasBf16(d);
+  if (widened_bf16) q.type = ConvOperandType::kF32;
+  const Primitive& prim = PrimitiveFor(d, q);
   std::string text = prim.implementation;
+  if (widened_bf16) text = "bf16->f32 + " + text;
   if (prim.src_in.primitive || prim.weights_in.primitive) {
     text += " (blocked layouts)";
   }
@@ -266,8 +272,14 @@ void RunConvBlock(const ConvProblem& p, const void* src, const void* weights,
   const Api& d = onednn::Library();
   if (!d.error.empty()) onednn::Fail(d.error);
   const ConvBlock part = ConvBlockOf(p, block, blocks);
-  const ConvProblem& q = part.problem;
+  ConvProblem q = part.problem;
   if (q.n <= 0 || q.oc <= 0 || q.groups <= 0) return;
+  // Without bf16 kernels (HasBf16) a bf16 block runs in f32: its source
+  // and kernel widened (exactly), its result stored as the epilogue says.
+  const bool widened_bf16 =
+      p.type == ConvOperandType::kBF16 && !onednn::HasBf16(d);
+  if (widened_bf16) q.type = ConvOperandType::kF32;
+  const bool narrow_kernel = q.f16_kernel || widened_bf16;
   onednn::OneOmpThread one_thread(d);
   onednn::ThreadState& thread = onednn::ThisThread(d);
   const Primitive& prim = PrimitiveFor(d, q);
@@ -278,23 +290,40 @@ void RunConvBlock(const ConvProblem& p, const void* src, const void* weights,
   void* user_weights = const_cast<char*>(static_cast<const char*>(weights)) +
                        part.offset_weights * (p.f16_kernel ? 2 : in_bytes);
   void* user_dst = static_cast<char*>(dst) + part.offset_dst * out_bytes;
+  if (widened_bf16) {
+    // The source's whole span, its strides kept.
+    int64_t span = 1;
+    const int64_t src_dims[] = {q.n, q.ic, q.ih, q.iw};
+    for (int i = 0; i < 4; ++i) span += (src_dims[i] - 1) * q.src_strides[i];
+    float* wide = static_cast<float*>(
+        thread.Buffer(kWidenedSrcSlot, span * sizeof(float)));
+    Bf16ToFloat(static_cast<const uint16_t*>(user_src), 1, span, span, wide,
+                span);
+    user_src = wide;
+  }
   void* conv_src = Reordered(d, thread, prim.src_in, user_src, kSrcSlot);
   // A kernel read from a program input keeps its blocked layout between
   // runs while its bytes keep their version (packed_weights.h): a warm
   // forward then reorders activations only, as PyTorch's cached
   // convolutions do.
-  // An f16 kernel is widened first (into `widened`, f32 in the user
-  // layout), the same way.
+  // An f16 (or widened bf16) kernel is widened first (into `widened`, f32
+  // in the user layout), the same way.
   const int64_t kernel_elements = q.oc * (q.ic / q.groups) * q.kh * q.kw;
   auto widen = [&](void* out) {
-    HalfToFloat(static_cast<const uint16_t*>(user_weights), 1,
-                kernel_elements, kernel_elements, static_cast<float*>(out),
-                kernel_elements);
+    const auto* from = static_cast<const uint16_t*>(user_weights);
+    float* to = static_cast<float*>(out);
+    if (widened_bf16) {
+      Bf16ToFloat(from, 1, kernel_elements, kernel_elements, to,
+                  kernel_elements);
+    } else {
+      HalfToFloat(from, 1, kernel_elements, kernel_elements, to,
+                  kernel_elements);
+    }
   };
   std::shared_ptr<const void> packed;
-  if (prim.weights_in.primitive != nullptr || q.f16_kernel) {
+  if (prim.weights_in.primitive != nullptr || narrow_kernel) {
     const int64_t kernel_bytes =
-        kernel_elements * (q.f16_kernel ? 2 : in_bytes);
+        kernel_elements * (narrow_kernel ? 2 : in_bytes);
     if (std::optional<InputContent> content =
             FindInputContent(user_weights, kernel_bytes)) {
       std::vector<int64_t> key = q.Encode();
@@ -307,7 +336,7 @@ void RunConvBlock(const ConvProblem& p, const void* src, const void* weights,
             if (prim.weights_in.primitive == nullptr) return widen(out);
             void* from = user_weights;
             std::vector<float> widened;
-            if (q.f16_kernel) {
+            if (narrow_kernel) {
               widened.resize(kernel_elements);
               widen(widened.data());
               from = widened.data();
@@ -326,7 +355,7 @@ void RunConvBlock(const ConvProblem& p, const void* src, const void* weights,
     conv_weights = const_cast<void*>(packed.get());
   } else {
     void* kernel = user_weights;
-    if (q.f16_kernel) {
+    if (narrow_kernel) {
       kernel = thread.Buffer(kWidenedKernelSlot,
                              kernel_elements * sizeof(float));
       widen(kernel);

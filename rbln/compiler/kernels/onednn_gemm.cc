@@ -44,13 +44,19 @@ constexpr int kStackedSlot = 8;   // [Ah ; Al] x Bh of a column chunk
 constexpr int kCombinedSlot = 9;  // its two halves added, and then Ah x Bl
 constexpr int kPackedOnceSlot = 10;  // a weight's packed Bh, Bl for one call
 
-// Widens `rows` x `cols` half matrices (row stride `ld`, batch stride
-// `stride`) into the dense f32 stack `dst`.
-void WidenHalfStack(const void* src, int64_t batch, int64_t rows,
-                    int64_t cols, int64_t ld, int64_t stride, float* dst) {
+// Widens `rows` x `cols` matrices of `type` (kF16 or kBF16; row stride
+// `ld`, batch stride `stride`) into the dense f32 stack `dst`.
+void WidenStack(GemmOperandType type, const void* src, int64_t batch,
+                int64_t rows, int64_t cols, int64_t ld, int64_t stride,
+                float* dst) {
   const uint16_t* h = static_cast<const uint16_t*>(src);
   for (int64_t bt = 0; bt < batch; ++bt) {
-    HalfToFloat(h + bt * stride, rows, cols, ld, dst + bt * rows * cols, cols);
+    float* out = dst + bt * rows * cols;
+    if (type == GemmOperandType::kBF16) {
+      Bf16ToFloat(h + bt * stride, rows, cols, ld, out, cols);
+    } else {
+      HalfToFloat(h + bt * stride, rows, cols, ld, out, cols);
+    }
   }
 }
 
@@ -323,7 +329,12 @@ void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
   // Where the cache keeps none (a version's first use, no room) the call
   // packs a copy of its own: every call runs the same packed primitive.
   const std::optional<InputContent> weight = WeightContent(q, b_block);
-  if (p.type != GemmOperandType::kF16) {
+  // f16 (oneDNN 2.6 has no f16 matmul), and bf16 where oneDNN has no bf16
+  // kernels (HasBf16), run on f32 or bf16x3 copies below.
+  const bool narrow_operands =
+      p.type == GemmOperandType::kF16 ||
+      (p.type == GemmOperandType::kBF16 && !onednn::HasBf16(d));
+  if (!narrow_operands) {
     const GemmProblem dense = WithDenseC(q);
     if (weight.has_value()) {
       const Primitive& prim = PrimitiveFor(d, dense, /*packed_weights=*/true);
@@ -344,7 +355,9 @@ void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
   // f16 (F16GemmRoute): split into K-tripled bf16 operands, or widened to
   // f32 -- also on the bf16x3 route where an infinity or NaN is: the whole
   // block for one in A, a chunk of columns (or a weight) for one in B.
-  const bool bf16x3 = UseBf16x3(d, q, weight.has_value());
+  // bf16 without bf16 kernels: widened to f32 (exact), as f16's f32 route.
+  const bool bf16x3 = p.type == GemmOperandType::kF16 &&
+                      UseBf16x3(d, q, weight.has_value());
   if (bf16x3 && weight.has_value() &&
       MultiplyPairedWeight(d, thread, q, *weight, a_block, b_block, c_block,
                            sides_block, p.n)) {
@@ -364,7 +377,7 @@ void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
     if (a32 == nullptr) {
       a32 = static_cast<float*>(
           thread.Buffer(kWidenedASlot, q.batch * q.m * q.k * sizeof(float)));
-      WidenHalfStack(a_block, q.batch, q.m, q.k, q.lda, q.stride_a, a32);
+      WidenStack(q.type, a_block, q.batch, q.m, q.k, q.lda, q.stride_a, a32);
     }
     return a32;
   };
@@ -409,9 +422,9 @@ void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
                   prim.packed_b_bytes, [&](void* out) {
                     std::vector<float> b32(q.k * q.n);
                     if (q.trans_b) {
-                      WidenHalfStack(b_block, 1, q.n, q.k, q.ldb, 0, b32.data());
+                      WidenStack(q.type, b_block, 1, q.n, q.k, q.ldb, 0, b32.data());
                     } else {
-                      WidenHalfStack(b_block, 1, q.k, q.n, q.ldb, 0, b32.data());
+                      WidenStack(q.type, b_block, 1, q.k, q.n, q.ldb, 0, b32.data());
                     }
                     PackWeights(d, prim, b32.data(), out, wide);
                   });
@@ -443,9 +456,9 @@ void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
     float* b32 = static_cast<float*>(
         thread.Buffer(kWidenedBSlot, q.batch * q.k * chunk * sizeof(float)));
     if (q.trans_b) {
-      WidenHalfStack(b_chunk, q.batch, r.n, q.k, q.ldb, q.stride_b, b32);
+      WidenStack(q.type, b_chunk, q.batch, r.n, q.k, q.ldb, q.stride_b, b32);
     } else {
-      WidenHalfStack(b_chunk, q.batch, q.k, r.n, q.ldb, q.stride_b, b32);
+      WidenStack(q.type, b_chunk, q.batch, q.k, r.n, q.ldb, q.stride_b, b32);
     }
     const GemmProblem wide = WithDenseC(WidenedProblem(r));
     Multiply(d, thread, wide, PrimitiveFor(d, wide), widened_a(), b32,

@@ -297,6 +297,8 @@ constexpr int64_t kMinBf16x3WeightRows = 12;
 }  // namespace
 
 bool UseBf16x3(const Api& d, const GemmProblem& q, bool weight) {
+  // Without bf16 kernels there is no bf16x3 route, forced or not.
+  if (!onednn::HasBf16(d)) return false;
   switch (ConfiguredRoute()) {
     case F16GemmRoute::kWidenedF32:
       return false;
@@ -378,9 +380,13 @@ std::string GemmImplementation(const GemmProblem& p) {
   if (!d.error.empty()) return d.error;
   onednn::OneOmpThread one_thread(d);
   const bool f16 = p.type == GemmOperandType::kF16;
+  const bool widened_bf16 =
+      p.type == GemmOperandType::kBF16 && !onednn::HasBf16(d);
   const bool tripled = f16 && UseBf16x3(d, p);
   const Primitive& prim = PrimitiveFor(
-      d, !f16 ? p : tripled ? TripledProblem(p) : WidenedProblem(p));
+      d, tripled                  ? TripledProblem(p)
+         : f16 || widened_bf16 ? WidenedProblem(p)
+                               : p);
   std::string text = prim.implementation;
   if (tripled) {
     text = absl::StrFormat("f16->bf16x3 (%s) + %s",
@@ -388,6 +394,8 @@ std::string GemmImplementation(const GemmProblem& p) {
   } else if (f16) {
     text = absl::StrFormat("f16->f32 (%s) + %s", HalfIsaName(BestHalfIsa()),
                            text);
+  } else if (widened_bf16) {
+    text = "bf16->f32 + " + text;
   }
   return prim.epilogue_after ? text + " + epilogue after" : text;
 }

@@ -86,6 +86,12 @@ bool HasAmx(const Api& d) {
   return (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx;
 }
 
+bool HasBf16(const Api& d) {
+  if (!d.error.empty() || d.get_effective_cpu_isa == nullptr) return false;
+  const unsigned isa = d.get_effective_cpu_isa();
+  return (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+}
+
 void Fail(const std::string& message) {
   std::fprintf(stderr, "[rbln compiler] oneDNN %s\n", message.c_str());
   std::abort();

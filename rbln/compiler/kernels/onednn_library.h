@@ -77,6 +77,12 @@ const Api& Library();
 // avx512_core_amx).
 bool HasAmx(const Api& d);
 
+// Whether oneDNN has bf16 kernels here: oneDNN 2.6 takes bf16 operands and
+// results only from avx512_core on (cpu::platform::has_data_type_support);
+// below it (AVX2 CPUs such as AMD EPYC Zen 2/3) bf16 GEMMs and
+// convolutions run on f32 copies (onednn_gemm.cc, onednn_conv.cc).
+bool HasBf16(const Api& d);
+
 // Prints "[rbln compiler] oneDNN <message>" and aborts: a call the rewrite
 // emitted for a problem oneDNN should take failed, which no caller can
 // recover from.
