@@ -185,8 +185,8 @@ struct Avx512Ops : PerKeyOps<Avx512Ops> {
 
 #define RBLN_AVX2 __attribute__((target("avx2,fma")))
 
-// The AVX-512 ops 8 wide (Zen 2/3, client CPUs): tails through
-// vmaskmov (lanes past the end are neither read nor written). A block's
+// Avx512Ops's primitives 8 wide, for CPUs with AVX2+FMA but no AVX-512
+// (AMD Zen 2/3, Intel client cores): tails through vmaskmov (lanes past the end are neither read nor written). A block's
 // scores take 8 keys at a time (q loaded once, one transposed reduction)
 // and its values' weighted sum keeps 32 floats of the accumulator in
 // registers over all of the block's keys (each element's sum in key order,
