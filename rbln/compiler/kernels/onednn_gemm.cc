@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "oneapi/dnnl/dnnl.h"
+#include "rbln/compiler/kernels/bf16_skinny_gemm.h"
 #include "rbln/compiler/kernels/bf16_split.h"
 #include "rbln/compiler/kernels/half_convert.h"
 #include "rbln/compiler/kernels/input_content.h"
@@ -43,6 +44,7 @@ constexpr int kPairedASlot = 7;   // a kF16 block's A as [Ah ; Al] bf16
 constexpr int kStackedSlot = 8;   // [Ah ; Al] x Bh of a column chunk
 constexpr int kCombinedSlot = 9;  // its two halves added, and then Ah x Bl
 constexpr int kPackedOnceSlot = 10;  // a weight's packed Bh, Bl for one call
+constexpr int kSkinnyResultSlot = 11;  // a skinny bf16 block's product
 
 // Widens `rows` x `cols` matrices of `type` (kF16 or kBF16; row stride
 // `ld`, batch stride `stride`) into the dense f32 stack `dst`.
@@ -84,6 +86,30 @@ bool SplitB(const GemmProblem& q, const void* b, int64_t n, uint16_t* dst) {
                               SplitRowsOfTransposedB)
              : SplitHalfStack(b, q.batch, q.k, n, q.ldb, q.stride_b, dst,
                               SplitRowsOfB);
+}
+
+// Stores `q`'s f32 product `r` (dense: batch x m x n) into C at `c`, its
+// rows `ldc` apart: added to C when q.accumulate (the epilogue is then
+// plain), else through the epilogue (per-column rows at `sides`, `sides_ld`
+// apart) in its store type.
+void StoreProduct(const GemmProblem& q, const float* r, void* c, int64_t ldc,
+                  const float* sides, int64_t sides_ld) {
+  const int64_t out_bytes = StoreBytes(q.epilogue.store);
+  for (int64_t bt = 0; bt < q.batch; ++bt) {
+    for (int64_t i = 0; i < q.m; ++i) {
+      char* row = static_cast<char*>(c) + (bt * q.stride_c + i * ldc) * out_bytes;
+      const float* product = r + (bt * q.m + i) * q.n;
+      if (q.accumulate) {
+        float* out = reinterpret_cast<float*>(row);
+        for (int64_t j = 0; j < q.n; ++j) out[j] += product[j];
+        continue;
+      }
+      for (int64_t j = 0; j < q.n; ++j) {
+        q.epilogue.Store(q.epilogue.Apply(product[j], sides, sides_ld, j),
+                         row + j * out_bytes);
+      }
+    }
+  }
 }
 
 // Runs `q` (a block, or a column chunk of one) on this thread with one call
@@ -148,17 +174,18 @@ void Multiply(const Api& d, onednn::ThreadState& thread, const GemmProblem& q,
     }
     return;
   }
-  const float* r = static_cast<const float*>(result);
-  for (int64_t bt = 0; bt < q.batch; ++bt) {
-    for (int64_t i = 0; i < q.m; ++i) {
-      for (int64_t j = 0; j < q.n; ++j) {
-        const float x = q.epilogue.Apply(r[(bt * q.m + i) * q.n + j], sides,
-                                         sides_ld, j);
-        q.epilogue.Store(x, static_cast<char*>(c) +
-                                (bt * q.stride_c + i * ldc + j) * out_bytes);
-      }
-    }
-  }
+  StoreProduct(q, static_cast<const float*>(result), c, ldc, sides, sides_ld);
+}
+
+// Runs bf16 block `q` with the skinny kernel (bf16_skinny_gemm.h: B read
+// as stored, f32 accumulation), then stores it as Multiply does.
+void MultiplySkinny(onednn::ThreadState& thread, const GemmProblem& q,
+                    const void* a, const void* b, void* c, const float* sides,
+                    int64_t sides_ld) {
+  float* product = static_cast<float*>(thread.Buffer(
+      kSkinnyResultSlot, q.batch * q.m * q.n * sizeof(float)));
+  SkinnyBf16Gemm(q, a, b, product);
+  StoreProduct(q, product, c, q.ldc, sides, sides_ld);
 }
 
 // The content of block `q`'s B at `b` if it is a weight: read from a
@@ -350,6 +377,13 @@ void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
     }
     Multiply(d, thread, dense, PrimitiveFor(d, dense), a_block, b_block,
              c_block, q.ldc, sides_block, p.n);
+    return;
+  }
+  // bf16 with few rows (a decode step's) without bf16 kernels: B read as
+  // stored by the skinny kernel, not widened (half the bytes of an f32
+  // copy). Chosen by the problem's rows, so every block of it takes it.
+  if (p.type == GemmOperandType::kBF16 && SkinnyBf16Applies(p)) {
+    MultiplySkinny(thread, q, a_block, b_block, c_block, sides_block, p.n);
     return;
   }
   // f16 (F16GemmRoute): split into K-tripled bf16 operands, or widened to

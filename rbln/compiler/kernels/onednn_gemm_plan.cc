@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "rbln/compiler/kernels/bf16_skinny_gemm.h"
 #include "rbln/compiler/kernels/bf16_split.h"
 #include "rbln/compiler/kernels/half_convert.h"
 #include "rbln/compiler/kernels/onednn_gemm.h"
@@ -382,6 +383,10 @@ std::string GemmImplementation(const GemmProblem& p) {
   const bool f16 = p.type == GemmOperandType::kF16;
   const bool widened_bf16 =
       p.type == GemmOperandType::kBF16 && !onednn::HasBf16(d);
+  if (widened_bf16 && SkinnyBf16Applies(p)) {
+    return absl::StrFormat("bf16 skinny (%s)%s", SkinnyIsaName(BestSkinnyIsa()),
+                           p.epilogue.IsPlain() ? "" : " + epilogue after");
+  }
   const bool tripled = f16 && UseBf16x3(d, p);
   const Primitive& prim = PrimitiveFor(
       d, tripled                  ? TripledProblem(p)

@@ -24,6 +24,7 @@
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "rbln/compiler/kernels/bf16_skinny_gemm.h"
 #include "rbln/compiler/kernels/input_content.h"
 #include "rbln/compiler/kernels/onednn_library.h"
 #include "rbln/compiler/kernels/packed_weights.h"
@@ -259,8 +260,10 @@ TEST_F(OnednnGemmTest, PackedWeightsFollowTheirContentVersion) {
 // second use), reused by every later call, and its first call -- packed
 // for that call alone -- gives the bits of the later ones.
 TEST_F(OnednnGemmTest, OnePackedCopyServesEveryM) {
-  if (!__builtin_cpu_supports("avx512f")) {
-    GTEST_SKIP() << "oneDNN's brgemm takes blocked weights with AVX-512 only";
+  if (!onednn::HasBf16(onednn::Library())) {
+    GTEST_SKIP() << "oneDNN's brgemm takes blocked bf16 weights with "
+                    "AVX-512 only (and bf16 blocks of few rows read B as "
+                    "stored without it)";
   }
   constexpr int64_t kN = 128, kK = 256;
   auto problem = [&](int64_t m) {
@@ -318,6 +321,54 @@ TEST_F(OnednnGemmTest, OnePackedCopyServesEveryM) {
   const uint64_t kept = after.bytes - before.bytes;
   EXPECT_GE(kept, uint64_t{kN * kK * 2});
   EXPECT_LE(kept, uint64_t{2 * kN * kK * 2});
+}
+
+// Without bf16 kernels (AVX2 CPUs) bf16 problems of up to
+// kSkinnyBf16MaxRows rows run on the skinny kernel, which reads a weight as
+// stored: nothing is packed; more rows run on its packed f32 copy.
+TEST_F(OnednnGemmTest, FewBf16RowsReadAWeightAsStoredWithoutBf16Kernels) {
+  if (onednn::HasBf16(onednn::Library())) {
+    GTEST_SKIP() << "oneDNN has bf16 kernels here";
+  }
+  GemmProblem p;
+  p.type = GemmOperandType::kBF16;
+  p.trans_b = true;
+  p.accumulate = false;
+  p.n = p.ldc = 40;
+  p.k = p.lda = p.ldb = 300;
+  Operands weight = Make(p, 99);
+  runtime::BufferView b_view;
+  b_view.data = weight.b_raw.data();
+  b_view.dtype = DType::kBFloat16;
+  b_view.sizes = {p.n * p.k};
+  b_view.strides = {1};
+  b_view.content_address = 0x7800000;
+  b_view.content_version = 1;
+  std::vector<runtime::BufferView> args = {b_view};
+  std::vector<void*> data = {weight.b_raw.data()};
+  InputContentScope scope(args, data, 1);
+  const PackedWeightCache::Stats before = PackedWeightCache::Global().stats();
+  for (int64_t m : {int64_t{1}, kSkinnyBf16MaxRows, int64_t{1}}) {
+    p.m = m;
+    EXPECT_EQ(GemmImplementation(p).rfind("bf16 skinny", 0), 0u)
+        << GemmImplementation(p);
+    Operands o = Make(p, static_cast<uint32_t>(m));
+    o.b = weight.b;
+    const std::vector<double> want = Reference(p, o);
+    RunGemmBlock(p, o.a_raw.data(), weight.b_raw.data(), o.c.data(), nullptr,
+                 0, 1);
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(o.c[i], want[i], 1e-6 * (p.k + 1) + 1e-6)
+          << Describe(p) << " element " << i;
+    }
+  }
+  const PackedWeightCache::Stats after = PackedWeightCache::Global().stats();
+  EXPECT_EQ(after.packs_once, before.packs_once);
+  EXPECT_EQ(after.packs, before.packs);
+  EXPECT_EQ(after.hits, before.hits);
+  p.m = kSkinnyBf16MaxRows + 1;
+  EXPECT_EQ(GemmImplementation(p).rfind("bf16->f32", 0), 0u)
+      << GemmImplementation(p);
 }
 
 TEST_F(OnednnGemmTest, BlocksOnThreadsGiveTheSameBitsAsInSequence) {
