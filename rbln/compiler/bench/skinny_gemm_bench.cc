@@ -1,10 +1,12 @@
 // Decode-step GEMMs (a few rows of A against a linear layer's weight, B
 // stored [n, k]) on CPUs without native bf16: the skinny bf16 kernel
 // (kernels/bf16_skinny_gemm.h, B read as stored) against oneDNN's f32 matmul
-// on a packed f32 copy of the weight (what the widened route runs), on 1
+// on an f32 copy of the weight (what the widened route runs at best: a
+// weight input, packed once where oneDNN packs), on 1
 // worker and on every core (columns split over the chiplet team). Several
 // weights in turn so that they stream from memory as a model's do.
 //
+// Then the bf16 GEMM as rbln_gemm runs it ("bf16 route", microseconds).
 // Per row: microseconds of one GEMM -- on 1 worker the best thread-CPU time
 // (the caller's thread runs it; robust to other load), on several the
 // median wall time -- and the GB/s of the bytes its B holds (bf16: 2 per
@@ -57,13 +59,15 @@ int main(int argc, char** argv) {
   std::printf("skinny bf16 kernel: %s; oneDNN %s\n",
               rbln::compiler::SkinnyIsaName(rbln::compiler::BestSkinnyIsa()),
               onednn ? "loaded" : "not loaded");
-  std::printf("%5s %6s %6s %4s %12s %8s %14s %8s %8s\n", "m", "n", "k", "thr",
-              "bf16 skinny", "GB/s", "oneDNN f32 pk", "GB/s", "speedup");
+  std::printf("%5s %6s %6s %4s %12s %8s %14s %8s %8s %12s\n", "m", "n", "k",
+              "thr", "bf16 skinny", "GB/s", "oneDNN f32", "GB/s", "speedup",
+              "bf16 route");
   for (auto [n, k] : {std::pair<int64_t, int64_t>{8192, 2048}, {2048, 8192}}) {
     std::vector<std::vector<uint16_t>> b16(kWeights);
     std::vector<std::vector<float>> b32(kWeights);
-    std::vector<rbln::runtime::BufferView> views(kWeights);
-    std::vector<void*> data(kWeights);
+    // The f32 copies and the bf16 weights, all program inputs.
+    std::vector<rbln::runtime::BufferView> views(2 * kWeights);
+    std::vector<void*> data(2 * kWeights);
     for (int w = 0; w < kWeights; ++w) {
       b16[w].resize(n * k);
       b32[w].resize(n * k);
@@ -78,12 +82,16 @@ int main(int argc, char** argv) {
       views[w].strides = {1};
       views[w].content_address = 0x40000000 + 0x10000000 * int64_t{w};
       views[w].content_version = 1;
+      views[kWeights + w] = views[w];
+      views[kWeights + w].data = data[kWeights + w] = b16[w].data();
+      views[kWeights + w].dtype = rbln::DType::kBFloat16;
+      views[kWeights + w].content_address += 0x8000000;
     }
-    rbln::compiler::InputContentScope scope(views, data, kWeights);
-    std::vector<uint16_t> a16(16 * k, 0x3f80);
-    std::vector<float> a32(16 * k, 1.0f);
-    std::vector<float> c(16 * n);
-    for (int64_t m : {1, 4, 8, 16}) {
+    rbln::compiler::InputContentScope scope(views, data, 2 * kWeights);
+    std::vector<uint16_t> a16(24 * k, 0x3f80);
+    std::vector<float> a32(24 * k, 1.0f);
+    std::vector<float> c(24 * n);
+    for (int64_t m : {1, 4, 8, 12, 16, 24}) {
       for (int threads : {1, cores}) {
         rbln::compiler::ChipletTeam& team =
             rbln::compiler::ChipletTeam::Shared(threads);
@@ -115,6 +123,12 @@ int main(int argc, char** argv) {
         };
         const double t16 = seconds(Time(skinny, reps));
         double t32 = 0;
+        if (onednn && threads == 1 && m == 1) {
+          GemmProblem f32 = p;
+          f32.type = GemmOperandType::kF32;
+          std::printf("  (oneDNN f32: %s)\n",
+                      rbln::compiler::GemmImplementation(f32).c_str());
+        }
         if (onednn) {
           auto packed = [&] {
             for (int w = 0; w < kWeights; ++w) {
@@ -130,13 +144,32 @@ int main(int argc, char** argv) {
           packed();  // packs each weight
           t32 = seconds(Time(packed, reps));
         }
+        // The bf16 GEMM as compiled programs run it (RunGemmBlock): the
+        // skinny kernel up to kSkinnyBf16MaxRows rows, then f32 copies.
+        double route = 0;
+        if (onednn) {
+          auto bf16 = [&] {
+            for (int w = 0; w < kWeights; ++w) {
+              team.Run([&](int worker) {
+                GemmProblem q = p;
+                q.type = GemmOperandType::kBF16;
+                rbln::compiler::RunGemmBlock(q, a16.data(), b16[w].data(),
+                                             c.data(), nullptr, worker,
+                                             threads);
+              });
+            }
+          };
+          bf16();
+          route = seconds(Time(bf16, reps));
+        }
         const double bytes = static_cast<double>(n) * k;
-        std::printf("%5lld %6lld %6lld %4d %12.1f %8.1f %14.1f %8.1f %8.2f\n",
-                    static_cast<long long>(m), static_cast<long long>(n),
-                    static_cast<long long>(k), threads, t16 * 1e6,
-                    2 * bytes / t16 / 1e9, t32 * 1e6,
-                    t32 > 0 ? 4 * bytes / t32 / 1e9 : 0.0,
-                    t32 > 0 ? t32 / t16 : 0.0);
+        std::printf(
+            "%5lld %6lld %6lld %4d %12.1f %8.1f %14.1f %8.1f %8.2f %12.1f\n",
+            static_cast<long long>(m), static_cast<long long>(n),
+            static_cast<long long>(k), threads, t16 * 1e6,
+            2 * bytes / t16 / 1e9, t32 * 1e6,
+            t32 > 0 ? 4 * bytes / t32 / 1e9 : 0.0, t32 > 0 ? t32 / t16 : 0.0,
+            route * 1e6);
       }
     }
   }

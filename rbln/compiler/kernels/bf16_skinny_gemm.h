@@ -27,9 +27,11 @@ enum class SkinnyIsa { kPortable = 0, kAvx2 = 1 };
 SkinnyIsa BestSkinnyIsa();
 const char* SkinnyIsaName(SkinnyIsa isa);
 
-// The most rows of A (per batch) the kernel takes: beyond them a GEMM is
-// compute-bound and oneDNN's f32 matmul is faster.
-constexpr int64_t kSkinnyBf16MaxRows = 8;
+// The most rows of A (per batch) the kernel takes: decode batches of up to
+// 16 sequences. On Zen 3 it stays at least as fast as oneDNN's f32 matmul
+// on an f32 copy of B up to about 24 rows (docs/benchmarks.md, "Skinny bf16
+// GEMM"); beyond, both are compute-bound and oneDNN blocks better.
+constexpr int64_t kSkinnyBf16MaxRows = 16;
 
 // Whether SkinnyBf16Gemm computes `q` (its operand type, shape): kBF16 A
 // and B, 1 <= m <= kSkinnyBf16MaxRows, nonempty.

@@ -114,7 +114,8 @@ TEST(SkinnyBf16GemmTest, ColumnBlocksGiveTheSameBits) {
   std::mt19937 rng(11);
   for (SkinnyIsa isa : Isas()) {
     for (bool trans_b : {true, false}) {
-      for (int64_t m : {1, 2, 3, 5, 8}) {
+      for (int64_t m :
+           std::vector<int64_t>{1, 2, 3, 5, 8, 13, kSkinnyBf16MaxRows}) {
         const GemmProblem q = Problem(trans_b, 2, m, 41, 300);
         const Operands o = Make(q, rng);
         std::vector<float> whole(q.batch * m * q.n);
