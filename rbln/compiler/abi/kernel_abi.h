@@ -36,6 +36,12 @@ inline constexpr char kGroupedGemmAttr[] = "rbln.grouped_gemm";
 // scale and sliding_window (0: none): the paged attention rewrite
 // (transforms/library/) replaces it with kPagedAttentionSymbol calls.
 inline constexpr char kPagedAttentionAttr[] = "rbln.paged_attention";
+// On the module: how many paged attention generics the frontend marked. The
+// rewrite checks that each of them reached it, and fails the compile if one
+// did not (a pass before it dropped the marker, e.g. by fusing the op into
+// another): the generic's loops would compute it ~100x slower. The rewrite
+// removes the attribute.
+inline constexpr char kPagedAttentionCountAttr[] = "rbln.paged_attention_count";
 // On an argument of @kernel that is a graph input the graph updates
 // (graph.proto's Update): the index of the result whose value is written
 // into it. Set by the graph importer, read by the output binding pass

@@ -24,7 +24,9 @@
 // (transforms/library/paged_attention_rewrite_pass.cc) replaces the generic
 // after bufferization with rbln_paged_attention calls
 // (kernels/paged_attention.h), which compute each key's score once per
-// request x kv head rather than once per output element.
+// request x kv head rather than once per output element. In the full
+// pipeline an op the rewrite cannot take is a compile error (the module
+// counts the marked ops, kPagedAttentionCountAttr).
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -35,6 +37,7 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/BuiltinOps.h"
 #include "rbln/compiler/abi/kernel_abi.h"
 #include "rbln/compiler/frontend/graph_importer.h"
 #include "rbln/compiler/frontend/ops/nn_builders.h"
@@ -233,6 +236,12 @@ absl::Status ConvertPagedAttention(GraphImporter& im, const ir::Node& node) {
           b.getNamedAttr("scale", b.getF32FloatAttr(static_cast<float>(p.scale))),
           b.getNamedAttr("sliding_window", b.getI64IntegerAttr(p.window)),
       }));
+  // Counted on the module: the rewrite fails the compile if a marked op
+  // does not reach it.
+  mlir::ModuleOp module = im.module();
+  auto count = module->getAttrOfType<mlir::IntegerAttr>(kPagedAttentionCountAttr);
+  module->setAttr(kPagedAttentionCountAttr,
+                  b.getI64IntegerAttr((count ? count.getInt() : 0) + 1));
   im.Define(node.outputs(0), out);
   return absl::OkStatus();
 }

@@ -8,14 +8,20 @@
 // (request x kv head) by the problem's shape (AttentionBlocks), which the
 // partition pass spreads over the chiplet workers.
 //
-// A generic whose buffers the call cannot address (dynamic strides, a
-// non-unit stride along head_size, a cache, table or positions not
-// contiguous) is left as it is: it computes the same values itself.
+// A marked generic the call cannot take (buffers it cannot address:
+// dynamic strides, a non-unit stride along head_size, a cache, table or
+// positions not contiguous; operands it does not expect) fails the pass
+// with an error on the op saying why, and so does a module whose
+// kPagedAttentionCountAttr counts more marked ops than reach the pass (a
+// pass before it merged one into another op, dropping the marker): their
+// loops would compute the same values ~100x slower, silently (SPEC P8:
+// no silent path that hides a failure).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <optional>
+#include <string>
 
 #include "llvm/ADT/SmallVector.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -94,17 +100,25 @@ struct PagedAttention {
   float scale = 1.0f;
 };
 
-std::optional<PagedAttention> PlanPagedAttention(mlir::linalg::GenericOp op) {
-  auto attrs = op->getAttrOfType<mlir::DictionaryAttr>(kPagedAttentionAttr);
-  // Its one input only gives a loop its extent (frontend); nothing reads it.
-  if (!attrs || op.getNumDpsInputs() != 1 || op.getNumDpsInits() != 1 ||
-      op->getNumResults() != 0) {
+// The call `op` becomes, or nullopt with `why` set.
+std::optional<PagedAttention> PlanPagedAttention(mlir::linalg::GenericOp op, std::string& why) {
+  auto fail = [&](const char* reason) -> std::optional<PagedAttention> {
+    why = reason;
     return std::nullopt;
+  };
+  auto attrs = op->getAttrOfType<mlir::DictionaryAttr>(kPagedAttentionAttr);
+  if (!attrs) return fail("its marker is not a dictionary");
+  // Its one input only gives a loop its extent (frontend); nothing reads it.
+  if (op.getNumDpsInputs() != 1 || op.getNumDpsInits() != 1 || op->getNumResults() != 0) {
+    return fail("it is not one input and one output buffer (not bufferized, or merged with "
+                "another op)");
   }
   auto block_size = attrs.getAs<mlir::IntegerAttr>("block_size");
   auto scale = attrs.getAs<mlir::FloatAttr>("scale");
   auto window = attrs.getAs<mlir::IntegerAttr>("sliding_window");
-  if (!block_size || !scale || !window) return std::nullopt;
+  if (!block_size || !scale || !window) {
+    return fail("its marker lacks block_size, scale or sliding_window");
+  }
   // The buffers the body reads, told apart by rank: query 3, cache 4,
   // block table 2, positions 1.
   Value by_rank[5] = {};
@@ -120,14 +134,17 @@ std::optional<PagedAttention> PlanPagedAttention(mlir::linalg::GenericOp op) {
     by_rank[rank] = m;
   });
   if (ambiguous || !by_rank[1] || !by_rank[2] || !by_rank[3] || !by_rank[4]) {
-    return std::nullopt;
+    return fail("its body does not read one query, cache, block table and positions buffer");
   }
   std::optional<Buffer> query = AsBuffer(by_rank[3], false);
   std::optional<Buffer> cache = AsBuffer(by_rank[4], true);
   std::optional<Buffer> table = AsBuffer(by_rank[2], true);
   std::optional<Buffer> positions = AsBuffer(by_rank[1], true);
   std::optional<Buffer> out = AsBuffer(op.getDpsInitOperand(0)->get(), false);
-  if (!query || !cache || !table || !positions || !out) return std::nullopt;
+  if (!query || !cache || !table || !positions || !out) {
+    return fail("a buffer has dynamic strides, a non-unit stride along head_size, or a "
+                "cache, block table or positions that is not contiguous");
+  }
   auto type = [](const Buffer& b) { return b.base.memref.getType().cast<mlir::MemRefType>(); };
   std::optional<GemmOperandType> query_type = LibraryOperandType(type(*query).getElementType());
   std::optional<GemmOperandType> cache_type = LibraryOperandType(type(*cache).getElementType());
@@ -137,7 +154,7 @@ std::optional<PagedAttention> PlanPagedAttention(mlir::linalg::GenericOp op) {
       !(table_element.isInteger(32) || table_element.isInteger(64)) ||
       !(positions_element.isInteger(32) || positions_element.isInteger(64)) ||
       type(*out).getShape() != type(*query).getShape()) {
-    return std::nullopt;
+    return fail("its element types or output shape are not the call's");
   }
   PagedAttention p{*query, *cache, *table, *positions, *out, *query_type, *cache_type};
   p.table_i64 = table_element.isInteger(64);
@@ -155,9 +172,25 @@ std::optional<PagedAttention> PlanPagedAttention(mlir::linalg::GenericOp op) {
   if (p.tokens <= 0 || p.batch <= 0 || p.tokens % p.batch != 0 || p.kv_heads <= 0 ||
       p.heads % p.kv_heads != 0 || p.block_size <= 0 || p.slots % p.block_size != 0 ||
       type(*cache).getDimSize(3) != p.dim || type(*positions).getDimSize(0) != p.tokens) {
-    return std::nullopt;
+    return fail("its buffers' shapes do not match");
   }
   return p;
+}
+
+// Whether `op`'s body loads from a rank-4 buffer from outside it in a loop:
+// paged attention's key loop reading the cache.
+bool ReadsCacheInLoop(mlir::linalg::GenericOp op) {
+  bool reads = false;
+  op.getRegion().walk([&](mlir::memref::LoadOp load) {
+    Value m = load.getMemRef();
+    if (m.getType().cast<mlir::MemRefType>().getRank() == 4 &&
+        !op->isAncestor(m.getParentRegion()->getParentOp()) &&
+        load->getParentOfType<mlir::scf::ForOp>() &&
+        op->isAncestor(load->getParentOfType<mlir::scf::ForOp>())) {
+      reads = true;
+    }
+  });
+  return reads;
 }
 
 class PagedAttentionRewritePass
@@ -179,10 +212,38 @@ class PagedAttentionRewritePass
   void runOnOperation() override {
     mlir::ModuleOp module = getOperation();
     llvm::SmallVector<std::pair<mlir::linalg::GenericOp, PagedAttention>, 4> ops;
-    module.walk([&](mlir::linalg::GenericOp op) {
+    int64_t marked = 0;
+    bool failed = false;
+    module.walk([&](mlir::Operation* op) {
       if (!op->hasAttr(kPagedAttentionAttr)) return;
-      if (std::optional<PagedAttention> p = PlanPagedAttention(op)) ops.push_back({op, *p});
+      ++marked;
+      auto generic = llvm::dyn_cast<mlir::linalg::GenericOp>(op);
+      std::string why = "it is not a linalg.generic";
+      if (std::optional<PagedAttention> p =
+              generic ? PlanPagedAttention(generic, why) : std::nullopt) {
+        ops.push_back({generic, *p});
+        return;
+      }
+      op->emitError() << "paged attention cannot become " << kPagedAttentionSymbol
+                      << " calls: " << why;
+      failed = true;
     });
+    // Fewer marked ops than the frontend marked: an unmarked generic that
+    // still reads the cache in its key loop is one that lost its marker. (A
+    // dead op canonicalize erased leaves no such generic: no error.)
+    auto count = module->getAttrOfType<mlir::IntegerAttr>(kPagedAttentionCountAttr);
+    module->removeAttr(kPagedAttentionCountAttr);
+    if (count && count.getInt() > marked) {
+      module.walk([&](mlir::linalg::GenericOp op) {
+        if (op->hasAttr(kPagedAttentionAttr) || !ReadsCacheInLoop(op)) return;
+        op.emitError() << "paged attention lost its " << kPagedAttentionAttr
+                       << " marker before the rewrite to " << kPagedAttentionSymbol
+                       << " calls (" << count.getInt() << " marked, " << marked
+                       << " reached it; merged into another op by fusion?)";
+        failed = true;
+      });
+    }
+    if (failed) return signalPassFailure();
     if (ops.empty()) return;
     mlir::func::FuncOp callee = DeclareLibraryFunction(module, kPagedAttentionSymbol, 25);
     if (!callee) {

@@ -1,15 +1,19 @@
-// spec: P5, A2
+// spec: P5, A2, P8
 // The paged attention rewrite: the frontend's marked generic becomes
 // rbln_paged_attention calls -- blocks of work items in a parallel loop
 // when the problem is large; also with an element-wise consumer, which
 // fusion must not merge it into -- and the program with the calls computes the
 // generic's own values (its element-wise online softmax, what runs when
 // the rewrite cannot take the op): decode and prefill, GQA, a sliding
-// window, f32 and bf16, int32 and int64 indices.
+// window, f32 and bf16, int32 and int64 indices. A marked op the rewrite
+// cannot take, or one that lost its marker before it, fails the compile
+// with an error saying so (P8: not a silent ~100x slower lowering).
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -26,6 +30,7 @@ namespace rbln::compiler {
 namespace {
 
 using namespace testing;  // NOLINT: the op test helpers.
+using ::testing::HasSubstr;
 
 Stage PagedAttentionStage() {
   RegisterPagedAttentionRewritePass();
@@ -114,6 +119,44 @@ TEST(PagedAttentionRewritePassTest, CallsComputeTheGenericsValues) {
       ASSERT_NEAR(results[1][i], results[0][i], tol) << "q_len " << s.q_len << " element " << i;
     }
   }
+}
+
+// The module after fusion and bufferization with `edit` applied to the
+// marked generic, then the rewrite: its error.
+std::string RewriteError(const std::function<void(mlir::linalg::GenericOp)>& edit) {
+  auto context = CreateCompilerContext();
+  PagedAttentionShape s;
+  s.negated = true;  // with an element-wise consumer
+  const ir::Graph graph = PagedAttentionGraph(s);
+  auto module = ImportAndRewrite(graph, context.get(), {});
+  if (!module.ok()) return "import failed: " + std::string(module.status().message());
+  int edited = 0;
+  (**module).walk([&](mlir::linalg::GenericOp op) {
+    if (op->hasAttr(kPagedAttentionAttr)) {
+      edit(op);
+      ++edited;
+    }
+  });
+  if (edited != 1) return "marked generics: " + std::to_string(edited);
+  absl::Status status = RunStages(**module, {PagedAttentionStage()}, graph.name());
+  return status.ok() ? "no error" : std::string(status.message());
+}
+
+TEST(PagedAttentionRewritePassTest, OpThatLostItsMarkerFailsTheCompile) {
+  // What element-wise fusion merging the op into its consumer leaves.
+  const std::string error =
+      RewriteError([](mlir::linalg::GenericOp op) { op->removeAttr(kPagedAttentionAttr); });
+  EXPECT_THAT(error, HasSubstr("compiler stage 'paged-attention' failed"));
+  EXPECT_THAT(error, HasSubstr("paged attention lost its rbln.paged_attention marker before the "
+                               "rewrite to rbln_paged_attention calls (1 marked, 0 reached it"));
+}
+
+TEST(PagedAttentionRewritePassTest, MarkedOpItCannotTakeFailsTheCompile) {
+  const std::string error = RewriteError([](mlir::linalg::GenericOp op) {
+    op->setAttr(kPagedAttentionAttr, mlir::DictionaryAttr::get(op->getContext(), {}));
+  });
+  EXPECT_THAT(error, HasSubstr("paged attention cannot become rbln_paged_attention calls: its "
+                               "marker lacks block_size, scale or sliding_window"));
 }
 
 }  // namespace
