@@ -3,8 +3,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
-
+#include <thread>  // NOLINT(build/c++11): page commits split over cores
 #include <utility>
 #include <vector>
 
@@ -24,6 +25,19 @@ namespace {
 
 // Copies of at least this many bytes commit their destination pages first.
 constexpr uint64_t kCommitAheadBytes = uint64_t{1} << 20;
+// Commits are split over the host's cores, one per this many bytes: the
+// kernel zeroes each new page, at ~1.4 GB/s per core in a VM (a model's
+// weights, uploaded at their first device use, are gigabytes).
+constexpr uint64_t kParallelCommitBytes = uint64_t{8} << 20;
+constexpr unsigned kMaxCommitThreads = 4;
+
+// madvise(MADV_POPULATE_WRITE) over [begin, end) (page-aligned); the bytes
+// committed (0 if the kernel does not support it or has no memory now: the
+// copy then faults the pages in).
+uint64_t Populate(uintptr_t begin, uintptr_t end) {
+  if (madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE) != 0) return 0;
+  return end - begin;
+}
 
 }  // namespace
 
@@ -36,10 +50,23 @@ uint64_t DmaEngine::CommitPagesForWrite(void* to, uint64_t nbytes) {
   const uintptr_t begin = (reinterpret_cast<uintptr_t>(to) + page - 1) & ~(page - 1);
   const uintptr_t end = (reinterpret_cast<uintptr_t>(to) + nbytes) & ~(page - 1);
   if (end <= begin) return 0;
-  if (madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE) != 0) {
-    return 0;  // Not supported (kernel < 5.14) or no memory now: the copy faults them.
+  const unsigned threads = std::min<uint64_t>(
+      {std::max(1u, std::thread::hardware_concurrency()), kMaxCommitThreads,
+       (end - begin) / kParallelCommitBytes});
+  if (threads <= 1) return Populate(begin, end);
+  const uintptr_t chunk = ((end - begin) / threads + page - 1) & ~(page - 1);
+  std::vector<uint64_t> committed(threads, 0);
+  std::vector<std::thread> workers;
+  for (unsigned i = 1; i < threads; ++i) {
+    const uintptr_t b = begin + i * chunk;
+    const uintptr_t e = std::min(end, b + chunk);
+    if (b < e) workers.emplace_back([&committed, i, b, e] { committed[i] = Populate(b, e); });
   }
-  return end - begin;
+  committed[0] = Populate(begin, std::min(end, begin + chunk));
+  for (std::thread& worker : workers) worker.join();
+  uint64_t total = 0;
+  for (uint64_t c : committed) total += c;
+  return total;
 }
 
 DmaEngine::Direction DmaEngine::MakeDirection(absl::string_view name) {
