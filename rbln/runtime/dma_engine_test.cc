@@ -142,4 +142,26 @@ TEST(DmaEngineTest, RejectsHostAddresses) {
 }
 
 }  // namespace
+// spec: D2 -- a commit of 16 MiB or more is split over the cores: every
+// whole page of the range is committed once and the bytes land.
+TEST(DmaEngineTest, HugeUploadsCommitTheirPagesOverSeveralCores) {
+  const uint64_t size = 160 << 20;
+  auto mem = DeviceMemory::Create(0, 1, size);
+  ASSERT_TRUE(mem.ok());
+  AddressSpace space({mem->get()});
+  DmaEngine dma(&space);
+  Counter* committed = CounterRegistry::Global().Get("runtime/dma_committed_bytes");
+  const uint64_t n = (150 << 20) + 300;  // from byte 40: pages 4096 .. 150 MiB
+  std::vector<uint8_t> src(n);
+  for (uint64_t i = 0; i < n; ++i) src[i] = static_cast<uint8_t>(i * 13 + 5);
+  const int64_t before = committed->value();
+  ASSERT_TRUE(dma.HostToDevice((*mem)->device_base() + 40, src.data(), n).ok());
+  if (KernelPopulatesWrites()) {
+    EXPECT_EQ(committed->value() - before, (150 << 20) - 4096);
+  }
+  std::vector<uint8_t> back(n);
+  ASSERT_TRUE(dma.DeviceToHost(back.data(), (*mem)->device_base() + 40, n).ok());
+  EXPECT_EQ(0, std::memcmp(back.data(), src.data(), n));
+}
+
 }  // namespace rbln::runtime

@@ -7,7 +7,9 @@ rbln: the greedy step (forward over transformers' StaticCache, argmax)
 compiled with torch.compile(backend="rbln", dynamic=False, fullgraph=True)
 prefills a 32-token prompt and decodes 7 more tokens; the CPU runs the same
 weights in float32 eagerly. The 8 new tokens must be equal, and the decode
-steps after the first must compile nothing.
+steps after the first must compile nothing. Once more with the decoder
+layers marked as nested compile regions (torch.rbln.mark_repeated_layers):
+the same tokens from the inlined regions.
 
 bf16 random models have near ties: the prompt is one for which the CPU's
 top-1 logit leads the runner-up by at least MIN_MARGIN of the largest
@@ -61,12 +63,14 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("name", ["llama", "qwen"])
-def test_bf16_greedy_tokens_equal_cpu_float32(name):
+@pytest.mark.parametrize("name,marked", [("llama", False), ("qwen", False), ("llama", True)])
+def test_bf16_greedy_tokens_equal_cpu_float32(name, marked):
     weights_seed, prompt_seed = SEEDS[name]
     model, config = llm_bench.build(name, layers=2, seed=weights_seed)
     ids = llm_bench.prompt(config, 1, PROMPT, seed=prompt_seed)
     device_model = llm_bench.build(name, layers=2, seed=weights_seed)[0].to("rbln")
+    if marked:
+        assert torch.rbln.mark_repeated_layers(device_model) == 2
     want, margins = cpu_float32(model, config, ids)
     assert min(margins) >= MIN_MARGIN, (
         f"{name}: the float32 reference has a near tie (top-1 leads by {min(margins):.4f} of the "

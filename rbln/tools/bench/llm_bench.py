@@ -27,12 +27,15 @@ CPU eager. Per model it reports:
     a difference is not by itself an error);
   - device memory: peak allocated against weights + KV caches, and the host
     memory the GEMM library keeps packed weights in;
-  - the first call of the compiled prefill and decode step in a fresh process
+  - the first call of the compiled prefill and decode step, and of the plain
+    compiled forward (no cache), each in a fresh process
     (cold caches), split by phase (Dynamo capture, aot_autograd, FX->IR, our
     compile, constants upload, first run), at --layers and at 1 layer.
 
     python3 rbln/tools/bench/llm_bench.py                 # both models, real size
     python3 rbln/tools/bench/llm_bench.py --models llama --layers 2   # minutes
+    python3 rbln/tools/bench/llm_bench.py --regions ...   # decoder layers as
+        nested compile regions (torch.rbln.mark_repeated_layers) on rbln
 
 Timing is host wall time after torch.rbln.synchronize(); every shape is
 warmed up first, variants timed round-robin. Measure on an idle machine.
@@ -316,7 +319,7 @@ def run_model(name, args, bandwidth):
             if label == "rbln bf16":
                 torch.rbln.reset_peak_memory_stats()
                 base = torch.rbln.memory_allocated()
-                v = Variant(label, _to_rbln(model), config, max_len, batches)
+                v = Variant(label, _to_rbln(model, args.regions), config, max_len, batches)
                 v.device_base = base
             else:
                 v = Variant(label, model, config, max_len, batches)
@@ -433,44 +436,67 @@ def run_model(name, args, bandwidth):
     return result
 
 
-def _to_rbln(model):
-    """A copy of `model` on rbln (the CPU one stays for the CPU variants)."""
+def _to_rbln(model, regions=False):
+    """A copy of `model` on rbln (the CPU one stays for the CPU variants),
+    its decoder layers marked as nested compile regions with `regions`."""
     import copy
 
-    return copy.deepcopy(model).to("rbln")
+    model = copy.deepcopy(model)
+    if regions:
+        torch.rbln.mark_repeated_layers(model)
+    return model.to("rbln")
 
 
 # -- first call in a fresh process --------------------------------------------------
 
-def child_first_call(name, layers, tiny, max_len, length):
-    """In the child: the first prefill of `length` tokens and the first
-    decode step of the rbln-compiled greedy step, with rbln's phases."""
+def child_first_call(name, layers, tiny, max_len, length, regions, what):
+    """In the child: with what="generate", the first prefill of `length`
+    tokens and the first decode step of the rbln-compiled greedy step; with
+    what="forward", the first call of the compiled forward (no cache) over
+    `length` tokens; with rbln's phases."""
     model, config = build(name, layers, tiny)
+    if regions:
+        torch.rbln.mark_repeated_layers(model)
     model = model.to("rbln")
-    step = torch.compile(Greedy(model), backend="rbln", dynamic=False, fullgraph=True)
-    cache = new_cache(config, 1, max_len, "rbln")
     ids = prompt(config, 1, length).to("rbln")
     out = {"model": name, "layers": config.num_hidden_layers}
+    if what == "forward":
+        fwd = torch.compile(model, backend="rbln", dynamic=False, fullgraph=True)
+        steps = (("forward", lambda: fwd(ids, use_cache=False, logits_to_keep=1).logits),)
+    else:
+        step = torch.compile(Greedy(model), backend="rbln", dynamic=False, fullgraph=True)
+        cache = new_cache(config, 1, max_len, "rbln")
+        state = {}
+        steps = (("prefill", lambda: state.setdefault("tok", step(ids, cache))),
+                 ("decode", lambda: step(state["tok"], cache)))
     try:
         with torch.inference_mode():
-            for what, feed in (("prefill", lambda: ids), ("decode", lambda: tok)):
+            for key, run in steps:
                 graphs = len(torch.rbln.compiled_programs())
                 start = time.perf_counter()
-                tok = step(feed(), cache)
+                run()
                 torch.rbln.synchronize()
-                out[what] = {"first_call_ms": (time.perf_counter() - start) * 1e3}
-                out[what].update(compile_phases.collect(torch.rbln.compiled_programs()[graphs:]))
+                out[key] = {"first_call_ms": (time.perf_counter() - start) * 1e3}
+                out[key].update(compile_phases.collect(torch.rbln.compiled_programs()[graphs:]))
     except Exception as e:  # noqa: BLE001 -- reported, not raised
         out["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
     print("RESULT " + json.dumps(out), flush=True)
 
 
 def first_call(name, layers, args):
-    extra = ["--tiny"] if args.tiny else []
-    return compile_phases.run_child(
-        [sys.executable, os.path.abspath(__file__), "--child", name, str(layers),
-         "--max-cache-len", str(args.max_cache_len),
-         "--decode-prefill", str(args.decode_prefill)] + extra, args.timeout)
+    """Fresh processes: the generate step's first calls, then the plain
+    forward's (each pays the weights' upload)."""
+    merged = {}
+    for what in ("generate", "forward"):
+        extra = (["--tiny"] if args.tiny else []) + (["--regions"] if args.regions else [])
+        r = compile_phases.run_child(
+            [sys.executable, os.path.abspath(__file__), "--child", name, str(layers), what,
+             "--max-cache-len", str(args.max_cache_len),
+             "--decode-prefill", str(args.decode_prefill)] + extra, args.timeout)
+        if "error" in r and "error" not in merged:
+            merged["error"] = f"{what}: {r['error']}"
+        merged.update({k: v for k, v in r.items() if k != "error"})
+    return merged
 
 
 # -- report -----------------------------------------------------------------------
@@ -544,7 +570,7 @@ def print_model(r, args):
         if "error" in f:
             print(f"    {f['error']}")
             continue
-        for what in ("prefill", "decode"):
+        for what in ("prefill", "decode", "forward"):
             if what in f:
                 print(f"    {what:8s} {f[what]['first_call_ms']:9.1f} ms")
                 for line in compile_phases.format_lines(f[what]):
@@ -560,6 +586,9 @@ def print_model(r, args):
         a = sum(deep[w]["first_call_ms"] for w in ("prefill", "decode"))
         b = sum(shallow[w]["first_call_ms"] for w in ("prefill", "decode"))
         print(f"  first call generate step: {deep['layers']} layers / 1 layer = {a / b:.2f}")
+        if "forward" in deep and "forward" in shallow:
+            a, b = deep["forward"]["first_call_ms"], shallow["forward"]["first_call_ms"]
+            print(f"  first call forward (no cache): {deep['layers']} layers / 1 layer = {a / b:.2f}")
 
 
 def main(argv=None):
@@ -580,14 +609,18 @@ def main(argv=None):
     p.add_argument("--stream-bench", default=None, help="path of //rbln/compiler/bench:stream_bench")
     p.add_argument("--timeout", type=int, default=1800, help="per first-call process, s")
     p.add_argument("--json", help="also write the results here")
-    p.add_argument("--child", nargs=2, metavar=("MODEL", "LAYERS"), help=argparse.SUPPRESS)
+    p.add_argument("--regions", action="store_true",
+                   help="mark the rbln model's decoder layers as nested compile regions "
+                        "(torch.rbln.mark_repeated_layers): one layer captured, not all")
+    p.add_argument("--child", nargs=3, metavar=("MODEL", "LAYERS", "WHAT"),
+                   help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     # One greedy step function is compiled per shape (prefill lengths,
     # batches) and per backend: more than Dynamo's default limit of 8.
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     if args.child:
         child_first_call(args.child[0], int(args.child[1]) or None, args.tiny, args.max_cache_len,
-                         args.decode_prefill)
+                         args.decode_prefill, args.regions, args.child[2])
         return 0
     args.variants = [SHORT[v.strip()] for v in args.variants.split(",") if v.strip()]
     args.prefill = [int(x) for x in args.prefill.split(",") if x]

@@ -1,7 +1,8 @@
 """Smoke test of the LLM benchmark at tiny widths (no timing asserted): the
 Llama architecture runs every variant through prefill and static-cache decode
-and reports its first calls in fresh processes with their phases, Qwen runs
-on rbln and the CPU; decode compiles nothing in its timed loop, and device
+and reports its first calls in fresh processes with their phases (the
+generate step and the plain forward), Qwen runs on rbln and the CPU, and
+--regions (nested compile regions) gives the unmarked run's tokens; decode compiles nothing in its timed loop, and device
 memory and the read bandwidth are reported."""
 # spec: J1, J3, J7
 
@@ -46,7 +47,7 @@ def test_llama_every_variant_and_first_calls():
     assert (deep["layers"], shallow["layers"]) == (2, 1), r["first_call"]
     for f in (deep, shallow):
         assert "error" not in f, f
-        for what in ("prefill", "decode"):
+        for what in ("prefill", "decode", "forward"):
             assert f[what]["first_call_ms"] > 0
             assert f[what]["phases"]["compile"] > 0, f
             assert f[what]["phases"]["dynamo_capture"] > 0, f
@@ -56,6 +57,18 @@ def test_qwen_on_rbln_and_cpu_eager():
     with tempfile.TemporaryDirectory() as tmp:
         (r,) = run(tmp, "--models", "qwen", "--variants", "rbln,eager", "--no-first-call")
     check_rows(r, ("rbln bf16", "cpu eager bf16"))
+
+
+def test_regions_give_the_same_tokens():
+    """--regions: the rbln model's decoder layers are nested compile
+    regions; its greedy tokens equal the unmarked run's."""
+    with tempfile.TemporaryDirectory() as tmp:
+        (plain,) = run(tmp, "--models", "llama", "--variants", "rbln", "--no-first-call")
+        (marked,) = run(tmp, "--models", "llama", "--variants", "rbln", "--no-first-call",
+                        "--regions")
+    check_rows(marked, ("rbln bf16",))
+    for key in ("decode b1", "decode b2"):
+        assert marked["rows"][key]["rbln bf16"]["tokens"] == plain["rows"][key]["rbln bf16"]["tokens"]
 
 
 def test_real_configs_match_the_published_shapes():

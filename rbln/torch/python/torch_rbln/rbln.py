@@ -120,6 +120,7 @@ __all__ = [
     "list_gpu_processes",
     "make_graphed_callables",
     "manual_seed",
+    "mark_repeated_layers",
     "manual_seed_all",
     "max_memory_allocated",
     "max_memory_cached",
@@ -409,6 +410,16 @@ def _no_sensor(what):
         f"rbln: {what} is not available: the simulated NPU has no sensors; utilization(), "
         "device_memory_used() and memory_stats() report what it measures"
     )
+
+
+def mark_repeated_layers(model, min_repeats: int = 2) -> int:
+    """Marks a model's repeated layers (same-class children of an
+    nn.ModuleList, e.g. the decoder layers) as nested compile regions, so
+    torch.compile captures one layer instead of every one; returns how many
+    layers it marked. See torch_rbln._dynamo.nested_regions."""
+    from ._dynamo.nested_regions import mark_repeated_layers as mark
+
+    return mark(model, min_repeats)
 
 
 def memory_usage(dev=None) -> int:

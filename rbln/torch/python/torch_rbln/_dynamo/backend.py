@@ -52,6 +52,7 @@ from .capture import decompositions, dynamo_capture_seconds, inline_python_custo
 from .compiled_graph import CompiledGraph, clear_program_cache
 from .constant_folding import fold_constants
 from .cpu_fallback import CompiledFunction, CompileFailure, clear_compile_failures
+from .nested_regions import RegionInlineError, inline_nested_regions
 from .options import Options
 from .options import log_info as _log_info
 
@@ -104,8 +105,19 @@ def rbln_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=No
             opts.compile_device = next(
                 (a.device for a in aten_inputs
                  if isinstance(a, torch.Tensor) and a.device.type == "rbln"), None)
+        try:
+            inlined = inline_nested_regions(aten_gm)
+        except RegionInlineError as e:
+            # Not a CPU fallback: the CPU would run the subgraphs as traced
+            # for rbln (device constants inside them).
+            raise RuntimeError(
+                f"rbln: graph {name}_{kind}: cannot inline a nested compile region "
+                f"(torch.compiler.nested_compile_region): {e}. Remove the marking from "
+                "this region (or torch.rbln.mark_repeated_layers) to compile it inline."
+            ) from e
         graph = _graph_for(aten_gm, f"{name}_{kind}", opts)
         graph.phases.update(dynamo_capture=capture, aot_autograd=t0 - start)
+        graph.inlined_regions = inlined  # calls of nested compile regions
         graph.compile_static()
         with _lock:
             _compiled_graphs.append(graph)

@@ -1,0 +1,252 @@
+"""Nested compile regions (torch.compiler.nested_compile_region): Dynamo
+and aot_autograd trace a marked region -- a decoder layer -- once and call it
+through `invoke_subgraph` wherever it repeats, so capture costs one layer,
+not sixteen. The compiler wants one flat graph (it finds the repeated blocks
+itself and compiles each unique one once), so the calls are inlined here,
+after aot_autograd and before FX->IR.
+
+A region that mutates its inputs (a static KV cache's index_copy_) reaches
+us wrapped in `auto_functionalized_v2`: the subgraph ends in copy_ nodes
+into its mutated placeholders, and the wrapper returns the subgraph's
+outputs followed by the new value of every base. Inlined, the copy_ nodes
+go and their sources stand for those new values, which gives the same
+graph aot_autograd makes of the layer traced inline (functional updates,
+copied into the graph inputs at its end)."""
+
+import operator
+
+import torch
+
+_INVOKE_SUBGRAPH = torch.ops.higher_order.invoke_subgraph
+_AUTO_FUNCTIONALIZED_V2 = torch.ops.higher_order.auto_functionalized_v2
+
+
+class RegionInlineError(Exception):
+    """A region call this pass cannot inline (the message says which and
+    why); the graph is left as it was."""
+
+
+def inline_nested_regions(gm: torch.fx.GraphModule) -> int:
+    """Inlines every invoke_subgraph call of `gm` (also the ones inlining
+    brings in); returns how many calls it inlined."""
+    count = 0
+    while True:
+        calls = [n for n in gm.graph.nodes if _region_call(n)]
+        if not calls:
+            break
+        for node in calls:
+            _inline_call(gm, node)
+            count += 1
+    if count:
+        gm.graph.eliminate_dead_code()
+        gm.delete_all_unused_submodules()
+        gm.graph.lint()
+        gm.recompile()
+    return count
+
+
+def _region_call(node):
+    if node.op != "call_function":
+        return False
+    if node.target is _INVOKE_SUBGRAPH:
+        return True
+    return node.target is _AUTO_FUNCTIONALIZED_V2 and node.args[:1] == (_INVOKE_SUBGRAPH,)
+
+
+def _subgraph(gm, node):
+    if node.op != "get_attr":
+        raise RegionInlineError(f"{node.format_node()}: the subgraph is not a module attribute")
+    sub = gm
+    for part in node.target.split("."):
+        sub = getattr(sub, part)
+    if not isinstance(sub, torch.fx.GraphModule):
+        raise RegionInlineError(f"{node.target} is a {type(sub).__name__}, not a GraphModule")
+    return sub
+
+
+def _inline_call(gm, node):
+    """Checks the call, then inlines it: a call that cannot be inlined
+    raises before the graph changes."""
+    for user in node.users:
+        if user.op != "call_function" or user.target is not operator.getitem:
+            raise RegionInlineError(f"{user.format_node()} uses the region call as a whole")
+    if node.target is _INVOKE_SUBGRAPH:
+        sub_node, _identifier, *operands = node.args
+        sub, operands, mutable, bases = _subgraph(gm, sub_node), list(operands), {}, []
+    else:
+        sub, operands, mutable, bases = _functionalized_operands(gm, node)
+    placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(operands):
+        raise RegionInlineError(
+            f"{node.name}: {len(operands)} operands for {len(placeholders)} subgraph inputs")
+    _check_updates(node, sub, mutable)
+    outputs, updates = _copy_body(gm, sub, operands, node, mutable)
+    for b, value in updates:
+        bases[b] = value
+    results = outputs + bases
+    for user in list(node.users):
+        user.replace_all_uses_with(results[user.args[1]])
+        gm.graph.erase_node(user)
+    gm.graph.erase_node(node)
+
+
+def _functionalized_operands(gm, node):
+    """auto_functionalized_v2(invoke_subgraph, subgraph=, identifier=,
+    arg{i}=..., _arg{i}_base_index=b, _all_bases=[...]): arg i is base b.
+    Views of a base are not taken (a KV cache's updates are whole-tensor).
+    Returns (subgraph, operands, mutated placeholder -> base index, bases);
+    the call's results are the subgraph's outputs, then every base."""
+    kw = dict(node.kwargs)
+    sub = _subgraph(gm, kw["subgraph"])
+    bases = list(kw["_all_bases"])
+    placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+    operands, mutable = [], {}
+    for i, ph in enumerate(placeholders):
+        name = f"arg{i}"
+        if f"_{name}_base_index" not in kw:
+            operands.append(kw.get(name))
+            continue
+        extra = [k for k in kw if k.startswith(f"_{name}_") and k != f"_{name}_base_index"]
+        if extra:
+            raise RegionInlineError(
+                f"{node.name}: {name} is a view of a mutated base ({', '.join(extra)})")
+        b = kw[f"_{name}_base_index"]
+        operands.append(None if b is None else bases[b])
+        if b is not None:
+            mutable[ph] = b
+    return sub, operands, mutable, bases
+
+
+def _check_updates(call, sub, mutable):
+    """A mutated input must be written once, by a copy_ no node reads
+    after (the form aot_autograd gives kept input mutations), and by no
+    other in-place op."""
+    written = set()
+    for n in sub.graph.nodes:
+        if n.op != "call_function":
+            continue
+        if mutable and _is_update(n, mutable):
+            if n.args[0] in written:
+                raise RegionInlineError(f"{call.name}: {n.args[0].name} is written twice")
+            written.add(n.args[0])
+            continue
+        for a in n.all_input_nodes:
+            if a in written:
+                raise RegionInlineError(
+                    f"{call.name}: {n.format_node()} reads {a.name} after its update")
+        if mutable and _mutates_placeholder(n):
+            raise RegionInlineError(
+                f"{call.name}: {n.format_node()} mutates a subgraph input in place")
+
+
+def _copy_body(gm, sub, operands, before, mutable):
+    """Copies `sub`'s nodes into `gm` before `before`, placeholders bound to
+    `operands`; returns (output values, [(base index, new value)]). With
+    `mutable` (placeholder -> base index) the copy_ nodes into those
+    placeholders are dropped; their sources are the new values."""
+    env = dict(zip([n for n in sub.graph.nodes if n.op == "placeholder"], operands))
+    outputs, updates = None, []
+    with gm.graph.inserting_before(before):
+        for n in sub.graph.nodes:
+            if n.op == "placeholder":
+                continue
+            if n.op == "output":
+                outputs = [env[a] if isinstance(a, torch.fx.Node) else a for a in n.args[0]]
+            elif n.op == "get_attr":
+                env[n] = _copy_attr(gm, sub, n)
+            elif mutable and _is_update(n, mutable):
+                updates.append((mutable[n.args[0]], env[n.args[1]]))
+            else:
+                env[n] = gm.graph.node_copy(n, lambda a: env[a])
+    return outputs, updates
+
+
+def _is_update(node, mutable):
+    """copy_(placeholder, value) of the same shape and dtype: the form
+    aot_autograd gives a kept input mutation."""
+    if node.op != "call_function" or node.target is not torch.ops.aten.copy_.default:
+        return False
+    dst, src = node.args[0], node.args[1]
+    if dst not in mutable or not isinstance(src, torch.fx.Node):
+        return False
+    d, s = dst.meta.get("val"), src.meta.get("val")
+    return (isinstance(d, torch.Tensor) and isinstance(s, torch.Tensor)
+            and d.shape == s.shape and d.dtype == s.dtype)
+
+
+def _mutates_placeholder(node):
+    schema = getattr(node.target, "_schema", None)
+    if schema is None or not schema.is_mutable:
+        return False
+    for arg, value in zip(schema.arguments, node.args):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            if isinstance(value, torch.fx.Node) and value.op == "placeholder":
+                return True
+    return False
+
+
+def _copy_attr(gm, sub, node):
+    """A constant of the subgraph, registered on `gm` under a fresh name."""
+    value = sub
+    for part in node.target.split("."):
+        value = getattr(value, part)
+    name = f"_region_{node.target.replace('.', '_')}"
+    i = 0
+    while hasattr(gm, f"{name}_{i}"):
+        if getattr(gm, f"{name}_{i}") is value:
+            break
+        i += 1
+    name = f"{name}_{i}"
+    if not hasattr(gm, name):
+        if isinstance(value, torch.nn.Module):
+            gm.add_submodule(name, value)
+        else:
+            setattr(gm, name, value)
+    copy = gm.graph.get_attr(name)
+    copy.meta.update(node.meta)
+    return copy
+
+
+def mark_repeated_layers(model: torch.nn.Module, min_repeats: int = 2) -> int:
+    """Marks the repeated layers of `model` -- the children of an
+    nn.ModuleList that share one class, at least `min_repeats` of them -- as
+    nested compile regions (torch.compiler.nested_compile_region), so that
+    aot_autograd traces one of them (and Dynamo too, where the layer's
+    inputs let it reuse a trace: tensors, modules and constants, not a KV
+    cache object) instead of all. Returns how many layers it marked.
+
+    Each marked layer's class becomes a subclass of its own whose forward is
+    the marked one (same name; isinstance holds): other instances of the
+    class and eager calls are unchanged. Not the instance's `forward`
+    attribute: PyTorch 2.13 reuses a region traced through a bound method
+    with the first layer's parameters (wrong results)."""
+    marked = 0
+    for module in model.modules():
+        if not isinstance(module, torch.nn.ModuleList):
+            continue
+        by_class = {}
+        for child in module:
+            by_class.setdefault(type(child), []).append(child)
+        for cls, children in by_class.items():
+            if len(children) < min_repeats or cls in _MARKED_CLASSES.values():
+                continue
+            for child in children:
+                child.__class__ = _marked_class(cls)
+                marked += 1
+    return marked
+
+
+# class -> its subclass with a marked forward (one per class, so that the
+# regions of every model using the class share their traces).
+_MARKED_CLASSES = {}
+
+
+def _marked_class(cls):
+    if cls not in _MARKED_CLASSES:
+        _MARKED_CLASSES[cls] = type(cls.__name__, (cls,), {
+            "forward": torch.compiler.nested_compile_region(cls.forward),
+            "__module__": cls.__module__,
+            "__qualname__": cls.__qualname__,
+            "__doc__": cls.__doc__,
+        })
+    return _MARKED_CLASSES[cls]
