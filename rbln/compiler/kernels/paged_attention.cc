@@ -115,6 +115,22 @@ struct PortableOps : PerKeyOps<PortableOps> {
   }
 };
 
+// The vector paths' exp, exp(x) = 2^k * e^r with k = round(x / ln 2) and
+// |r| <= ln 2 / 2 (ln 2 in two parts, so r is exact to ~1e-10); e^r by its
+// Taylor polynomial of degree 6, Horner from the top (relative error
+// ~1e-7). Arguments below kMinArg (results under FLT_MIN) give 2^-126-ish,
+// not 0.
+struct ExpConstants {
+  static constexpr float kLog2e = 1.44269504f;
+  static constexpr float kLn2Hi = 0.693145752f;
+  static constexpr float kLn2Lo = 1.42860677e-6f;
+  static constexpr float kMinArg = -87.0f;
+  static constexpr float kMaxArg = 88.0f;
+  static constexpr int kTerms = 7;
+  static constexpr float kTaylor[kTerms] = {1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6,
+                                            0.5f,       1.0f,       1.0f};
+};
+
 #define RBLN_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
 struct Avx512Ops : PerKeyOps<Avx512Ops> {
@@ -151,22 +167,20 @@ struct Avx512Ops : PerKeyOps<Avx512Ops> {
       _mm512_mask_storeu_ps(dst + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16)));
     }
   }
-  // ExpSum with exp(x) = 2^k * e^r, k = round(x / ln 2), |r| <= ln 2 / 2,
-  // e^r by its Taylor polynomial of degree 6 (relative error ~1e-7);
-  // arguments below -87 (results under FLT_MIN) give 2^-126-ish, not 0.
+  // ExpSum with ExpConstants' exp.
   RBLN_AVX512 static float ExpSum(float* s, int64_t n, float max) {
     __m512 sum = _mm512_setzero_ps();
     for (int64_t i = 0; i < n; i += 16) {
       const __mmask16 m = Tail(n - i);
       __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + i), _mm512_set1_ps(max));
-      x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-      const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+      x = _mm512_max_ps(x, _mm512_set1_ps(ExpConstants::kMinArg));
+      const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(ExpConstants::kLog2e)),
                                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693145752f), x);
-      r = _mm512_fnmadd_ps(k, _mm512_set1_ps(1.42860677e-6f), r);
-      __m512 p = _mm512_set1_ps(1.0f / 720);
-      for (float c : {1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f}) {
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+      __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(ExpConstants::kLn2Hi), x);
+      r = _mm512_fnmadd_ps(k, _mm512_set1_ps(ExpConstants::kLn2Lo), r);
+      __m512 p = _mm512_set1_ps(ExpConstants::kTaylor[0]);
+      for (int j = 1; j < ExpConstants::kTerms; ++j) {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ExpConstants::kTaylor[j]));
       }
       const __m512 e = _mm512_scalef_ps(p, k);
       _mm512_mask_storeu_ps(s + i, m, e);
@@ -321,22 +335,23 @@ struct Avx2Ops {
       _mm256_maskstore_ps(acc + i, m, a);
     }
   }
-  // Avx512Ops::ExpSum's exp (same reduction and polynomial), 2^k built in
-  // the exponent field instead of by vscalefps: arguments are also clamped
-  // to <= 88 (2^k stays finite; here they are <= 0, score - max).
+  // ExpConstants' exp, 2^k built in the exponent field instead of by
+  // vscalefps: arguments are also clamped to <= kMaxArg (2^k stays finite;
+  // here they are <= 0, score - max).
   RBLN_AVX2 static float ExpSum(float* s, int64_t n, float max) {
     __m256 sum = _mm256_setzero_ps();
     for (int64_t i = 0; i < n; i += 8) {
       const __m256i m = Tail(n - i);
       __m256 x = _mm256_sub_ps(_mm256_maskload_ps(s + i, m), _mm256_set1_ps(max));
-      x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
-      const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+      x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(ExpConstants::kMinArg)),
+                        _mm256_set1_ps(ExpConstants::kMaxArg));
+      const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(ExpConstants::kLog2e)),
                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693145752f), x);
-      r = _mm256_fnmadd_ps(k, _mm256_set1_ps(1.42860677e-6f), r);
-      __m256 p = _mm256_set1_ps(1.0f / 720);
-      for (float c : {1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f}) {
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+      __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(ExpConstants::kLn2Hi), x);
+      r = _mm256_fnmadd_ps(k, _mm256_set1_ps(ExpConstants::kLn2Lo), r);
+      __m256 p = _mm256_set1_ps(ExpConstants::kTaylor[0]);
+      for (int j = 1; j < ExpConstants::kTerms; ++j) {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ExpConstants::kTaylor[j]));
       }
       // 2^k, k in [-126, 127]: a normal float's exponent field.
       const __m256 two_k = _mm256_castsi256_ps(_mm256_slli_epi32(
