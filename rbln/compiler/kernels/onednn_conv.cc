@@ -246,6 +246,13 @@ int64_t OperandBytes(ConvOperandType type) {
   return type == ConvOperandType::kBF16 ? 2 : 4;
 }
 
+// Without bf16 kernels (onednn::HasBf16) a bf16 convolution runs in f32:
+// its source and kernel widened (exactly), its result stored as the
+// epilogue says. Whether `p` does so.
+bool WidenedBf16(const Api& d, const ConvProblem& p) {
+  return p.type == ConvOperandType::kBF16 && !onednn::HasBf16(d);
+}
+
 }  // namespace
 
 std::string ConvImplementation(const ConvProblem& p) {
@@ -253,8 +260,7 @@ std::string ConvImplementation(const ConvProblem& p) {
   if (!d.error.empty()) return d.error;
   onednn::OneOmpThread one_thread(d);
   ConvProblem q = p;
-  const bool widened_bf16 =
-      p.type == ConvOperandType::kBF16 && !onednn::HasBf16(d);
+  const bool widened_bf16 = WidenedBf16(d, p);
   if (widened_bf16) q.type = ConvOperandType::kF32;
   const Primitive& prim = PrimitiveFor(d, q);
   std::string text = prim.implementation;
@@ -274,10 +280,7 @@ void RunConvBlock(const ConvProblem& p, const void* src, const void* weights,
   const ConvBlock part = ConvBlockOf(p, block, blocks);
   ConvProblem q = part.problem;
   if (q.n <= 0 || q.oc <= 0 || q.groups <= 0) return;
-  // Without bf16 kernels (HasBf16) a bf16 block runs in f32: its source
-  // and kernel widened (exactly), its result stored as the epilogue says.
-  const bool widened_bf16 =
-      p.type == ConvOperandType::kBF16 && !onednn::HasBf16(d);
+  const bool widened_bf16 = WidenedBf16(d, p);
   if (widened_bf16) q.type = ConvOperandType::kF32;
   const bool narrow_kernel = q.f16_kernel || widened_bf16;
   onednn::OneOmpThread one_thread(d);
