@@ -6,6 +6,8 @@ results equal the CPU's, inputs a region mutates (a KV cache) are updated,
 gradients flow, and a region the pass cannot inline is an error naming it."""
 # spec: J1, J7
 
+import copy
+import io
 import os
 import sys
 
@@ -93,6 +95,18 @@ def test_mark_repeated_layers_marks_instances_not_the_class():
     assert torch.rbln.mark_repeated_layers(model) == 0  # already marked
     assert all(isinstance(layer, Block) and type(layer) is not Block for layer in model.layers)
     assert type(Stack().layers[0]) is Block  # other instances: as they were
+
+
+def test_copies_and_saved_models_are_unmarked_layers_of_the_same_weights():
+    model = Stack()
+    torch.rbln.mark_repeated_layers(model)
+    saved = io.BytesIO()
+    torch.save(model, saved)
+    saved.seek(0)
+    for copy_ in (copy.deepcopy(model), torch.load(saved, weights_only=False)):
+        assert all(type(layer) is Block for layer in copy_.layers)
+        x = torch.randn(2, 16)
+        torch.testing.assert_close(copy_(x), model(x))
 
 
 def test_pass_inlines_pure_and_mutating_regions_on_cpu():

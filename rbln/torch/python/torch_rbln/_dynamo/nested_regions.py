@@ -13,6 +13,7 @@ go and their sources stand for those new values, which gives the same
 graph aot_autograd makes of the layer traced inline (functional updates,
 copied into the graph inputs at its end)."""
 
+import copyreg
 import operator
 
 import torch
@@ -217,7 +218,8 @@ def mark_repeated_layers(model: torch.nn.Module, min_repeats: int = 2) -> int:
 
     Each marked layer's class becomes a subclass of its own whose forward is
     the marked one (same name; isinstance holds): other instances of the
-    class and eager calls are unchanged. Not the instance's `forward`
+    class and eager calls are unchanged; copies and saved models are not
+    marked (mark them again). Not the instance's `forward`
     attribute: PyTorch 2.13 reuses a region traced through a bound method
     with the first layer's parameters (wrong results)."""
     marked = 0
@@ -248,5 +250,15 @@ def _marked_class(cls):
             "__module__": cls.__module__,
             "__qualname__": cls.__qualname__,
             "__doc__": cls.__doc__,
+            "__reduce_ex__": _reduce_as_base,
         })
     return _MARKED_CLASSES[cls]
+
+
+def _reduce_as_base(self, protocol):
+    """Pickles (and deep-copies) a marked layer as its own class: the mark
+    is a compile hint that copies and saved models do not carry (the
+    marked class is made at run time; pickle could not name it)."""
+    base = type(self).__mro__[1]
+    state = object.__reduce_ex__(self, protocol)[2]
+    return (copyreg._reconstructor, (base, object, None), state)
