@@ -24,7 +24,7 @@ _AUTO_FUNCTIONALIZED_V2 = torch.ops.higher_order.auto_functionalized_v2
 
 class RegionInlineError(Exception):
     """A region call this pass cannot inline (the message says which and
-    why); the graph is left as it was."""
+    why); that call is left as it was (the backend then raises)."""
 
 
 def inline_nested_regions(gm: torch.fx.GraphModule) -> int:
