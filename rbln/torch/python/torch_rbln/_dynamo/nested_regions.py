@@ -54,12 +54,17 @@ def _region_call(node):
     return node.target is _AUTO_FUNCTIONALIZED_V2 and node.args[:1] == (_INVOKE_SUBGRAPH,)
 
 
+def _attr(module, target):
+    """The attribute a get_attr node's dotted `target` names."""
+    for part in target.split("."):
+        module = getattr(module, part)
+    return module
+
+
 def _subgraph(gm, node):
     if node.op != "get_attr":
         raise RegionInlineError(f"{node.format_node()}: the subgraph is not a module attribute")
-    sub = gm
-    for part in node.target.split("."):
-        sub = getattr(sub, part)
+    sub = _attr(gm, node.target)
     if not isinstance(sub, torch.fx.GraphModule):
         raise RegionInlineError(f"{node.target} is a {type(sub).__name__}, not a GraphModule")
     return sub
@@ -179,18 +184,18 @@ def _mutates_placeholder(node):
     schema = getattr(node.target, "_schema", None)
     if schema is None or not schema.is_mutable:
         return False
-    for arg, value in zip(schema.arguments, node.args):
-        if arg.alias_info is not None and arg.alias_info.is_write:
-            if isinstance(value, torch.fx.Node) and value.op == "placeholder":
-                return True
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+        if isinstance(value, torch.fx.Node) and value.op == "placeholder":
+            return True
     return False
 
 
 def _copy_attr(gm, sub, node):
     """A constant of the subgraph, registered on `gm` under a fresh name."""
-    value = sub
-    for part in node.target.split("."):
-        value = getattr(value, part)
+    value = _attr(sub, node.target)
     name = f"_region_{node.target.replace('.', '_')}"
     i = 0
     while hasattr(gm, f"{name}_{i}"):
