@@ -1,13 +1,7 @@
 #include "rbln/runtime/dma_engine.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
-#include <algorithm>
 #include <cstring>
-#include <thread>  // NOLINT(build/c++11): page commits split over cores
 #include <utility>
-#include <vector>
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -15,59 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "rbln/core/status_macros.h"
+#include "rbln/runtime/page_commit.h"
 
 namespace rbln::runtime {
-namespace {
-
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels answer EINVAL.
-#endif
-
-// Copies of at least this many bytes commit their destination pages first.
-constexpr uint64_t kCommitAheadBytes = uint64_t{1} << 20;
-// Commits are split over the host's cores, one per this many bytes: the
-// kernel zeroes each new page, at ~1.4 GB/s per core in a VM (a model's
-// weights, uploaded at their first device use, are gigabytes).
-constexpr uint64_t kParallelCommitBytes = uint64_t{8} << 20;
-constexpr unsigned kMaxCommitThreads = 4;
-
-// madvise(MADV_POPULATE_WRITE) over [begin, end) (page-aligned); the bytes
-// committed (0 if the kernel does not support it or has no memory now: the
-// copy then faults the pages in).
-uint64_t Populate(uintptr_t begin, uintptr_t end) {
-  if (madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE) != 0) return 0;
-  return end - begin;
-}
-
-}  // namespace
-
-uint64_t DmaEngine::CommitPagesForWrite(void* to, uint64_t nbytes) {
-  if (nbytes < kCommitAheadBytes) return 0;
-  // Only whole pages inside [to, to + nbytes): the bytes around the range
-  // may belong to another storage (committing them would be harmless, but
-  // the count says what this copy committed).
-  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const uintptr_t begin = (reinterpret_cast<uintptr_t>(to) + page - 1) & ~(page - 1);
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(to) + nbytes) & ~(page - 1);
-  if (end <= begin) return 0;
-  const unsigned threads = std::min<uint64_t>(
-      {std::max(1u, std::thread::hardware_concurrency()), kMaxCommitThreads,
-       (end - begin) / kParallelCommitBytes});
-  if (threads <= 1) return Populate(begin, end);
-  const uintptr_t chunk = ((end - begin) / threads + page - 1) & ~(page - 1);
-  std::vector<uint64_t> committed(threads, 0);
-  std::vector<std::thread> workers;
-  for (unsigned i = 1; i < threads; ++i) {
-    const uintptr_t b = begin + i * chunk;
-    const uintptr_t e = std::min(end, b + chunk);
-    if (b < e) workers.emplace_back([&committed, i, b, e] { committed[i] = Populate(b, e); });
-  }
-  committed[0] = Populate(begin, std::min(end, begin + chunk));
-  for (std::thread& worker : workers) worker.join();
-  uint64_t total = 0;
-  for (uint64_t c : committed) total += c;
-  return total;
-}
 
 DmaEngine::Direction DmaEngine::MakeDirection(absl::string_view name) {
   CounterRegistry& registry = CounterRegistry::Global();

@@ -57,18 +57,6 @@ class DmaEngine {
   };
   static Direction MakeDirection(absl::string_view name);
   static void Count(const Direction& d, uint64_t nbytes);
-  // A device page's first write faults it in (the simulated card's memory
-  // is committed page by page, device_memory.cc): a weight's first upload
-  // took a fault per 4 KiB, most of a large model's first program run.
-  // For a copy of 1 MiB or more this commits the whole pages of the
-  // destination [to, to + nbytes) in one madvise(MADV_POPULATE_WRITE)
-  // first (~1.6x faster per byte); returns the bytes committed (0 for a
-  // small copy, or where the kernel lacks it: the copy faults them in).
-  // From 16 MiB on, the range is split over up to 4 cores (the kernel
-  // zeroes each new page: ~1.4 GB/s per core in a VM). Counted as
-  // runtime/dma_committed_bytes.
-  static uint64_t CommitPagesForWrite(void* to, uint64_t nbytes);
-
   // Sleeps until `start` + nbytes at the host link rate.
   void PaceHostTransfer(int64_t start_ns, uint64_t nbytes) const;
 
@@ -77,6 +65,7 @@ class DmaEngine {
   const Direction h2d_async_;
   const Direction d2h_async_;
   const Direction h2d_;
+  // Device pages committed ahead of large copies (page_commit.h).
   Counter* const committed_bytes_;
   const Direction d2h_;
   const Direction d2d_;

@@ -7,12 +7,14 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "rbln/core/signal_recorder.h"
 #include "rbln/core/status_macros.h"
+#include "rbln/runtime/page_commit.h"
 
 namespace rbln::runtime {
 namespace {
@@ -51,7 +53,7 @@ StorageManager::HostShadow::~HostShadow() {
     close(fd);
     unlink(path.c_str());
   } else {
-    delete[] data;
+    std::free(data);
   }
 }
 
@@ -207,8 +209,16 @@ absl::StatusOr<char*> StorageManager::Shadow(Storage& s) {
   auto shadow = std::make_unique<HostShadow>();
   shadow->size = s.nbytes;
   if (s.offload_dir.empty()) {
-    // Zero-filled, so reading a never-written storage is deterministic.
-    shadow->data = new char[s.nbytes]();
+    // Zero-filled, so reading a never-written storage is deterministic;
+    // calloc, not new[](): a large block comes zeroed from the kernel page
+    // by page as it is written, without a memset over all of it first.
+    shadow->data = static_cast<char*>(std::calloc(s.nbytes, 1));
+    if (shadow->data == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "rbln: out of host memory: cannot allocate the %d-byte host copy of "
+          "the storage at 0x%x",
+          s.nbytes, s.base));
+    }
   } else {
     std::string path = s.offload_dir + "/rbln-offload-XXXXXX";
     const int fd = mkstemp(path.data());
@@ -292,6 +302,7 @@ absl::Status StorageManager::Upload(Storage& s) {
 
 absl::Status StorageManager::Download(Storage& s) {
   RBLN_ASSIGN_OR_RETURN(char* shadow, Shadow(s));
+  CommitPagesForWrite(shadow, s.nbytes);
   RBLN_RETURN_IF_ERROR(dma_->DeviceToHost(shadow, s.block->address, s.nbytes));
   downloads_->Increment();
   return absl::OkStatus();
@@ -314,6 +325,9 @@ absl::Status StorageManager::WriteFromHost(uintptr_t address, const void* src,
     return absl::OkStatus();
   }
   RBLN_ASSIGN_OR_RETURN(char* shadow, Shadow(*s));
+  // A weight's bytes at .to("rbln"): its fresh host pages committed on
+  // several cores first (page_commit.h).
+  CommitPagesForWrite(shadow + offset, n);
   std::memcpy(shadow + offset, src, n);
   s->state = DataState::kHostLatest;
   return absl::OkStatus();
