@@ -335,7 +335,12 @@ absl::Status StorageManager::WriteFromHost(uintptr_t address, const void* src,
 
 absl::Status StorageManager::ReadToHost(void* dst, uintptr_t address,
                                         uint64_t n) {
-  return ReadOnHost(address, n, [&](const void* bytes) { std::memcpy(dst, bytes, n); });
+  return ReadOnHost(address, n, [&](const void* bytes) {
+    // `dst` is often a new CPU tensor (.cpu() of a weight): its pages
+    // committed on several cores first (page_commit.h).
+    CommitPagesForWrite(dst, n);
+    std::memcpy(dst, bytes, n);
+  });
 }
 
 absl::Status StorageManager::ReadOnHost(uintptr_t address, uint64_t n,
