@@ -476,6 +476,17 @@ absl::Status StorageManager::Bind(uintptr_t base) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<uint64_t> StorageManager::ReleaseHostCopy(uintptr_t address) {
+  RBLN_RETURN_IF_ERROR(AwaitTransfer(address));
+  absl::MutexLock lock(&mu_);
+  RBLN_ASSIGN_OR_RETURN(Storage * s, Find(address, 1));
+  if (s->state != DataState::kInSync || !s->shadow || s->shadow->fd >= 0) return 0;
+  const uint64_t freed = s->shadow->size;
+  s->shadow.reset();
+  s->state = DataState::kDeviceLatest;
+  return freed;
+}
+
 absl::Status StorageManager::AlignLayout(uintptr_t target_base,
                                          uintptr_t ref_base) {
   RBLN_RETURN_IF_ERROR(AwaitTransfer(target_base));
@@ -545,7 +556,10 @@ absl::StatusOr<StorageInfo> StorageManager::Info(uintptr_t address) const {
     info.chiplet = s->block->chiplet;
     info.device_bytes = s->block->size;
   }
-  if (s->shadow) info.offload_path = s->shadow->path;
+  if (s->shadow) {
+    info.offload_path = s->shadow->path;
+    info.host_bytes = s->shadow->size;
+  }
   info.program_owned = s->program_owned;
   info.content_version = s->content_version;
   return info;

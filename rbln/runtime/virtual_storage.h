@@ -70,6 +70,7 @@ struct StorageInfo {
   int chiplet = -1;          // When has_device_memory.
   uint64_t device_bytes = 0;  // Rounded size of the physical block.
   std::string offload_path;   // File holding the host shadow, if offloaded.
+  uint64_t host_bytes = 0;    // Size of the host copy; 0 while it has none.
   bool program_owned = false;  // SetProgramOwned().
   uint64_t content_version = 0;  // See StorageManager::MapForDevice.
 };
@@ -163,6 +164,13 @@ class StorageManager {
 
   // Acquires the storage's physical memory now, as one flat region (SPEC D6).
   absl::Status Bind(uintptr_t base);
+
+  // Frees the host copy of an in-sync storage (its bytes are also on the
+  // device), which becomes device-latest: a later host read downloads them
+  // again. Returns the bytes freed: 0 for a storage in another state or
+  // whose host copy is an offload file (SPEC F3). A served model's weights
+  // otherwise occupy host memory as well as device memory.
+  absl::StatusOr<uint64_t> ReleaseHostCopy(uintptr_t address);
 
   // Places `target`'s physical block where `ref`'s is (same NPU, same
   // chiplet), so copies between them stay on one chiplet (SPEC D7). Copies

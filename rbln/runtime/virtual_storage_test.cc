@@ -142,6 +142,47 @@ TEST_F(StorageManagerTest, EveryTransitionAndItsTransfers) {
   EXPECT_THAT(out, ::testing::ElementsAre(10, 20, 30, 40));
 }
 
+// spec: D2 -- an in-sync storage's host copy can be freed: it becomes
+// device-latest, and a host read downloads the bytes into a new copy.
+TEST_F(StorageManagerTest, ReleasingTheHostCopyOfAnInSyncStorage) {
+  StorageManager m = Make();
+  const uintptr_t a = *m.Create(0, 16);
+  float v[4] = {1, 2, 3, 4};
+  ASSERT_TRUE(m.WriteFromHost(a, v, 16).ok());
+  EXPECT_EQ(m.Info(a)->host_bytes, 16u);
+  EXPECT_EQ(*m.ReleaseHostCopy(a), 0u);  // host-latest: the only copy
+  EXPECT_EQ(State(m, a), DataState::kHostLatest);
+  ASSERT_TRUE(m.MapForDevice(a, 16, DeviceAccess::kRead).ok());
+  EXPECT_EQ(State(m, a), DataState::kInSync);
+
+  EXPECT_EQ(*m.ReleaseHostCopy(a + 4), 16u);  // any address inside it
+  EXPECT_EQ(State(m, a), DataState::kDeviceLatest);
+  EXPECT_EQ(m.Info(a)->host_bytes, 0u);
+  EXPECT_EQ(*m.ReleaseHostCopy(a), 0u);  // device-latest: nothing to free
+
+  Transfers t = Transfers::Now();
+  float out[4];
+  ASSERT_TRUE(m.ReadToHost(out, a, 16).ok());
+  EXPECT_THAT(out, ::testing::ElementsAre(1, 2, 3, 4));
+  EXPECT_EQ((Transfers::Now() - t).downloads, 1);
+  EXPECT_EQ(State(m, a), DataState::kInSync);
+  EXPECT_EQ(m.Info(a)->host_bytes, 16u);
+}
+
+// spec: F3 -- an offloaded host copy (a file) is kept.
+TEST_F(StorageManagerTest, AnOffloadedHostCopyIsNotReleased) {
+  StorageManager m = Make();
+  StorageManager::SetThreadOffloadDir(::testing::TempDir());
+  const uintptr_t a = *m.Create(0, 64);
+  StorageManager::SetThreadOffloadDir("");
+  const char text[] = "offloaded";
+  ASSERT_TRUE(m.WriteFromHost(a, text, sizeof(text)).ok());
+  ASSERT_TRUE(m.MapForDevice(a, 64, DeviceAccess::kRead).ok());
+  EXPECT_EQ(*m.ReleaseHostCopy(a), 0u);
+  EXPECT_EQ(State(m, a), DataState::kInSync);
+  EXPECT_NE(m.Info(a)->offload_path, "");
+}
+
 TEST_F(StorageManagerTest, WholeWriteOfHostLatestSkipsTheUpload) {
   // An op output that overwrites the whole storage needs no old bytes.
   StorageManager m = Make();

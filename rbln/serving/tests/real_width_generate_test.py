@@ -74,6 +74,15 @@ def test_real_width_tokens_match_cpu(llm, model_dir):
     (stats,) = llm.collective_rpc("rbln_stats")
     assert stats["warm"] and stats["steps"] > before["steps"], stats
     assert all(v == 0 for v in stats["after_warm_up"].values()), stats
+    # The weights' host copies were freed after warm-up (all of them: the
+    # warm-up's calls read every weight), and serving did not need them.
+    h, i, v = WIDTHS["hidden_size"], WIDTHS["intermediate_size"], WIDTHS["model_vocab_size"]
+    q = WIDTHS["num_attention_heads"] * WIDTHS["head_dim"]
+    kv = WIDTHS["num_key_value_heads"] * WIDTHS["head_dim"]
+    layer = h * (q + 2 * kv) + q * h + 3 * h * i + 2 * h
+    weights = 4 * (v * h + WIDTHS["num_hidden_layers"] * layer + h)  # float32, tied
+    # and the buffers (RoPE's cos/sin table).
+    assert weights <= stats["host_copies_freed_bytes"] <= 1.05 * weights, (stats, weights)
 
 
 if __name__ == "__main__":

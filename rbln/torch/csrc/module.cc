@@ -244,7 +244,13 @@ PYBIND11_MODULE(_C, m) {
           d["device_bytes"] = info->device_bytes;
           d["program_owned"] = info->program_owned;
           d["offload_path"] = info->offload_path;
+          d["host_bytes"] = info->host_bytes;
           return d;
+        }));
+  m.def("_release_host_copy", Translated(+[](uintptr_t address) {
+          absl::StatusOr<uint64_t> freed = RuntimeOrThrow().storage().ReleaseHostCopy(address);
+          if (!freed.ok()) ThrowStatus(freed.status());
+          return *freed;
         }));
   m.def("_bind_device_memory", Translated(+[](uintptr_t address, int index) {
           // Errors name the logical device, as an eager op's do.

@@ -221,6 +221,12 @@ class RblnModelRunner(CPUModelRunner):
                 self._bind_call(get_forward_context(), meta)
                 self._host_logits(zeros(t), meta.positions, zeros(call.rows))
         self.compile_seconds = time.perf_counter() - start
+        # The warm-up's calls uploaded the weights: their host copies (the
+        # bytes .to() took from vLLM's host model) are not needed any more.
+        freed = torch.rbln.release_host_copies(self._device_model)
+        self.stats.host_copies_freed_bytes = freed
+        logger.info("rbln: freed the host copies of the weights (%.2f GiB of host memory)",
+                    freed / 2**30)
         self.stats.warmed_up()
         logger.info("rbln: warm-up compiled %d step shapes %s in %.1f s", len(
             self.buckets.shapes()), self.buckets.shapes(), self.compile_seconds)

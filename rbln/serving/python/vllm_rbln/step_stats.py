@@ -42,6 +42,8 @@ class StepStats:
         self.mixed_steps = 0
         self.explain = os.environ.get("VLLM_RBLN_EXPLAIN", "0") == "1"
         self.verdicts = {}  # explain() verdict -> calls
+        # Host copies of the weights freed after warm-up (model_runner).
+        self.host_copies_freed_bytes = 0
 
     def warmed_up(self) -> None:
         self.warm = True
@@ -93,6 +95,7 @@ class StepStats:
             "paged_attention_items": torch.rbln.counters().get(
                 "compiler/paged_attention/items", 0),
             "mixed_steps": self.mixed_steps,
+            "host_copies_freed_bytes": self.host_copies_freed_bytes,
             "explain_verdicts": dict(self.verdicts),
             "calls": {_name(shape): n for shape, n in sorted(self.calls.items())},
             "ms_per_call": {_name(shape): 1e3 * self.seconds[shape] / n

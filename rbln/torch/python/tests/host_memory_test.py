@@ -1,5 +1,6 @@
-"""Pinned host memory, huge host buffers and offload."""
-# spec: F1, F2, F3
+"""Pinned host memory, huge host buffers, offload and the host copies of
+rbln tensors."""
+# spec: F1, F2, F3, D2
 
 import os
 import sys
@@ -61,6 +62,38 @@ def test_offload_default_dir_from_environment(tmp_path):
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "True 1"
+
+
+
+def test_release_host_copies_of_a_model_after_it_ran():
+    # spec: D2 -- in-sync weights give up their host copy and stay right.
+    torch.manual_seed(0)
+    cpu = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+    x = torch.randn(4, 64)
+    model = cpu.to("rbln")  # host-latest copies of the weights
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    info = torch.rbln._storage_info
+    assert torch.rbln.release_host_copies(model) == 0  # not on the device yet
+    assert all(info(p)["host_bytes"] == p.untyped_storage().nbytes() for p in model.parameters())
+    # A compiled program reads the weights on the device (float32 eager ops
+    # would run on the host, SPEC D4): they are uploaded, in sync.
+    step = torch.compile(model, backend="rbln")
+    want = step(x.to("rbln")).cpu()
+    assert {info(p)["state"] for p in model.parameters()} == {"in-sync"}
+    assert torch.rbln.release_host_copies(model) == weights
+    assert all(info(p)["host_bytes"] == 0 and info(p)["state"] == "device-latest"
+               for p in model.parameters())
+    assert torch.rbln.release_host_copies(model.parameters()) == 0  # nothing left
+    assert torch.equal(step(x.to("rbln")).cpu(), want)
+    # A host read downloads the bytes into a new copy.
+    downloads = torch.rbln.counters()["storage/downloads"]
+    assert torch.equal(model[0].weight.cpu(), cpu[0].weight.detach())
+    assert torch.rbln.counters()["storage/downloads"] == downloads + 1
+    assert info(model[0].weight)["state"] == "in-sync"
+    with pytest.raises(ValueError, match="rbln tensors, got one on cpu"):
+        torch.rbln.release_host_copies([torch.ones(2)])
+    with pytest.raises(TypeError, match="got int"):
+        torch.rbln.release_host_copies([3])
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ import sys
 import time
 import warnings
 
+import torch
+
 from . import _C
 
 _MIB = float(1 << 20)
@@ -208,6 +210,35 @@ def reset_accumulated_host_memory_stats() -> None:
 
 def reset_peak_host_memory_stats() -> None:
     _C._reset_host_memory_stats(True)
+
+
+def release_host_copies(tensors) -> int:
+    """Frees the host copies of rbln tensors whose bytes are also on the
+    device (in sync, SPEC D2) -- a model's weights after the programs that
+    read them ran -- and returns the bytes freed. `tensors`: a tensor, an
+    nn.Module (its parameters and buffers) or an iterable of tensors.
+
+    An rbln tensor made from host data keeps that host copy while it is in
+    sync, so a served model's weights occupy host memory as well as device
+    memory (CUDA keeps none). A freed tensor is device-latest: a later host
+    read downloads it again. Host-latest tensors (never used on the device)
+    and offloaded ones (`torch.rbln.offload`) keep theirs."""
+    if isinstance(tensors, torch.Tensor):
+        tensors = [tensors]
+    elif isinstance(tensors, torch.nn.Module):
+        tensors = list(tensors.parameters()) + list(tensors.buffers())
+    freed, seen = 0, set()
+    for t in tensors:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"release_host_copies takes rbln tensors or a module, got {type(t).__name__}")
+        if t.device.type != "rbln":
+            raise ValueError(f"release_host_copies takes rbln tensors, got one on {t.device}")
+        storage = t.untyped_storage()
+        if storage.nbytes() == 0 or storage.data_ptr() in seen:
+            continue
+        seen.add(storage.data_ptr())
+        freed += _C._release_host_copy(storage.data_ptr())
+    return freed
 
 
 def _record_memory_history(
