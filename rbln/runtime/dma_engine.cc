@@ -50,6 +50,8 @@ absl::Status DmaEngine::DeviceToHost(void* dst, uintptr_t src,
                                      uint64_t nbytes) {
   if (nbytes == 0) return absl::OkStatus();
   RBLN_ASSIGN_OR_RETURN(void* from, address_space_->Translate(src, nbytes));
+  // Host pages too: a download often lands in a new host copy or tensor.
+  CommitPagesForWrite(dst, nbytes);
   std::memcpy(dst, from, nbytes);
   Count(d2h_, nbytes);
   return absl::OkStatus();

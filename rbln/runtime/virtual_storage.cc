@@ -302,7 +302,6 @@ absl::Status StorageManager::Upload(Storage& s) {
 
 absl::Status StorageManager::Download(Storage& s) {
   RBLN_ASSIGN_OR_RETURN(char* shadow, Shadow(s));
-  CommitPagesForWrite(shadow, s.nbytes);
   RBLN_RETURN_IF_ERROR(dma_->DeviceToHost(shadow, s.block->address, s.nbytes));
   downloads_->Increment();
   return absl::OkStatus();

@@ -90,7 +90,7 @@ def test_release_host_copies_of_a_model_after_it_ran():
     assert torch.equal(model[0].weight.cpu(), cpu[0].weight.detach())
     assert torch.rbln.counters()["storage/downloads"] == downloads + 1
     assert info(model[0].weight)["state"] == "in-sync"
-    with pytest.raises(ValueError, match="rbln tensors, got one on cpu"):
+    with pytest.raises(ValueError, match="expects an rbln tensor, got one on cpu"):
         torch.rbln.release_host_copies([torch.ones(2)])
     with pytest.raises(TypeError, match="got int"):
         torch.rbln.release_host_copies([3])

@@ -227,12 +227,11 @@ def release_host_copies(tensors) -> int:
         tensors = [tensors]
     elif isinstance(tensors, torch.nn.Module):
         tensors = list(tensors.parameters()) + list(tensors.buffers())
+    from .rbln import _check_rbln_tensor  # rbln.py imports this module
+
     freed, seen = 0, set()
     for t in tensors:
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"release_host_copies takes rbln tensors or a module, got {type(t).__name__}")
-        if t.device.type != "rbln":
-            raise ValueError(f"release_host_copies takes rbln tensors, got one on {t.device}")
+        _check_rbln_tensor(t, "release_host_copies")
         storage = t.untyped_storage()
         if storage.nbytes() == 0 or storage.data_ptr() in seen:
             continue
