@@ -9,8 +9,10 @@ bucketed static shape (buckets.py: every new token of the step in one padded
 row of tokens); the call uploads its padded host arrays, runs the step --
 the vLLM model, its paged attention and the logits of each request's last
 token -- as one program compiled by torch.compile(backend="rbln"), and
-downloads the logits. Sampling stays on
-the host, on those logits.
+downloads the logits. One Dynamo capture with symbolic row counts serves the
+buckets of more than one token; the backend compiles a static program per
+bucket from it (its `compile_per_shape` option). Sampling stays on the host,
+on those logits.
 
 vLLM internals used here: CPUModelRunner / GPUModelRunner (load_model,
 initialize_kv_cache_tensors, _model_forward, kv_caches), the forward
@@ -76,7 +78,11 @@ class RblnModelRunner(CPUModelRunner):
             torch._dynamo.config.accumulated_recompile_limit, 4 * len(self.buckets.shapes()))
         step = self._device_step
         if not self.model_config.enforce_eager:
-            step = torch.compile(step, backend="rbln", dynamic=False, fullgraph=True)
+            # One capture serves the buckets: the token and logits rows are
+            # symbolic sizes (_mark_rows) and the backend compiles a static
+            # program per bucket from it.
+            step = torch.compile(step, backend="rbln", dynamic=False, fullgraph=True,
+                                 options={"compile_per_shape": True})
         self._compiled_step = step
 
     def _device_step(self, input_ids, positions, last_rows):
@@ -185,6 +191,7 @@ class RblnModelRunner(CPUModelRunner):
             block_table=torch.from_numpy(table).to(dev),
             positions=torch.from_numpy(pos).to(dev))
         self._bind_call(context, meta)
+        _mark_rows(meta)
         with self.stats.call(call):
             out = self._host_logits(torch.from_numpy(ids).to(dev), meta.positions,
                                     torch.from_numpy(last).to(dev))
@@ -193,6 +200,7 @@ class RblnModelRunner(CPUModelRunner):
     def _host_logits(self, ids, positions, last):
         """The step program's logits (float32) on the host; warm-up takes this
         same path."""
+        _mark_rows(ids, last)
         return self._compiled_step(ids, positions, last).cpu()
 
     def _bind_call(self, context, meta: RblnCallMetadata) -> None:
@@ -219,6 +227,7 @@ class RblnModelRunner(CPUModelRunner):
             with set_forward_context(None, self.vllm_config), \
                     self.stats.call(call, warm_up=True):
                 self._bind_call(get_forward_context(), meta)
+                _mark_rows(meta)
                 self._host_logits(zeros(t), meta.positions, zeros(call.rows))
         self.compile_seconds = time.perf_counter() - start
         # The warm-up's calls uploaded the weights: their host copies (the
@@ -230,6 +239,16 @@ class RblnModelRunner(CPUModelRunner):
         self.stats.warmed_up()
         logger.info("rbln: warm-up compiled %d step shapes %s in %.1f s", len(
             self.buckets.shapes()), self.buckets.shapes(), self.compile_seconds)
+
+
+def _mark_rows(*items):
+    """Marks the rows of a call's tensors (token rows, logits rows; a
+    metadata's fields) as symbolic sizes for Dynamo, so one capture serves
+    every bucket. maybe_: a size of 1 stays static (Dynamo specializes it)."""
+    for item in items:
+        tensors = vars(item).values() if isinstance(item, RblnCallMetadata) else (item,)
+        for t in tensors:
+            torch._dynamo.maybe_mark_dynamic(t, 0)
 
 
 def _step_metadata(attn_metadata):

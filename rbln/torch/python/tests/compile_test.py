@@ -179,6 +179,66 @@ def test_dynamic_shapes_fail_on_second_shape_and_fall_back():
     assert rb.device == torch.device(DEV)
 
 
+def attention_step(emb, w_qkv, w_o, cache, ids, last):
+    """A transformer step over a row of tokens that computes with its sizes
+    (view/reshape by x.shape[0]) and writes its keys into a cache in place,
+    as a server's bucketed step does."""
+    x = emb.index_select(0, ids)
+    x = x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).half()
+    q, k, v = (x @ w_qkv).view(x.shape[0], 3, 4, 32).unbind(1)
+    cache.index_copy_(0, ids, k.reshape(x.shape[0], 128))
+    scores = (q.transpose(0, 1) @ k.transpose(0, 1).transpose(1, 2)).float() / 5.65
+    att = torch.softmax(scores, -1).half()
+    o = (att @ v.transpose(0, 1)).transpose(0, 1).reshape(x.shape[0], 128)
+    return (o @ w_o).index_select(0, last).float()
+
+
+def test_compile_per_shape_compiles_each_bucket_from_one_capture():
+    # spec: J2, J3, P4 -- options={"compile_per_shape": True}: a graph
+    # captured with symbolic sizes (maybe_mark_dynamic) compiles one static
+    # program per concrete shape, also when it computes with sizes; the
+    # programs are the ones dynamic=False compiles (same ops, dtypes, shapes,
+    # the cache written in place) and give the same bits; one Dynamo capture
+    # instead of one per shape.
+    torch.manual_seed(0)
+    weights = [(torch.randn(*s) * 0.1).half().to(DEV) for s in ((512, 128), (128, 384), (128, 128))]
+    shapes = ((4, 2), (8, 4), (16, 4))
+    calls = []
+    for tokens, rows in shapes:
+        ids = torch.randint(0, 512, (tokens,)).to(DEV)
+        calls.append((ids, torch.arange(rows).to(DEV)))
+
+    def ops(graph):
+        return sorted(
+            (tuple((n[0], [o[1:] for o in n[2]], sorted(n[3].items())) for n in ir.nodes),
+             len(ir.updates), len(ir.write_backs)) for ir, _ in graph._programs.values())
+
+    def cache():
+        return torch.zeros(512, 128, dtype=torch.float16, device=DEV)
+
+    with torch.inference_mode():
+        static = torch.compile(attention_step, backend="rbln", dynamic=False, fullgraph=True)
+        static_caches = [cache() for _ in calls]
+        expected = [static(*weights, kv, *c).cpu() for kv, c in zip(static_caches, calls)]
+        static_ops = sorted(op for g in rbln_dynamo.compiled_programs() for op in ops(g))
+        torch._dynamo.reset()
+        per_shape = torch.compile(attention_step, backend="rbln", dynamic=False, fullgraph=True,
+                                  options={"compile_per_shape": True})
+        c0 = graph_counters()
+        got, caches = [], [cache() for _ in calls]
+        for kv, (ids, last) in zip(caches, calls):
+            torch._dynamo.maybe_mark_dynamic(ids, 0)
+            torch._dynamo.maybe_mark_dynamic(last, 0)
+            got.append(per_shape(*weights, kv, ids, last).cpu())
+        c1 = graph_counters()
+    (graph,) = rbln_dynamo.compiled_programs()
+    assert graph.inspect()["dynamic"] and len(graph._programs) == len(shapes)
+    assert ops(graph) == static_ops and all(n == 1 for _, n, _ in static_ops)
+    assert all(torch.equal(g, e) for g, e in zip(got, expected))
+    assert all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(caches, static_caches))
+    assert delta(c0, c1, "graph/runs") == len(shapes) and delta(c0, c1, "graph/cpu_fallback") == 0
+
+
 def test_recompile_limit_message_suggests_padding_or_bucketing():
     # spec: J2
     records = []
@@ -221,6 +281,7 @@ def test_options_compile_only_and_errors():
         ({"num_devices": 64}, "option num_devices=64 but rbln:0 groups"),
         ({"cache_dir": __file__ + "/sub"}, "cannot create the directory"),
         ({"cache_dir": 7}, "option cache_dir=7 must be a directory path"),
+        ({"compile_per_shape": "yes"}, "option compile_per_shape='yes' must be True or False"),
     ]
     for options, message in bad:
         torch._dynamo.reset()

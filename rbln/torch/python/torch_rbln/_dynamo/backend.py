@@ -77,7 +77,9 @@ def _graph_for(aten_gm, name, opts):
             _implemented_ops = frozenset(_C._graph_implemented_ops())
     kinds = _host_ops.classify(aten_gm, fold_constants(aten_gm), opts.host_ops, _implemented_ops)
     if not _host_ops.has_host_ops(kinds):
-        return CompiledGraph(aten_gm, name, opts)
+        graph = CompiledGraph(aten_gm, name, opts)
+        graph.respecialize = opts.compile_per_shape
+        return graph
     if opts.host_ops == "none":
         raise CompileFailure(_host_ops.disabled_host_ops_error(kinds))
     graph = _host_ops.SegmentedGraph(

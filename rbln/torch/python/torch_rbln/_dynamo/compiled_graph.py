@@ -9,6 +9,7 @@ import threading
 import time
 import weakref
 
+import sympy
 import torch
 
 from .. import _C
@@ -47,6 +48,73 @@ def _reads_sizes(gm: torch.fx.GraphModule) -> bool:
                 ):
                     return True
     return False
+
+
+def _concrete_values(gm: torch.fx.GraphModule, args):
+    """Each node's value for concrete `args`: the tracer's values
+    (node.meta["val"]) with the placeholders' symbols bound to `args`'
+    sizes. Tensors become fake tensors of the concrete sizes, strides and
+    storage offsets on the same device, values that shared a storage share
+    one again (fx_to_ir decides in-place updates and views by these). Runs
+    no op, so graphs whose constants live on a device work too. Raises
+    KeyError when a size is not determined by the inputs."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    bindings = {}
+
+    def bind(sym, value):
+        if isinstance(sym, torch.SymInt) and isinstance(sym.node.expr, sympy.Symbol):
+            bindings[sym.node.expr] = sympy.Integer(value)
+
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, arg in zip(placeholders, args):
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and isinstance(arg, torch.Tensor):
+            for sym, size in zip(val.shape, arg.shape):
+                bind(sym, size)
+        elif isinstance(val, torch.SymInt) and isinstance(arg, int):
+            bind(val, arg)
+
+    def number(v):
+        if not isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return v
+        expr = v.node.expr.xreplace(bindings)
+        if not expr.is_number:
+            raise KeyError(f"size {v.node.expr} is not set by the graph's inputs")
+        return {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}[type(v)](expr)
+
+    def layout(t):
+        return ([number(d) for d in t.shape], [number(d) for d in t.stride()],
+                number(t.storage_offset()))
+
+    vals = {n: n.meta["val"] for n in gm.graph.nodes if "val" in n.meta}
+    tensors = [t for v in vals.values()
+               for t in (v if isinstance(v, (list, tuple)) else (v,))
+               if isinstance(t, torch.Tensor)]
+    # Bytes each original storage must hold at the concrete sizes.
+    extent = {}
+    for t in tensors:
+        size, stride, offset = layout(t)
+        end = offset + sum((s - 1) * st for s, st in zip(size, stride)) + 1 if all(size) else 0
+        key = StorageWeakRef(t.untyped_storage())
+        extent[key] = max(extent.get(key, 0), end * t.element_size())
+    bases = {}
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        def concrete(v):
+            if isinstance(v, torch.Tensor):
+                key = StorageWeakRef(v.untyped_storage())
+                base = bases.get(key)
+                if base is None:
+                    nbytes = -(-extent[key] // 8) * 8
+                    base = bases[key] = torch.empty(nbytes, dtype=torch.uint8, device=v.device)
+                size, stride, offset = layout(v)
+                return base.view(v.dtype).as_strided(size, stride, offset)
+            if isinstance(v, (list, tuple)):
+                return type(v)(concrete(x) for x in v)
+            return number(v)
+
+        return {n: concrete(v) for n, v in vals.items()}
 
 
 def _meta_values(gm: torch.fx.GraphModule, args):
@@ -213,7 +281,10 @@ class CompiledGraph:
             raise CompileFailure(RuntimeError(DYNAMIC_SHAPE_MESSAGE))
         start = time.perf_counter()
         try:
-            values = _meta_values(self.gm, args)
+            try:
+                values = _concrete_values(self.gm, args)
+            except KeyError:
+                values = _meta_values(self.gm, args)
             ir = _fx_to_ir.fx_to_ir(self.gm, self.name, value_of=lambda n: values[n],
                                     folded=fold_constants(self.gm))
         except CompileFailure:

@@ -11,7 +11,7 @@ from . import host_ops as _host_ops
 
 # Options handed to the compiler (SPEC J5).
 _MODES = ("default", "compile_only")
-_KNOWN_OPTIONS = ("num_devices", "cache_dir", "mode", "npu", "host_ops")
+_KNOWN_OPTIONS = ("num_devices", "cache_dir", "mode", "npu", "host_ops", "compile_per_shape")
 
 
 def log_info(message: str) -> None:
@@ -46,6 +46,18 @@ class Options:
         self.compile_device = None
         self.host_ops = _host_ops.parse_mode(options.get("host_ops"))
         self.cache_dir = self._check_cache_dir(options.get("cache_dir"))
+        # A graph captured with symbolic sizes (torch._dynamo.mark_dynamic)
+        # compiles one static program per concrete shape it is called with,
+        # also when it computes with sizes: the caller promises a few shapes
+        # (a server's buckets) and saves a Dynamo capture and an aot_autograd
+        # trace per shape. Off by default: dynamic=True graphs that compute
+        # with sizes fail on their second shape (SPEC J2).
+        self.compile_per_shape = options.get("compile_per_shape", False)
+        if not isinstance(self.compile_per_shape, bool):
+            raise ValueError(
+                f"rbln backend: option compile_per_shape={self.compile_per_shape!r} must be "
+                "True or False"
+            )
         self._check_npu()
 
     @staticmethod
