@@ -76,13 +76,20 @@ def _concrete_values(gm: torch.fx.GraphModule, args):
         elif isinstance(val, torch.SymInt) and isinstance(arg, int):
             bind(val, arg)
 
+    numbers = {}  # (type, expression) -> value: a graph repeats a few sizes
+
     def number(v):
         if not isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             return v
-        expr = v.node.expr.xreplace(bindings)
-        if not expr.is_number:
-            raise KeyError(f"size {v.node.expr} is not set by the graph's inputs")
-        return {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}[type(v)](expr)
+        key = (type(v), v.node.expr)
+        value = numbers.get(key)
+        if value is None:
+            expr = v.node.expr.xreplace(bindings)
+            if not expr.is_number:
+                raise KeyError(f"size {v.node.expr} is not set by the graph's inputs")
+            value = numbers[key] = {torch.SymInt: int, torch.SymFloat: float,
+                                    torch.SymBool: bool}[type(v)](expr)
+        return value
 
     def layout(t):
         return ([number(d) for d in t.shape], [number(d) for d in t.stride()],
@@ -100,21 +107,29 @@ def _concrete_values(gm: torch.fx.GraphModule, args):
         key = StorageWeakRef(t.untyped_storage())
         extent[key] = max(extent.get(key, 0), end * t.element_size())
     bases = {}
-    with FakeTensorMode(allow_non_fake_inputs=True):
-        def concrete(v):
-            if isinstance(v, torch.Tensor):
-                key = StorageWeakRef(v.untyped_storage())
+
+    def concrete(v, device):
+        if isinstance(v, torch.Tensor):
+            key = StorageWeakRef(v.untyped_storage())
+            typed = bases.get((key, v.dtype))
+            if typed is None:
                 base = bases.get(key)
                 if base is None:
                     nbytes = -(-extent[key] // 8) * 8
-                    base = bases[key] = torch.empty(nbytes, dtype=torch.uint8, device=v.device)
-                size, stride, offset = layout(v)
-                return base.view(v.dtype).as_strided(size, stride, offset)
-            if isinstance(v, (list, tuple)):
-                return type(v)(concrete(x) for x in v)
-            return number(v)
+                    base = bases[key] = torch.empty(nbytes, dtype=torch.uint8,
+                                                    device=device or v.device)
+                typed = bases[(key, v.dtype)] = base.view(v.dtype)
+            return typed.as_strided(*layout(v))
+        if isinstance(v, (list, tuple)):
+            return type(v)(concrete(x, device) for x in v)
+        return number(v)
 
-        return {n: concrete(v) for n, v in vals.items()}
+    # Inputs on their device (fake: no memory), where fx_to_ir looks at the
+    # device and at shared storages; the rest on "meta", ~10x cheaper.
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        values = {n: concrete(vals[n], None) for n in placeholders if n in vals}
+    values.update((n, concrete(v, "meta")) for n, v in vals.items() if n not in values)
+    return values
 
 
 def _meta_values(gm: torch.fx.GraphModule, args):
