@@ -239,6 +239,44 @@ def test_compile_per_shape_compiles_each_bucket_from_one_capture():
     assert delta(c0, c1, "graph/runs") == len(shapes) and delta(c0, c1, "graph/cpu_fallback") == 0
 
 
+def write_one_view_read_both(a, b, ids, w):
+    a.index_copy_(0, ids, (w.index_select(0, ids) * 2).view(ids.shape[0], 128))
+    return b.index_select(0, ids).float() + a.index_select(0, ids).float()
+
+
+def test_compile_per_shape_sees_inputs_that_share_a_storage():
+    # spec: J2, P4 -- two inputs viewing one cache: writing one in place
+    # would change the other, so the program writes it back after the run;
+    # per shape as with dynamic=False (the sizes are bound into values that
+    # share a storage again), results and the cache as on the CPU.
+    def run(options, mark):
+        torch._dynamo.reset()
+        f = torch.compile(write_one_view_read_both, backend="rbln", dynamic=False,
+                          fullgraph=True, options=options)
+        results = []
+        for tokens in (4, 8):
+            torch.manual_seed(tokens)
+            w = torch.randn(64, 128).half()
+            cache = torch.zeros(2, 64, 128, dtype=torch.float16)
+            ids = torch.arange(tokens)
+            expected = write_one_view_read_both(cache[0], cache[1], ids, w)
+            expected_cache = cache.clone()
+            dcache, dids = cache.zero_().to(DEV), ids.to(DEV)
+            if mark:
+                torch._dynamo.maybe_mark_dynamic(dids, 0)
+            out = f(dcache[0], dcache[1], dids, w.to(DEV))
+            assert torch.equal(out.cpu(), expected) and torch.equal(dcache.cpu(), expected_cache)
+            results.append(dcache.cpu())
+        programs = [ir for g in rbln_dynamo.compiled_programs() for ir, _ in g._programs.values()]
+        return results, [(len(ir.updates), len(ir.write_backs)) for ir in programs]
+
+    with torch.inference_mode():
+        static, static_programs = run({}, False)
+        per_shape, per_shape_programs = run({"compile_per_shape": True}, True)
+    assert static_programs == per_shape_programs == [(0, 1), (0, 1)]
+    assert all(torch.equal(a, b) for a, b in zip(static, per_shape))
+
+
 def test_recompile_limit_message_suggests_padding_or_bucketing():
     # spec: J2
     records = []
