@@ -53,10 +53,11 @@ def _reads_sizes(gm: torch.fx.GraphModule) -> bool:
 def _concrete_values(gm: torch.fx.GraphModule, args):
     """Each node's value for concrete `args`: the tracer's values
     (node.meta["val"]) with the placeholders' symbols bound to `args`'
-    sizes. Tensors become fake tensors of the concrete sizes, strides and
-    storage offsets on the same device, values that shared a storage share
-    one again (fx_to_ir decides in-place updates and views by these). Runs
-    no op, so graphs whose constants live on a device work too. Raises
+    sizes. Tensors get the concrete sizes, strides and storage offsets, and
+    values that shared a storage share one again: the inputs as fake
+    tensors on their device (fx_to_ir decides in-place updates by their
+    device and shared storages), the rest as meta tensors. Runs no op of
+    the graph, so graphs whose constants live on a device work too. Raises
     KeyError when a size is not determined by the inputs."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.multiprocessing.reductions import StorageWeakRef
