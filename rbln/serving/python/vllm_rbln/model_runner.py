@@ -191,7 +191,6 @@ class RblnModelRunner(CPUModelRunner):
             block_table=torch.from_numpy(table).to(dev),
             positions=torch.from_numpy(pos).to(dev))
         self._bind_call(context, meta)
-        _mark_rows(meta)
         with self.stats.call(call):
             out = self._host_logits(torch.from_numpy(ids).to(dev), meta.positions,
                                     torch.from_numpy(last).to(dev))
@@ -206,6 +205,7 @@ class RblnModelRunner(CPUModelRunner):
     def _bind_call(self, context, meta: RblnCallMetadata) -> None:
         """Puts one call's metadata into vLLM's forward context, the same way
         for warm-up and serving: Dynamo guards on what the step reads there."""
+        _mark_rows(meta)
         context.attn_metadata = {name: meta for name in self._layers}
         context.slot_mapping = {}  # The attention writes the cache itself.
 
@@ -227,7 +227,6 @@ class RblnModelRunner(CPUModelRunner):
             with set_forward_context(None, self.vllm_config), \
                     self.stats.call(call, warm_up=True):
                 self._bind_call(get_forward_context(), meta)
-                _mark_rows(meta)
                 self._host_logits(zeros(t), meta.positions, zeros(call.rows))
         self.compile_seconds = time.perf_counter() - start
         # The warm-up's calls uploaded the weights: their host copies (the
