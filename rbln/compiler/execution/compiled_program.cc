@@ -20,11 +20,11 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Target/TargetMachine.h"
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
-#include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "rbln/compiler/abi/kernel_abi.h"
 #include "rbln/compiler/execution/aliased_inputs.h"
 #include "rbln/compiler/execution/chiplet_team.h"
+#include "rbln/compiler/execution/kernel_optimizer.h"
 #include "rbln/compiler/execution/kernel_errors.h"
 #include "rbln/compiler/ir/graph_util.h"
 #include "rbln/compiler/kernels/blas_loader.h"
@@ -189,13 +189,10 @@ absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::Create(
   if (!host.ok()) return host.status();
   llvm::TargetMachine* machine = host->get();
   mlir::ExecutionEngineOptions options;
-  // -O2 with no fast-math flags: LLVM may vectorize but not reassociate.
-  auto optimize = mlir::makeOptimizingTransformer(
-      /*optLevel=*/2, /*sizeLevel=*/0, machine);
   absl::Duration optimize_time;
   // A named callable: options.transformer is a function_ref, which must not
   // outlive what it refers to (ExecutionEngine::create calls it).
-  auto transform = [machine, &optimize, &optimize_time](llvm::Module* module) -> llvm::Error {
+  auto transform = [machine, &optimize_time](llvm::Module* module) -> llvm::Error {
     const absl::Time start = absl::Now();
     // Per-function target attributes select the subtarget the vectorizer's
     // cost model and the code generator use.
@@ -206,7 +203,7 @@ absl::StatusOr<std::unique_ptr<CompiledProgram>> CompiledProgram::Create(
       fn.addFnAttr("target-cpu", cpu);
       fn.addFnAttr("target-features", features);
     }
-    llvm::Error result = optimize(module);
+    llvm::Error result = OptimizeKernelModule(*module, machine);
     optimize_time += absl::Now() - start;
     return result;
   };
