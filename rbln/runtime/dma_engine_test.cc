@@ -1,11 +1,10 @@
 #include "rbln/runtime/dma_engine.h"
 
-#include <sys/mman.h>
-
 #include <cstring>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "rbln/runtime/page_commit.h"
 
 namespace rbln::runtime {
 namespace {
@@ -33,16 +32,6 @@ TEST(DmaEngineTest, RoundTripAndCounts) {
   EXPECT_EQ(d2d->value() - d2d0, 16);
 }
 
-// Whether this kernel has madvise(MADV_POPULATE_WRITE) (Linux 5.14+).
-bool KernelPopulatesWrites() {
-  const size_t n = 1 << 16;
-  void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return false;
-  const bool ok = madvise(p, n, 23 /* MADV_POPULATE_WRITE */) == 0;
-  munmap(p, n);
-  return ok;
-}
-
 // spec: D2 -- a large upload into fresh device pages commits them ahead of
 // the copy (one madvise, not a fault per page): the bytes land where they
 // belong, the pages around an unaligned range keep their bytes, and small
@@ -65,7 +54,7 @@ TEST(DmaEngineTest, LargeCopiesCommitDevicePagesFirst) {
   const int64_t before = committed->value();
   ASSERT_TRUE(dma.HostToDevice(base + 100, src.data(), n).ok());
   const int64_t after_upload = committed->value();
-  if (KernelPopulatesWrites()) {
+  if (KernelCanPopulateWrites()) {
     EXPECT_EQ(after_upload - before, (3 << 20) - 4096);
   } else {
     EXPECT_EQ(after_upload, before);
@@ -77,7 +66,7 @@ TEST(DmaEngineTest, LargeCopiesCommitDevicePagesFirst) {
 
   // A device copy of 4 MiB to another page-aligned place commits 4 MiB.
   ASSERT_TRUE(dma.DeviceToDevice(base + (4 << 20), base + 100, 4 << 20).ok());
-  if (KernelPopulatesWrites()) {
+  if (KernelCanPopulateWrites()) {
     EXPECT_EQ(committed->value() - after_upload, 4 << 20);
   }
   std::vector<uint8_t> copied(n);
@@ -156,7 +145,7 @@ TEST(DmaEngineTest, HugeUploadsCommitTheirPagesOverSeveralCores) {
   for (uint64_t i = 0; i < n; ++i) src[i] = static_cast<uint8_t>(i * 13 + 5);
   const int64_t before = committed->value();
   ASSERT_TRUE(dma.HostToDevice((*mem)->device_base() + 40, src.data(), n).ok());
-  if (KernelPopulatesWrites()) {
+  if (KernelCanPopulateWrites()) {
     EXPECT_EQ(committed->value() - before, (150 << 20) - 4096);
   }
   std::vector<uint8_t> back(n);

@@ -24,6 +24,10 @@ inline constexpr uint64_t kCommitAheadBytes = uint64_t{1} << 20;
 // already there are unchanged.
 uint64_t CommitPagesForWrite(void* to, uint64_t nbytes);
 
+// Whether this kernel has madvise(MADV_POPULATE_WRITE) (Linux 5.14+), i.e.
+// whether CommitPagesForWrite can commit anything here.
+bool KernelCanPopulateWrites();
+
 }  // namespace rbln::runtime
 
 #endif  // RBLN_RUNTIME_PAGE_COMMIT_H_

@@ -11,15 +11,6 @@
 namespace rbln::runtime {
 namespace {
 
-// Whether this kernel has madvise(MADV_POPULATE_WRITE) (Linux 5.14+).
-bool KernelPopulatesWrites() {
-  const size_t n = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  const bool ok = madvise(p, n, 23 /* MADV_POPULATE_WRITE */) == 0;
-  munmap(p, n);
-  return ok;
-}
-
 // Resident pages of [p, p + n) (mincore).
 uint64_t ResidentPages(void* p, uint64_t n) {
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
@@ -43,7 +34,7 @@ TEST(PageCommitTest, CommitsTheWholePagesInsideALargeRangeOnly) {
   // From byte 100 to 40 MiB + 100: pages 1 .. 40 MiB / page - 1.
   const uint64_t n = (40 << 20);
   const uint64_t committed = CommitPagesForWrite(p + 100, n);
-  if (!KernelPopulatesWrites()) {
+  if (!KernelCanPopulateWrites()) {
     EXPECT_EQ(committed, 0u);
   } else {
     EXPECT_EQ(committed, n - page);
