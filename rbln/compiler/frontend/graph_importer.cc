@@ -455,6 +455,13 @@ absl::StatusOr<mlir::OwningOpRef<mlir::ModuleOp>> GraphImporter::Import() {
       loc(), kKernelName, builder_.getFunctionType(arg_types, result_types));
   func->setAttr("llvm.emit_c_interface", builder_.getUnitAttr());
   const int num_inputs = graph_.inputs_size();
+  // Inputs are read-only unless the graph updates them (set below): one-shot
+  // bufferization takes an unmarked function argument as writable and would
+  // reuse an input's buffer for a result computed in place (a sort's values,
+  // a scatter's destination), changing the caller's tensor.
+  for (int i = 0; i < num_inputs; ++i) {
+    func.setArgAttr(i, "bufferization.writable", builder_.getBoolAttr(false));
+  }
   for (int i = 0; i < graph_.outputs_size(); ++i) {
     func.setArgAttr(num_inputs + i, "bufferization.writable",
                     builder_.getBoolAttr(true));
