@@ -277,6 +277,30 @@ def test_compile_per_shape_sees_inputs_that_share_a_storage():
     assert all(torch.equal(a, b) for a, b in zip(static, per_shape))
 
 
+def sort_then_number(x):
+    # Sizes of intermediates (aten.sym_numel / sym_size nodes in the traced
+    # graph, arithmetic on them), as an MoE layer's routing computes them.
+    values, perm = torch.sort(x.reshape(-1))
+    half = perm.numel() // 2
+    return values[:half] + torch.arange(half, device=x.device), perm.view(x.shape[0], -1)
+
+
+def test_compile_per_shape_binds_sizes_of_intermediates():
+    # spec: J2, J3 -- with compile_per_shape the sizes a graph queries of its
+    # intermediates become this shape's constants.
+    f = torch.compile(sort_then_number, backend="rbln", dynamic=False, fullgraph=True,
+                      options={"compile_per_shape": True})
+    with torch.inference_mode():
+        for rows in (4, 6, 8):
+            x = torch.randn(rows, 3)
+            dx = x.to(DEV)
+            torch._dynamo.maybe_mark_dynamic(dx, 0)
+            for got, want in zip(f(dx), sort_then_number(x)):
+                assert torch.equal(got.cpu(), want)
+    (graph,) = rbln_dynamo.compiled_programs()
+    assert graph.inspect()["dynamic"] and len(graph._programs) == 3
+
+
 def test_recompile_limit_message_suggests_padding_or_bucketing():
     # spec: J2
     records = []

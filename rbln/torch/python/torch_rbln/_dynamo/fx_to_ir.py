@@ -290,8 +290,13 @@ class _Converter:
                 raise GraphConversionError(f"{node.name}: getitem on a single value")
             self.env[node] = produced[idx]
             return
-        if not isinstance(target, torch._ops.OpOverload):
+        if target in _SIZE_QUERIES or not isinstance(target, torch._ops.OpOverload):
             val = self.value_of(node)
+            if type(val) in (int, float, bool):
+                # A size or arithmetic on sizes, bound to this shape's values
+                # (compile_per_shape): a constant of this program.
+                self.env[node] = val
+                return
             if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)) or (
                 "sym" in getattr(target, "__name__", "")
             ):
@@ -512,6 +517,13 @@ class _Converter:
                 raise GraphConversionError(f"output {r} is a tuple of tensors")
             else:
                 self.ir.output_plan.append(("const", produced))
+
+
+# Size queries of a tensor: their values are ints (symbolic while a graph
+# is traced with symbolic sizes).
+_SIZE_QUERIES = frozenset((torch.ops.aten.sym_size.int, torch.ops.aten.sym_numel.default,
+                           torch.ops.aten.sym_stride.int,
+                           torch.ops.aten.sym_storage_offset.default))
 
 
 def fx_to_ir(gm: torch.fx.GraphModule, name: str, value_of=None, folded=None) -> IrGraph:
