@@ -30,7 +30,7 @@ from vllm.model_executor.layers.attention import Attention
 from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 from vllm.v1.worker.utils import bind_kv_cache
 
-from . import paged_attention
+from . import moe, paged_attention
 from .attention import RblnCallMetadata, RblnStepMetadata
 from .buckets import Buckets
 from .step_stats import StepStats
@@ -65,6 +65,10 @@ class RblnModelRunner(CPUModelRunner):
         logger.info("rbln: model weights moved to %s in %.1f s", self.rbln_device,
                     time.perf_counter() - start)
         self._device_model = model
+        moe_layers = moe.prepare_moe_layers(model)
+        if moe_layers:
+            logger.info("rbln: %d MoE layer(s): experts as grouped GEMMs in the step program",
+                        moe_layers)
         self._vocab = self.model_config.get_vocab_size()
         # The runner samples from logits the step program computed; vLLM's
         # own compute_logits call then passes them through.

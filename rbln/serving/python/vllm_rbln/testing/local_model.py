@@ -35,6 +35,34 @@ ARCHITECTURES = {
         hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True,
     ),
+    # Mixture of experts: 8 experts, top 2 -- softmax routing renormalized
+    # (qwen3_moe, mixtral) or not, beside a gated shared expert (qwen2_moe).
+    "qwen3_moe": dict(
+        hidden_size=128, intermediate_size=256, moe_intermediate_size=64, num_experts=8,
+        num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1, head_dim=32,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6,
+        rope_theta=10000.0, tie_word_embeddings=False,
+    ),
+    "qwen2_moe": dict(
+        hidden_size=128, intermediate_size=256, moe_intermediate_size=64,
+        shared_expert_intermediate_size=128, num_experts=8, num_experts_per_tok=2,
+        norm_topk_prob=False, decoder_sparse_step=1, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
+    ),
+    "mixtral": dict(
+        hidden_size=128, intermediate_size=128, num_local_experts=8, num_experts_per_tok=2,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6,
+        rope_theta=10000.0, tie_word_embeddings=False,
+    ),
+}
+
+# transformers' (config, model) class names of each architecture.
+_CLASSES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
+    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM"),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
 }
 
 
@@ -73,14 +101,14 @@ def write_model_dir(path: str, arch: str = "llama", *, seed: int = 0, vocab_size
 
     kwargs = dict(ARCHITECTURES[arch])
     kwargs.update(overrides)
-    config_cls = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config}[arch]
+    config_name, model_name = _CLASSES[arch]
+    config_cls = getattr(transformers, config_name)
     config = config_cls(
         vocab_size=max(len(fast), model_vocab_size or 0), max_position_embeddings=max_position_embeddings,
         bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id,
         pad_token_id=fast.pad_token_id, initializer_range=init_std, **kwargs)
     config.dtype = torch.float32
-    model_cls = {"llama": transformers.LlamaForCausalLM,
-                 "qwen2": transformers.Qwen2ForCausalLM}[arch]
+    model_cls = getattr(transformers, model_name)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = model_cls(config).to(torch.float32).eval()
