@@ -10,7 +10,6 @@ routing alone against a dense per-token reference.
 Runs in the serving venv (serving_venv.py)."""
 # spec: J1, J2, I6
 
-import json
 import os
 import subprocess
 import sys
@@ -23,7 +22,7 @@ if __name__ == "__main__":
 import pytest
 import torch
 
-from token_check import assert_same_tokens, cpu_greedy
+from token_check import assert_same_tokens, cpu_greedy, random_prompts
 
 ARCH = os.environ.get("RBLN_TEST_MOE_ARCH", "qwen3_moe")
 NEW_TOKENS = 12
@@ -61,10 +60,7 @@ def llm(model_dir):
 
 
 def _prompts(model_dir):
-    with open(os.path.join(model_dir, "config.json")) as f:
-        vocab = json.load(f)["vocab_size"]
-    generator = torch.Generator().manual_seed(2)
-    return [torch.randint(3, vocab, (n,), generator=generator).tolist() for n in PROMPT_LENGTHS]
+    return random_prompts(model_dir, PROMPT_LENGTHS, seed=2)
 
 
 def test_moe_model_generates_the_cpu_tokens(llm, model_dir):

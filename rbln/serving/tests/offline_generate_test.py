@@ -23,7 +23,7 @@ if __name__ == "__main__":
 import pytest
 import torch
 
-from token_check import assert_same_tokens, cpu_greedy
+from token_check import assert_same_tokens, cpu_greedy, random_prompts
 from vllm_rbln.testing.local_model import write_model_dir
 
 NEW_TOKENS = 16
@@ -58,11 +58,7 @@ def llm(model_dir):
 
 
 def _prompts(model_dir):
-    """Random token ids of PROMPT_LENGTHS (special tokens 0..2 left out)."""
-    with open(os.path.join(model_dir, "config.json")) as f:
-        vocab = json.load(f)["vocab_size"]
-    generator = torch.Generator().manual_seed(1)
-    return [torch.randint(3, vocab, (n,), generator=generator).tolist() for n in PROMPT_LENGTHS]
+    return random_prompts(model_dir, PROMPT_LENGTHS, seed=1)
 
 
 def _generate(llm, prompts, max_tokens):

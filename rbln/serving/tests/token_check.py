@@ -5,9 +5,21 @@ runner-up by more than MARGIN of the largest |logit|: below that, float32
 rounding on another device may pick the other token, so comparisons stop at
 the first indecisive token."""
 
+import json
+import os
+
 import torch
 
 MARGIN = 1e-4
+
+
+def random_prompts(model_dir: str, lengths, seed: int):
+    """Random token ids of each length in `lengths`, from the model's
+    vocabulary without the special tokens 0..2."""
+    with open(os.path.join(model_dir, "config.json")) as f:
+        vocab = json.load(f)["vocab_size"]
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, vocab, (n,), generator=generator).tolist() for n in lengths]
 
 
 def cpu_greedy(model_dir: str, prompts, new_tokens: int):
