@@ -39,9 +39,12 @@ if __name__ == "__main__":
         + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     reexec_in_serving_venv(__file__)
 
-# The benchmark's models (random init, written by write_model_dir): "small"
-# is Llama-shaped and quick on a 2-core machine; "llama-3.2-1b" has
-# Llama-3.2-1B's configuration (the size users deploy; llm_bench.py's).
+# The benchmark's models (random init, written by write_model_dir; "arch"
+# defaults to llama): "small" is Llama-shaped and quick on a 2-core machine;
+# "llama-3.2-1b" has Llama-3.2-1B's configuration (the size users deploy;
+# llm_bench.py's); "qwen3-30b-a3b-2l" is Qwen3-30B-A3B's mixture of experts
+# at its real widths (128 experts of 768, 8 per token, vocabulary 151936)
+# with 2 of its 48 layers, which fits this project's 24 GiB machines.
 MODELS = {
     "small": dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=4,
                   num_attention_heads=8, num_key_value_heads=4, tie_word_embeddings=False,
@@ -54,6 +57,12 @@ MODELS = {
         rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
                          "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                          "original_max_position_embeddings": 8192}),
+    "qwen3-30b-a3b-2l": dict(
+        arch="qwen3_moe", hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+        num_experts=128, num_experts_per_tok=8, norm_topk_prob=True, num_hidden_layers=2,
+        num_attention_heads=32, num_key_value_heads=4, head_dim=128, rms_norm_eps=1e-6,
+        rope_theta=1000000.0, tie_word_embeddings=False, model_vocab_size=151936,
+        init_std=0.02),
 }
 
 
@@ -61,7 +70,8 @@ def _parse():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--platforms", default="rbln,cpu", help="rbln, cpu or both (in that order)")
     p.add_argument("--model", default="small", choices=sorted(MODELS),
-                   help="small (4 layers, hidden 512) or llama-3.2-1b (real size)")
+                   help="small (4 layers, hidden 512), llama-3.2-1b (real size) or "
+                        "qwen3-30b-a3b-2l (an MoE at real width, 2 layers)")
     p.add_argument("--concurrency", default="1,4,16", help="requests in flight")
     p.add_argument("--requests", type=int, default=32,
                    help="requests per round (at least the concurrency)")
@@ -121,11 +131,12 @@ def main():
     levels = [int(c) for c in args.concurrency.split(",")]
     log_dir = args.log_dir or tempfile.mkdtemp(prefix="serving_bench_")
     os.makedirs(log_dir, exist_ok=True)
-    model = MODELS[args.model]
+    model = dict(MODELS[args.model])
+    arch = model.pop("arch", "llama")
     vocab = model["model_vocab_size"]
     print(f"serving_bench: writing the {args.model} model to {log_dir}", file=sys.stderr,
           flush=True)
-    model_dir = write_model_dir(os.path.join(log_dir, "model"), "llama",
+    model_dir = write_model_dir(os.path.join(log_dir, "model"), arch,
                                 **{"max_position_embeddings": args.max_model_len, **model})
     rows = []
     for name in args.platforms.split(","):
@@ -164,9 +175,11 @@ def main():
             cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    print(f"serving_bench: {args.model}: Llama {model['num_hidden_layers']} layers, hidden "
+    experts = (f", {model['num_experts']} experts of {model['moe_intermediate_size']}, "
+               f"{model['num_experts_per_tok']} per token" if "num_experts" in model else "")
+    print(f"serving_bench: {args.model}: {arch} {model['num_hidden_layers']} layers, hidden "
           f"{model['hidden_size']}, {model['num_attention_heads']}/{model['num_key_value_heads']} "
-          f"heads, vocab {vocab}, {args.dtype}; prompts {args.prompt_tokens} tokens, "
+          f"heads{experts}, vocab {vocab}, {args.dtype}; prompts {args.prompt_tokens} tokens, "
           f"{args.output_tokens} output tokens (ignore_eos), greedy; max_num_seqs 16; "
           f"median of {max(1, args.rounds)} timed rounds")
     print(f"machine: {cpu}, {os.cpu_count()} cores, load average "

@@ -143,6 +143,10 @@ def prepare_moe_layers(model: torch.nn.Module) -> int:
         if not isinstance(module, moe_runner.MoERunner):
             continue
         count += 1
+        # State the first forward would set lazily: set inside the traced
+        # step, it fails the guards of the step's first capture, and the
+        # first bucket would be captured again after warm-up.
+        module.routed_experts._ensure_moe_quant_config_init()
         module._forward_entry = (moe_runner._moe_forward if module.shared_experts is None
                                  else moe_runner._moe_forward_shared)
         if isinstance(module.router, FusedTopKRouter):
