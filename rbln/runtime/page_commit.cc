@@ -29,7 +29,8 @@ uint64_t Populate(uintptr_t begin, uintptr_t end) {
 
 bool KernelCanPopulateWrites() {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  void* p = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* p = mmap(nullptr, page, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return false;
   const bool ok = madvise(p, page, MADV_POPULATE_WRITE) == 0;
   munmap(p, page);

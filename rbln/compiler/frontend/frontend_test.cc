@@ -35,7 +35,8 @@ TEST(FrontendTest, AddBecomesOneGenericWithWritableOutput) {
   ASSERT_TRUE(func);
   EXPECT_EQ(func.getNumArguments(), 3u);
   auto writable = [&](int i) {
-    auto attr = func.getArgAttrOfType<mlir::BoolAttr>(i, "bufferization.writable");
+    auto attr =
+        func.getArgAttrOfType<mlir::BoolAttr>(i, "bufferization.writable");
     return attr ? std::optional<bool>(attr.getValue()) : std::nullopt;
   };
   EXPECT_EQ(writable(2), std::optional<bool>(true));
