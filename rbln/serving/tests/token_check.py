@@ -54,3 +54,17 @@ def assert_same_tokens(got, want, decisive, what):
     assert list(got[:decisive]) == list(want[:decisive]), (
         f"{what}: rbln tokens {list(got)} != CPU tokens {list(want)} "
         f"(the first {decisive} have a clear margin on the CPU)")
+
+
+def assert_batch_matches_cpu(got, want, prompts, max_tokens, what="prompt"):
+    """Each request's tokens (`got`, of its `max_tokens`) equal the CPU's
+    (`want`, cpu_greedy) while the CPU's margin is clear, and at least 90% of
+    all tokens had a clear margin (else the seed proves little)."""
+    compared = 0
+    for i, (tokens, (ref, decisive)) in enumerate(zip(got, want)):
+        n = min(decisive, max_tokens[i])
+        assert len(tokens) == max_tokens[i]
+        assert_same_tokens(tokens, ref, n, f"{what} {i} ({len(prompts[i])} tokens)")
+        compared += n
+    assert compared >= 0.9 * sum(max_tokens), (
+        f"only {compared} tokens had a clear CPU margin; pick another seed")
