@@ -11,7 +11,6 @@ Runs in the serving venv (serving_venv.py)."""
 # spec: J1, J2, I6
 
 import os
-import subprocess
 import sys
 
 from serving_venv import reexec_in_serving_venv
@@ -23,6 +22,7 @@ import pytest
 import torch
 
 from token_check import assert_batch_matches_cpu, cpu_greedy, random_prompts
+from vllm_rbln.testing.local_model import write_model_dir
 
 ARCH = os.environ.get("RBLN_TEST_MOE_ARCH", "qwen3_moe")
 NEW_TOKENS = 12
@@ -39,14 +39,10 @@ def _vllm():
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    # Written by a child process: initializing the experts' weights here
-    # would start this process's OpenMP threads, and vLLM's engine process,
-    # forked from it, would wait forever on their dead thread pool.
-    path = str(tmp_path_factory.mktemp(ARCH))
-    subprocess.run([sys.executable, "-c", "import sys; from vllm_rbln.testing.local_model "
-                    "import write_model_dir; write_model_dir(sys.argv[1], sys.argv[2])",
-                    path, ARCH], check=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
-    return path
+    # Initializing the experts' weights runs parallel CPU ops here (OpenMP
+    # threads up) before vLLM starts its engine process: a forked engine
+    # would wait forever on the dead thread pool; vllm-rbln spawns it.
+    return write_model_dir(str(tmp_path_factory.mktemp(ARCH)), ARCH)
 
 
 @pytest.fixture(scope="module")
@@ -88,9 +84,6 @@ def test_moe_steps_stay_compiled_and_on_the_device(llm, model_dir):
     assert set(stats["explain_verdicts"]) == {"clean"}, stats
 
 
-# Last: CPU work in this process (OpenMP threads) before vLLM forks its
-# engine process would leave the engine blocked in a dead thread pool
-# (see model_dir).
 def test_experts_and_routing_match_a_dense_reference():
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
     from vllm_rbln import moe

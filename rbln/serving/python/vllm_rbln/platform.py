@@ -102,6 +102,7 @@ class RblnPlatform(Platform):
                 "model per logical device (an RSD group spreads one program over its NPUs)")
         if parallel.worker_cls == "auto":
             parallel.worker_cls = "vllm_rbln.worker.RblnWorker"
+        force_spawn()
 
         cache = vllm_config.cache_config
         if not cache.user_specified_block_size:
@@ -146,6 +147,25 @@ class RblnPlatform(Platform):
     @classmethod
     def num_compute_units(cls, device_id: int = 0) -> int:
         return torch.get_num_threads()
+
+
+def force_spawn() -> None:
+    """Starts vLLM's engine and worker processes with `spawn`, as vLLM does
+    for its CPU platform and for CUDA once initialized.
+
+    A forked child inherits the parent's OpenMP thread pool as dead threads
+    (libgomp is not fork-safe): after any parallel CPU torch op in the parent
+    (weight init, a CPU reference) the child's first parallel op waits forever.
+    A child forked after the parent used rbln fails by design (SPEC C1).
+    """
+    method = os.environ.get("VLLM_WORKER_MULTIPROC_METHOD")
+    if method == "spawn":
+        return
+    if method is not None:
+        logger.warning("vllm-rbln: VLLM_WORKER_MULTIPROC_METHOD=%s overridden to 'spawn' (a forked "
+                       "engine hangs after parallel CPU work in the parent and cannot use rbln "
+                       "after the parent did)", method)
+    os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
 
 
 def log_environment() -> None:
