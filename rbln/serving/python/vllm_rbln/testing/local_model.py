@@ -35,6 +35,38 @@ ARCHITECTURES = {
         hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True,
     ),
+    # Per-head RMSNorm of queries and keys.
+    "qwen3": dict(
+        hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=32, rms_norm_eps=1e-6, rope_theta=10000.0,
+        tie_word_embeddings=False,
+    ),
+    # Sliding-window attention over the last 24 tokens.
+    "mistral": dict(
+        hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=24,
+        tie_word_embeddings=False,
+    ),
+    # Fused qkv and gate/up projections.
+    "phi3": dict(
+        hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+    ),
+    # Local (sliding window) and global layers, (1 + w) norms, q/k norms,
+    # GELU(tanh), scaled embeddings.
+    "gemma3_text": dict(
+        hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=32, rms_norm_eps=1e-6, rope_theta=10000.0,
+        rope_local_base_freq=10000.0, sliding_window=24, query_pre_attn_scalar=32,
+        layer_types=["sliding_attention", "full_attention"], tie_word_embeddings=True,
+    ),
+    # As gemma3, plus soft-capped attention and final logits.
+    "gemma2": dict(
+        hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=32, rms_norm_eps=1e-6, rope_theta=10000.0,
+        sliding_window=24, query_pre_attn_scalar=32, attn_logit_softcapping=50.0,
+        final_logit_softcapping=30.0, tie_word_embeddings=True,
+    ),
     # Mixture of experts: 8 experts, top 2 -- softmax routing renormalized
     # (qwen3_moe, mixtral) or not, beside a gated shared expert (qwen2_moe).
     "qwen3_moe": dict(
@@ -56,10 +88,20 @@ ARCHITECTURES = {
     ),
 }
 
+# Weight init std where the default (0.1) gives a degenerate model: Gemma
+# scales its embeddings by sqrt(hidden_size), and at 0.1 greedy decoding
+# repeats one token whatever the prompt.
+_INIT_STD = {"gemma3_text": 0.02}
+
 # transformers' (config, model) class names of each architecture.
 _CLASSES = {
     "llama": ("LlamaConfig", "LlamaForCausalLM"),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+    "mistral": ("MistralConfig", "MistralForCausalLM"),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM"),
+    "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
     "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
     "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM"),
     "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
@@ -81,11 +123,12 @@ def _train_tokenizer(vocab_size: int):
 
 def write_model_dir(path: str, arch: str = "llama", *, seed: int = 0, vocab_size: int = 512,
                     model_vocab_size: int = None, max_position_embeddings: int = 1024,
-                    init_std: float = 0.1, **overrides) -> str:
+                    init_std: float = None, **overrides) -> str:
     """Writes a random-init `arch` model (ARCHITECTURES, with `overrides` of
     its config) and its tokenizer to `path`; returns `path`. float32 weights
-    in safetensors; `init_std` is large enough that greedy tokens have clear
-    margins (the tests compare tokens against the CPU). The tokenizer learns
+    in safetensors; `init_std` (default 0.1, _INIT_STD) is large enough that
+    greedy tokens have clear margins (the tests compare tokens against the
+    CPU). The tokenizer learns
     up to `vocab_size` tokens from a small corpus (fewer in practice); the
     model's vocabulary is the tokenizer's, or `model_vocab_size` if larger
     (as a real model's padded vocabulary, for benchmarks)."""
@@ -106,7 +149,8 @@ def write_model_dir(path: str, arch: str = "llama", *, seed: int = 0, vocab_size
     config = config_cls(
         vocab_size=max(len(fast), model_vocab_size or 0), max_position_embeddings=max_position_embeddings,
         bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id,
-        pad_token_id=fast.pad_token_id, initializer_range=init_std, **kwargs)
+        pad_token_id=fast.pad_token_id,
+        initializer_range=init_std if init_std is not None else _INIT_STD.get(arch, 0.1), **kwargs)
     config.dtype = torch.float32
     model_cls = getattr(transformers, model_name)
     with torch.random.fork_rng(devices=[]):
