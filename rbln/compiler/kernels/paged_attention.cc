@@ -364,6 +364,12 @@ struct Avx2Ops {
   }
 };
 
+// scores[j] = cap * tanh(scores[j] / cap), as the model computes it
+// (Gemma 2's attention logit soft-capping). Scalar: only capped models pay.
+void SoftCap(float cap, float* scores, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) scores[j] = cap * std::tanh(scores[j] / cap);
+}
+
 // The state of one work item: its query rows (f32), their key ranges and
 // online-softmax accumulators, and one cache block's keys and values.
 struct ItemScratch {
@@ -435,6 +441,7 @@ void RunItem(const PagedAttentionProblem& p, const char* query, const char* cach
       if (from >= to) continue;
       const float* q = &s.q[r * d];
       Ops::Scores(q, keys + (from - begin) * d, to - from, d, p.scale, s.scores.data());
+      if (p.soft_cap > 0.0f) SoftCap(p.soft_cap, s.scores.data(), to - from);
       float block_max = -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j < to - from; ++j) block_max = std::max(block_max, s.scores[j]);
       float* acc = &s.acc[r * d];
@@ -508,9 +515,10 @@ extern "C" void rbln_paged_attention(
     int64_t query_type, int64_t cache_type, int64_t block_table_i64, int64_t positions_i64,
     int64_t batch, int64_t q_len, int64_t num_heads, int64_t num_kv_heads, int64_t head_size,
     int64_t cache_slots, int64_t table_width, int64_t block_size, int64_t sliding_window,
-    int64_t scale_bits, int64_t query_stride_token, int64_t query_stride_head,
-    int64_t out_stride_token, int64_t out_stride_head, int64_t query, int64_t cache,
-    int64_t block_table, int64_t positions, int64_t out, int64_t block, int64_t blocks) {
+    int64_t scale_bits, int64_t soft_cap_bits, int64_t query_stride_token,
+    int64_t query_stride_head, int64_t out_stride_token, int64_t out_stride_head, int64_t query,
+    int64_t cache, int64_t block_table, int64_t positions, int64_t out, int64_t block,
+    int64_t blocks) {
   rbln::compiler::PagedAttentionProblem p;
   p.query_type = static_cast<rbln::compiler::GemmOperandType>(query_type);
   p.cache_type = static_cast<rbln::compiler::GemmOperandType>(cache_type);
@@ -527,6 +535,8 @@ extern "C" void rbln_paged_attention(
   p.sliding_window = sliding_window;
   const uint32_t bits = static_cast<uint32_t>(scale_bits);
   std::memcpy(&p.scale, &bits, 4);
+  const uint32_t cap_bits = static_cast<uint32_t>(soft_cap_bits);
+  std::memcpy(&p.soft_cap, &cap_bits, 4);
   p.query_stride_token = query_stride_token;
   p.query_stride_head = query_stride_head;
   p.out_stride_token = out_stride_token;

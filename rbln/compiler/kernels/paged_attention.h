@@ -10,7 +10,9 @@
 // (row-major); the token of position p attends to the request's keys
 // [first, p + 1), first = max(0, p + 1 - sliding_window) with a window and
 // 0 without (p + 1 clamped to the table's width; no key gives zeros). Query
-// head h reads kv head h / (num_heads / num_kv_heads) (GQA).
+// head h reads kv head h / (num_heads / num_kv_heads) (GQA). A score s is
+// q.k * scale, soft-capped to soft_cap * tanh(s / soft_cap) with a cap
+// (Gemma 2).
 //
 // A work item is one request x kv head: its q_len x group query rows share
 // every key and value load. Each cache block of the item's key range is
@@ -45,6 +47,7 @@ struct PagedAttentionProblem {
   int64_t cache_slots = 0, table_width = 0, block_size = 0;
   int64_t sliding_window = 0;  // 0: none
   float scale = 1.0f;
+  float soft_cap = 0.0f;  // 0: none
   int64_t query_stride_token = 0, query_stride_head = 0;
   int64_t out_stride_token = 0, out_stride_head = 0;
 };
@@ -66,15 +69,16 @@ void RunPagedAttentionBlock(const PagedAttentionProblem& p, const void* query,
 }  // namespace rbln::compiler
 
 // The entry point compiled kernels call; all arguments are i64 (pointers
-// as addresses, the scale as its f32 bits): the problem in
+// as addresses, the scale and soft cap as their f32 bits): the problem in
 // PagedAttentionProblem's order, then the query, cache, block table,
 // positions and output, then the block and block count.
 extern "C" void rbln_paged_attention(
     int64_t query_type, int64_t cache_type, int64_t block_table_i64, int64_t positions_i64,
     int64_t batch, int64_t q_len, int64_t num_heads, int64_t num_kv_heads, int64_t head_size,
     int64_t cache_slots, int64_t table_width, int64_t block_size, int64_t sliding_window,
-    int64_t scale_bits, int64_t query_stride_token, int64_t query_stride_head,
-    int64_t out_stride_token, int64_t out_stride_head, int64_t query, int64_t cache,
-    int64_t block_table, int64_t positions, int64_t out, int64_t block, int64_t blocks);
+    int64_t scale_bits, int64_t soft_cap_bits, int64_t query_stride_token,
+    int64_t query_stride_head, int64_t out_stride_token, int64_t out_stride_head, int64_t query,
+    int64_t cache, int64_t block_table, int64_t positions, int64_t out, int64_t block,
+    int64_t blocks);
 
 #endif  // RBLN_COMPILER_KERNELS_PAGED_ATTENTION_H_

@@ -4,9 +4,10 @@
 // shuffled block ids (some unused slots, the table wider than the
 // context), ragged lengths, decode (one query a request) and prefill
 // (several, causal), GQA groups, a sliding window, f32 and bf16 operands
-// (f16 output rounding too), strided queries, a sharp softmax, the
-// portable, AVX2+FMA and AVX-512 paths (each one the CPU has; the others
-// skipped), and the items cut into one block or several (same result).
+// (f16 output rounding too), strided queries, a sharp softmax, soft-capped
+// scores, the portable, AVX2+FMA and AVX-512 paths (each one the CPU has;
+// the others skipped), and the items cut into one block or several (same
+// result).
 #include "rbln/compiler/kernels/paged_attention.h"
 
 #include <algorithm>
@@ -34,6 +35,7 @@ struct Case {
   int64_t sliding_window = 0;
   int64_t query_stride_token = 0;  // 0: contiguous
   double sharpness = 1.0;  // the scale: sharpness / sqrt(head_size)
+  double soft_cap = 0.0;   // 0: none
 };
 
 struct Data {
@@ -92,7 +94,9 @@ std::vector<double> Reference(const Case& c, const Data& d) {
         for (int64_t e = 0; e < dim; ++e) {
           s += double(d.q[t * stride + h * dim + e]) * d.cache[(kv * slots + slot) * dim + e];
         }
-        scores.push_back(s * scale);
+        s *= scale;
+        if (c.soft_cap > 0) s = c.soft_cap * std::tanh(s / c.soft_cap);
+        scores.push_back(s);
         key_slots.push_back(slot);
       }
       const double mx = *std::max_element(scores.begin(), scores.end());
@@ -131,6 +135,7 @@ PagedAttentionProblem ProblemOf(const Case& c) {
   p.block_size = c.block_size;
   p.sliding_window = c.sliding_window;
   p.scale = static_cast<float>(c.sharpness / std::sqrt(static_cast<double>(c.head_size)));
+  p.soft_cap = static_cast<float>(c.soft_cap);
   p.query_stride_token = c.query_stride_token ? c.query_stride_token : c.num_heads * c.head_size;
   p.query_stride_head = c.head_size;
   p.out_stride_token = c.num_heads * c.head_size;
@@ -233,6 +238,14 @@ std::vector<Case> Cases() {
   sharp.name = "sharp_softmax_f32";
   sharp.sharpness = 32.0;
   cases.push_back(sharp);
+  // Gemma 2's soft cap: the sharp scores squashed into (-5, 5) (a cap of
+  // 50 in the model); a window and bf16 too.
+  Case capped = sharp;
+  capped.name = "soft_cap_bf16_window";
+  capped.soft_cap = 5.0;
+  capped.bf16 = true;
+  capped.sliding_window = 12;
+  cases.push_back(capped);
   return cases;
 }
 

@@ -57,6 +57,7 @@ struct PagedAttentionShape {
   int64_t batch = 3, q_len = 1, heads = 4, kv_heads = 2, dim = 64;
   int64_t block_size = 16, num_blocks = 12, table_width = 4;
   int64_t sliding_window = 0;           // 0: no attribute
+  double soft_cap = 0.0;                // 0: no attribute (negative: invalid)
   bool negated = false;                 // out = -paged_attention(...), as a consumer
 };
 
@@ -77,6 +78,7 @@ inline ir::Graph PagedAttentionGraph(const PagedAttentionShape& s) {
   (*n->mutable_attrs())["block_size"].set_i(s.block_size);
   (*n->mutable_attrs())["scale"].set_f(1.0 / std::sqrt(static_cast<double>(s.dim)));
   if (s.sliding_window > 0) (*n->mutable_attrs())["sliding_window"].set_i(s.sliding_window);
+  if (s.soft_cap != 0) (*n->mutable_attrs())["soft_cap"].set_f(s.soft_cap);
   if (s.negated) AddNode(graph, "neg", {"attention"}, "out", Type(s.dtype, {tokens, s.heads, s.dim}));
   graph.add_outputs("out");
   return graph;

@@ -3,8 +3,9 @@
 by slot mapping and the paged read by block table are ops of the program (no
 CPU fallback, no host op; the read is rbln::paged_attention, the compiler's
 kernel over the cache in place), for decode grids, a prefill after cached
-prefix blocks, grouped-query heads and a sliding window, in float32, float16
-and bfloat16; off rbln the op is its ATen decomposition."""
+prefix blocks, grouped-query heads, a sliding window and soft-capped scores
+(Gemma 2), in float32, float16 and bfloat16; off rbln the op is its ATen
+decomposition."""
 # spec: J1, J2, I6
 
 import os
@@ -28,9 +29,9 @@ def _fresh_dynamo():
     yield
 
 
-def _step(q, k, v, cache, slots, table, positions, window):
+def _step(q, k, v, cache, slots, table, positions, window, soft_cap):
     pa.write_kv(cache, slots, k, v)
-    return pa.attend(q, cache, table, positions, BLOCK, 0.25, window)
+    return pa.attend(q, cache, table, positions, BLOCK, 0.25, window, soft_cap)
 
 
 def _case(batch, q_len, starts, tables, dtype, seed=0):
@@ -60,15 +61,19 @@ CASES = {
     # One request: 6 new tokens after 5 cached ones (prefix blocks 1, 2).
     "prefill_after_prefix": (1, 6, [5], [[1, 2, 8]]),
 }
+# (sliding window, soft cap): scores have a standard deviation of ~1, so a
+# cap of 1 changes every one of them.
+VARIANTS = [(None, None), (3, None), (3, 1.0)]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("window", [None, 3])
+@pytest.mark.parametrize("window,soft_cap", VARIANTS)
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_compiled_step_matches_the_loops(case, window, dtype):
+def test_compiled_step_matches_the_loops(case, window, soft_cap, dtype):
     q, k, v, cache, slots, table, positions = _case(*CASES[case], dtype)
     want_cache = cache.clone()
-    want = pa.reference(q, k, v, want_cache, slots, table, positions, BLOCK, 0.25, window)
+    want = pa.reference(q, k, v, want_cache, slots, table, positions, BLOCK, 0.25, window,
+                        soft_cap)
 
     dev_cache = cache.to("rbln")
     ptr = dev_cache.data_ptr()
@@ -76,7 +81,7 @@ def test_compiled_step_matches_the_loops(case, window, dtype):
     before = torch.rbln.counters()
     with torch.no_grad():
         got = step(*[t.to("rbln") for t in (q, k, v)], dev_cache,
-                   *[t.to("rbln") for t in (slots, table, positions)], window)
+                   *[t.to("rbln") for t in (slots, table, positions)], window, soft_cap)
     after = torch.rbln.counters()
     for name in ("graph/cpu_fallback", "graph/host_ops", "dispatch/cpu_fallback"):
         assert after.get(name, 0) == before.get(name, 0), name
@@ -88,16 +93,18 @@ def test_compiled_step_matches_the_loops(case, window, dtype):
     assert torch.equal(dev_cache.cpu(), want_cache)
 
 
-@pytest.mark.parametrize("window", [None, 3])
+@pytest.mark.parametrize("window,soft_cap", VARIANTS)
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_cpu_op_and_decomposition_match_the_loops(case, window):
+def test_cpu_op_and_decomposition_match_the_loops(case, window, soft_cap):
     # Off rbln the op is the ATen decomposition (gather, mask from the
-    # positions, SDPA).
+    # positions, SDPA or, with a cap, the scores' softmax).
     q, k, v, cache, slots, table, positions = _case(*CASES[case], torch.float32)
     want_cache = cache.clone()
-    want = pa.reference(q, k, v, want_cache, slots, table, positions, BLOCK, 0.25, window)
-    got = [torch.ops.rbln.paged_attention(q, want_cache, table, positions, BLOCK, 0.25, window),
-           pa.attend(q, want_cache, table, positions, BLOCK, 0.25, window)]
+    want = pa.reference(q, k, v, want_cache, slots, table, positions, BLOCK, 0.25, window,
+                        soft_cap)
+    got = [torch.ops.rbln.paged_attention(q, want_cache, table, positions, BLOCK, 0.25, window,
+                                          soft_cap),
+           pa.attend(q, want_cache, table, positions, BLOCK, 0.25, window, soft_cap)]
     for out in got:
         torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
 
@@ -117,7 +124,7 @@ def test_padding_rows_only_touch_the_null_block():
     step = torch.compile(_step, backend="rbln", dynamic=False, fullgraph=True)
     with torch.no_grad():
         got = step(*[t.to("rbln") for t in (q, k, v)], dev_cache,
-                   *[t.to("rbln") for t in (slots, table, positions)], None)
+                   *[t.to("rbln") for t in (slots, table, positions)], None, None)
     want_cache = cache.clone()
     want = pa.reference(q[:1], k[:1], v[:1], want_cache, slots[:1], table[:1], positions[:1],
                         BLOCK, 0.25)

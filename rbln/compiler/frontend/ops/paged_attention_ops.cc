@@ -5,24 +5,25 @@
 //                   block_table[B, NB] int32/int64, positions[T] int32/int64)
 //       -> out[T, Hq, D] (query's dtype)
 //   attrs "block_size" (int, divides S), "scale" (float), "sliding_window"
-//   (int, absent: none).
+//   (int, absent: none), "soft_cap" (float, absent: none).
 // T = B * Q tokens, request b's Q queries in rows b*Q .. b*Q+Q-1; the query
 // of position p attends to its request's keys [first, min(p + 1, NB *
 // block_size)), first = max(0, p + 1 - sliding_window) with a window; key j
 // is slot block_table[b, j / block_size] * block_size + j % block_size of
 // the cache (keys cache[0], values cache[1]); query head h reads kv head
-// h / (Hq / Hkv). A query with no key gives zeros. Half inputs compute in
+// h / (Hq / Hkv). A score is q.k * scale, soft-capped to cap * tanh(score
+// / cap) with a cap. A query with no key gives zeros. Half inputs compute in
 // f32 (scores, softmax, sums), rounded once.
 //
 // The op is one linalg.generic over the output marked
-// kPagedAttentionAttr (with block_size, scale and the window), whose body
-// computes one output element with an online softmax over the element's
-// keys, reading the other operands in place (tensor.extract of the values
-// it captures). Before it, a generic checks every block id (SPEC P8: out of
-// range is reported and clamped) into the table both read. That is the lowering
-// when the rewrite cannot take the op: the paged attention rewrite
-// (transforms/library/paged_attention_rewrite_pass.cc) replaces the generic
-// after bufferization with rbln_paged_attention calls
+// kPagedAttentionAttr (with block_size, scale, the window and the cap),
+// whose body computes one output element with an online softmax over the
+// element's keys, reading the other operands in place (tensor.extract of
+// the values it captures). Before it, a generic checks every block id
+// (SPEC P8: out of range is reported and clamped) into the table both read.
+// That is the lowering when the rewrite cannot take the op: the paged
+// attention rewrite (transforms/library/paged_attention_rewrite_pass.cc)
+// replaces the generic after bufferization with rbln_paged_attention calls
 // (kernels/paged_attention.h), which compute each key's score once per
 // request x kv head rather than once per output element. In the full
 // pipeline an op the rewrite cannot take is a compile error (the module
@@ -60,7 +61,7 @@ struct Problem {
   Value query, cache, block_table, positions;
   int64_t tokens = 0, heads = 0, kv_heads = 0, dim = 0, slots = 0;
   int64_t batch = 0, table_width = 0, block_size = 0, window = 0;
-  double scale = 1.0;
+  double scale = 1.0, soft_cap = 0.0;
 };
 
 Value Index(OpBuilder& b, Location l, int64_t v) {
@@ -122,6 +123,12 @@ Value Element(GraphImporter& im, const Problem& p, OpBuilder& b, Location l) {
                   dl, ValueRange{db.create<arith::AddFOp>(dl, sum[0], prod)});
             });
         Value score = kb.create<arith::MulFOp>(kl, dot.getResult(0), scale);
+        if (p.soft_cap > 0.0) {
+          Value cap = nn::F32Const(kb, kl, p.soft_cap);
+          score = kb.create<arith::MulFOp>(
+              kl, cap,
+              kb.create<mlir::math::TanhOp>(kl, kb.create<arith::DivFOp>(kl, score, cap)));
+        }
         Value max = Max(kb, kl, it[0], score);
         Value correction =
             kb.create<mlir::math::ExpOp>(kl, kb.create<arith::SubFOp>(kl, it[0], max));
@@ -176,6 +183,7 @@ absl::Status ConvertPagedAttention(GraphImporter& im, const ir::Node& node) {
   p.block_size = IntAttr(node, "block_size", 0);
   p.scale = FloatAttr(node, "scale", 1.0);
   p.window = HasAttr(node, "sliding_window") ? IntAttr(node, "sliding_window", 0) : 0;
+  p.soft_cap = HasAttr(node, "soft_cap") ? FloatAttr(node, "soft_cap", 0.0) : 0.0;
   if (c[0] != 2 || c[3] != p.dim || pos[0] != p.tokens) {
     return Invalid(absl::StrFormat(
         "cache [2, Hkv, S, %d] and positions [%d] must match query [%d, %d, %d]", p.dim,
@@ -194,6 +202,9 @@ absl::Status ConvertPagedAttention(GraphImporter& im, const ir::Node& node) {
   }
   if (HasAttr(node, "sliding_window") && p.window <= 0) {
     return Invalid(absl::StrFormat("sliding_window must be positive, got %d", p.window));
+  }
+  if (HasAttr(node, "soft_cap") && !(p.soft_cap > 0.0)) {
+    return Invalid(absl::StrFormat("soft_cap must be positive, got %g", p.soft_cap));
   }
   if (absl::Status s = CheckOutputShape(node, 0, q); !s.ok()) return s;
   p.query = im.ValueOf(node.inputs(0));
@@ -235,6 +246,7 @@ absl::Status ConvertPagedAttention(GraphImporter& im, const ir::Node& node) {
           b.getNamedAttr("block_size", b.getI64IntegerAttr(p.block_size)),
           b.getNamedAttr("scale", b.getF32FloatAttr(static_cast<float>(p.scale))),
           b.getNamedAttr("sliding_window", b.getI64IntegerAttr(p.window)),
+          b.getNamedAttr("soft_cap", b.getF32FloatAttr(static_cast<float>(p.soft_cap))),
       }));
   // Counted on the module: the rewrite fails the compile if a marked op
   // does not reach it.

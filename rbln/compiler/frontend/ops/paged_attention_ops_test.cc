@@ -3,8 +3,8 @@
 // compiled with the full pipeline against a double-precision reference of
 // attention over each request's real context: block tables of shuffled
 // block ids wider than the context, ragged lengths, decode and prefill
-// (causal), GQA, a sliding window, f32, bf16 and f16, int32 and int64
-// indices; bad shapes raise with the op's name.
+// (causal), GQA, a sliding window, a soft cap, f32, bf16 and f16, int32
+// and int64 indices; bad shapes raise with the op's name.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -66,7 +66,9 @@ std::vector<double> Reference(const PagedAttentionShape& s, const HostTensor& q,
           dot += q.values[(t * s.heads + h) * s.dim + e] *
                  cache.values[(kv * slots + slot) * s.dim + e];
         }
-        w.push_back(dot / std::sqrt(static_cast<double>(s.dim)));
+        double score = dot / std::sqrt(static_cast<double>(s.dim));
+        if (s.soft_cap > 0) score = s.soft_cap * std::tanh(score / s.soft_cap);
+        w.push_back(score);
         key_slots.push_back(slot);
       }
       const double mx = *std::max_element(w.begin(), w.end());
@@ -99,6 +101,9 @@ TEST(PagedAttentionOpsTest, MatchesTheReference) {
   window.table_width = 6;
   window.dim = 40;
   shapes.push_back(window);
+  PagedAttentionShape capped = window;  // scores ~[-2, 2] squashed into (-1, 1)
+  capped.soft_cap = 1.0;
+  shapes.push_back(capped);
   uint32_t seed = 1;
   for (const PagedAttentionShape& base : shapes) {
     for (ir::DType t : {ir::FLOAT32, ir::BFLOAT16, ir::FLOAT16}) {
@@ -113,7 +118,8 @@ TEST(PagedAttentionOpsTest, MatchesTheReference) {
       // Outputs are averages of values in [-1, 1]: f32 sums, one rounding.
       std::vector<double> tol(want.size(), 2 * UnitRoundoff(t) + 1e-5);
       ExpectClose(got, want, tol,
-                  absl::StrCat(DTypeText(t), " q_len ", s.q_len, " window ", s.sliding_window));
+                  absl::StrCat(DTypeText(t), " q_len ", s.q_len, " window ", s.sliding_window,
+                               " soft cap ", s.soft_cap));
     }
   }
 }
@@ -130,6 +136,11 @@ TEST(PagedAttentionOpsTest, BadShapesRaise) {
   out = CompileAndRun(PagedAttentionGraph(s), {});
   ASSERT_FALSE(out.ok());
   EXPECT_THAT(out.status().message(), HasSubstr("3 query heads"));
+  s = PagedAttentionShape();
+  s.soft_cap = -1.0;
+  out = CompileAndRun(PagedAttentionGraph(s), {});
+  ASSERT_FALSE(out.ok());
+  EXPECT_THAT(out.status().message(), HasSubstr("soft_cap must be positive, got -1"));
 }
 
 }  // namespace

@@ -97,7 +97,7 @@ struct PagedAttention {
   bool table_i64 = false, positions_i64 = false;
   int64_t tokens = 0, heads = 0, kv_heads = 0, dim = 0, slots = 0, batch = 0, width = 0;
   int64_t block_size = 0, window = 0;
-  float scale = 1.0f;
+  float scale = 1.0f, soft_cap = 0.0f;
 };
 
 // The call `op` becomes, or nullopt with `why` set.
@@ -116,8 +116,9 @@ std::optional<PagedAttention> PlanPagedAttention(mlir::linalg::GenericOp op, std
   auto block_size = attrs.getAs<mlir::IntegerAttr>("block_size");
   auto scale = attrs.getAs<mlir::FloatAttr>("scale");
   auto window = attrs.getAs<mlir::IntegerAttr>("sliding_window");
-  if (!block_size || !scale || !window) {
-    return fail("its marker lacks block_size, scale or sliding_window");
+  auto soft_cap = attrs.getAs<mlir::FloatAttr>("soft_cap");
+  if (!block_size || !scale || !window || !soft_cap) {
+    return fail("its marker lacks block_size, scale, sliding_window or soft_cap");
   }
   // The buffers the body reads, told apart by rank: query 3, cache 4,
   // block table 2, positions 1.
@@ -169,6 +170,7 @@ std::optional<PagedAttention> PlanPagedAttention(mlir::linalg::GenericOp op, std
   p.block_size = block_size.getInt();
   p.window = window.getInt();
   p.scale = static_cast<float>(scale.getValueAsDouble());
+  p.soft_cap = static_cast<float>(soft_cap.getValueAsDouble());
   if (p.tokens <= 0 || p.batch <= 0 || p.tokens % p.batch != 0 || p.kv_heads <= 0 ||
       p.heads % p.kv_heads != 0 || p.block_size <= 0 || p.slots % p.block_size != 0 ||
       type(*cache).getDimSize(3) != p.dim || type(*positions).getDimSize(0) != p.tokens) {
@@ -245,7 +247,7 @@ class PagedAttentionRewritePass
     }
     if (failed) return signalPassFailure();
     if (ops.empty()) return;
-    mlir::func::FuncOp callee = DeclareLibraryFunction(module, kPagedAttentionSymbol, 25);
+    mlir::func::FuncOp callee = DeclareLibraryFunction(module, kPagedAttentionSymbol, 26);
     if (!callee) {
       module.emitError() << "symbol " << kPagedAttentionSymbol << " exists with another type";
       return signalPassFailure();
@@ -260,13 +262,15 @@ class PagedAttentionRewritePass
         return b.create<mlir::arith::IndexCastOp>(l, b.getI64Type(),
                                                   BaseAddress(b, l, buffer.base));
       };
-      uint32_t scale_bits;
+      uint32_t scale_bits, soft_cap_bits;
       std::memcpy(&scale_bits, &p.scale, 4);
+      std::memcpy(&soft_cap_bits, &p.soft_cap, 4);
       llvm::SmallVector<Value> args = {
           i64(static_cast<int64_t>(p.query_type)), i64(static_cast<int64_t>(p.cache_type)),
           i64(p.table_i64), i64(p.positions_i64), i64(p.batch), i64(p.tokens / p.batch),
           i64(p.heads), i64(p.kv_heads), i64(p.dim), i64(p.slots), i64(p.width),
-          i64(p.block_size), i64(p.window), i64(scale_bits), i64(p.query.strides[0]),
+          i64(p.block_size), i64(p.window), i64(scale_bits), i64(soft_cap_bits),
+          i64(p.query.strides[0]),
           i64(p.query.strides[1]), i64(p.out.strides[0]), i64(p.out.strides[1]),
           address(p.query), address(p.cache), address(p.block_table), address(p.positions),
           address(p.out)};

@@ -5,9 +5,10 @@
 // fusion must not merge it into -- and the program with the calls computes the
 // generic's own values (its element-wise online softmax, what runs when
 // the rewrite cannot take the op): decode and prefill, GQA, a sliding
-// window, f32 and bf16, int32 and int64 indices. A marked op the rewrite
-// cannot take, or one that lost its marker before it, fails the compile
-// with an error saying so (P8: not a silent ~100x slower lowering).
+// window, a soft cap, f32 and bf16, int32 and int64 indices. A marked op
+// the rewrite cannot take, or one that lost its marker before it, fails
+// the compile with an error saying so (P8: not a silent ~100x slower
+// lowering).
 #include <cmath>
 #include <functional>
 #include <string>
@@ -85,6 +86,7 @@ TEST(PagedAttentionRewritePassTest, CallsComputeTheGenericsValues) {
   prefill.q_len = 6;
   prefill.heads = 8;
   prefill.sliding_window = 11;
+  prefill.soft_cap = 0.5;  // scores ~[-1, 1] squashed
   prefill.index_dtype = ir::INT32;
   uint32_t seed = 1;
   for (const PagedAttentionShape& s : {decode, prefill}) {
@@ -156,7 +158,8 @@ TEST(PagedAttentionRewritePassTest, MarkedOpItCannotTakeFailsTheCompile) {
     op->setAttr(kPagedAttentionAttr, mlir::DictionaryAttr::get(op->getContext(), {}));
   });
   EXPECT_THAT(error, HasSubstr("paged attention cannot become rbln_paged_attention calls: its "
-                               "marker lacks block_size, scale or sliding_window"));
+                               "marker lacks block_size, scale, sliding_window or "
+                               "soft_cap"));
 }
 
 }  // namespace

@@ -76,10 +76,9 @@ class RblnAttentionImpl(AttentionImpl):
                  alibi_slopes, sliding_window, kv_cache_dtype: str, logits_soft_cap=None,
                  attn_type: str = AttentionType.DECODER, kv_sharing_target_layer_name=None,
                  sinks=None) -> None:
-        if alibi_slopes is not None or (logits_soft_cap or 0) > 0 or sinks is not None:
+        if alibi_slopes is not None or sinks is not None:
             raise NotImplementedError(
-                "rbln attention: ALiBi, logits soft-capping and attention sinks are not "
-                "supported")
+                "rbln attention: ALiBi and attention sinks are not supported")
         if attn_type != AttentionType.DECODER:
             raise NotImplementedError(
                 f"rbln attention: only decoder self-attention is supported, not {attn_type}")
@@ -92,6 +91,8 @@ class RblnAttentionImpl(AttentionImpl):
         self.scale = float(scale)
         self.num_kv_heads = num_kv_heads
         self.sliding_window = sliding_window
+        # Gemma 2's attention logit soft-capping (0 or None: none).
+        self.soft_cap = float(logits_soft_cap) if logits_soft_cap else None
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
         self.block_size = None  # Set by the model runner with the cache.
 
@@ -107,7 +108,7 @@ class RblnAttentionImpl(AttentionImpl):
             paged_attention.write_kv(kv_cache, meta.slot_mapping, key, value)
         out = paged_attention.attend(
             query, kv_cache, meta.block_table, meta.positions, self.block_size, self.scale,
-            self.sliding_window)
+            self.sliding_window, self.soft_cap)
         output.copy_(out.view(output.shape))
         return output
 

@@ -19,7 +19,8 @@ queries attend to the first `position + 1` tokens of its own blocks:
      elsewhere `index_select` of whole blocks, `L = blocks * block_size`
      tokens);
   3. attend: the query of position p sees key positions 0..p (and, with a
-     sliding window w, only the last w of them).
+     sliding window w, only the last w of them); with a soft cap c (Gemma
+     2) a score s becomes c * tanh(s / c) before the softmax.
 Writing before reading makes prefill, chunked prefill, prefix blocks and
 decode one computation: the new tokens are in the cache when they are read.
 """
@@ -42,7 +43,7 @@ def write_kv(cache: torch.Tensor, slot_mapping: torch.Tensor, key: torch.Tensor,
 
 def attend(query: torch.Tensor, cache: torch.Tensor, block_table: torch.Tensor,
            positions: torch.Tensor, block_size: int, scale: float,
-           sliding_window: int = None) -> torch.Tensor:
+           sliding_window: int = None, soft_cap: float = None) -> torch.Tensor:
     """Attention of `query` [B*Q, Hq, D] over the cached context of each
     request: `block_table` [B, NB] (block ids, int), `positions` [B*Q] (each
     query's position in its sequence). Returns [B*Q, Hq, D].
@@ -53,13 +54,13 @@ def attend(query: torch.Tensor, cache: torch.Tensor, block_table: torch.Tensor,
     (torch_rbln._paged_attention.decomposed)."""
     if query.device.type == "rbln":
         return torch.ops.rbln.paged_attention(query, cache, block_table, positions, block_size,
-                                              scale, sliding_window)
+                                              scale, sliding_window, soft_cap)
     return decomposed(query, cache, block_table, positions, block_size, scale,
-                      sliding_window)
+                      sliding_window, soft_cap)
 
 
 def reference(query, key, value, cache, slot_mapping, block_table, positions, block_size,
-              scale, sliding_window=None):
+              scale, sliding_window=None, soft_cap=None):
     """The same step with Python loops over requests and tokens (float32),
     for the tests: updates `cache` and returns the attention output."""
     write_kv(cache, slot_mapping, key, value)
@@ -77,5 +78,7 @@ def reference(query, key, value, cache, slot_mapping, block_table, positions, bl
         v = cache[1][:, slots].transpose(0, 1).float()
         for h in range(query.shape[1]):
             s = (k[:, h // group] @ query[t, h].float()) * scale
+            if soft_cap:
+                s = soft_cap * torch.tanh(s / soft_cap)
             out[t, h] = torch.softmax(s, 0) @ v[:, h // group]
     return out

@@ -9,14 +9,16 @@ computation with ATen ops, `decomposed`: every request's blocks gathered by
 its block-table row (index_select of whole blocks), a [B, Q, L] visibility
 mask and SDPA over the padded context. Inside a program compiled for rbln
 the op stays one node (fx_to_ir gives it to the compiler as
-`paged_attention` with block_size, scale and sliding_window attributes).
+`paged_attention` with block_size, scale, sliding_window and soft_cap
+attributes).
 
 Layout (vllm_rbln/paged_attention.py): the cache is [2, Hkv, num_blocks *
 block_size, D] (keys then values, head-major); query [B*Q, Hq, D] holds Q
 tokens per request; positions [B*Q] each token's position in its sequence;
 the token of position p sees its request's keys 0..p (the last
 sliding_window of them with a window), query head h reads kv head
-h // (Hq // Hkv).
+h // (Hq // Hkv); a score q.k * scale is soft-capped to soft_cap *
+tanh(score / soft_cap) with a cap (Gemma 2).
 """
 
 import torch
@@ -36,7 +38,7 @@ def visible_mask(positions: torch.Tensor, batch: int, context: int,
 
 def decomposed(query: torch.Tensor, cache: torch.Tensor, block_table: torch.Tensor,
                positions: torch.Tensor, block_size: int, scale: float,
-               sliding_window: int = None) -> torch.Tensor:
+               sliding_window: int = None, soft_cap: float = None) -> torch.Tensor:
     """The op with ATen ops (module docstring). Returns [B*Q, Hq, D]."""
     batch, num_table_blocks = block_table.shape
     tokens, num_heads, head_size = query.shape
@@ -60,8 +62,16 @@ def decomposed(query: torch.Tensor, cache: torch.Tensor, block_table: torch.Tens
     mask = visible.view(1, batch, q_len, 1, context).expand(
         1, batch, q_len, group, context).reshape(1, batch, q_len * group, context)
 
-    out = torch.nn.functional.scaled_dot_product_attention(
-        q, keys.to(q.dtype), values.to(q.dtype), attn_mask=mask, scale=scale)
+    if soft_cap:
+        # SDPA has no soft cap: the scores in float32 (opmath), capped,
+        # masked and normalized as the model's eager attention does.
+        scores = (q.float() @ keys.float().transpose(-1, -2)) * scale
+        scores = torch.tanh(scores / soft_cap) * soft_cap
+        probs = scores.masked_fill(~mask, float("-inf")).softmax(-1).nan_to_num(0.0)
+        out = (probs @ values.float()).to(q.dtype)
+    else:
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q, keys.to(q.dtype), values.to(q.dtype), attn_mask=mask, scale=scale)
     out = out.view(num_kv_heads, batch, q_len, group, head_size).permute(1, 2, 0, 3, 4)
     return out.reshape(tokens, num_heads, head_size)
 
@@ -69,13 +79,15 @@ def decomposed(query: torch.Tensor, cache: torch.Tensor, block_table: torch.Tens
 @torch.library.custom_op("rbln::paged_attention", mutates_args=())
 def paged_attention(query: torch.Tensor, cache: torch.Tensor, block_table: torch.Tensor,
                     positions: torch.Tensor, block_size: int, scale: float,
-                    sliding_window: int | None = None) -> torch.Tensor:
+                    sliding_window: int | None = None,
+                    soft_cap: float | None = None) -> torch.Tensor:
     return decomposed(query, cache, block_table, positions, block_size, scale,
-                      sliding_window)
+                      sliding_window, soft_cap)
 
 
 @paged_attention.register_fake
-def _(query, cache, block_table, positions, block_size, scale, sliding_window=None):
+def _(query, cache, block_table, positions, block_size, scale, sliding_window=None,
+      soft_cap=None):
     torch._check(query.dim() == 3 and cache.dim() == 4 and block_table.dim() == 2,
                  lambda: "rbln::paged_attention: expected query [T, Hq, D], cache "
                          "[2, Hkv, S, D] and block_table [B, NB]")

@@ -60,11 +60,14 @@ ARCHITECTURES = {
         rope_local_base_freq=10000.0, sliding_window=24, query_pre_attn_scalar=32,
         layer_types=["sliding_attention", "full_attention"], tie_word_embeddings=True,
     ),
-    # As gemma3, plus soft-capped attention and final logits.
+    # As gemma3 without q/k norms, plus soft-capped attention scores and
+    # final logits. Gemma 2 caps scores at 50 (trained weights); a random
+    # model's scores are far below that: here queries are unscaled
+    # (query_pre_attn_scalar 1) and the cap is 0.5, so it changes the tokens.
     "gemma2": dict(
         hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, head_dim=32, rms_norm_eps=1e-6, rope_theta=10000.0,
-        sliding_window=24, query_pre_attn_scalar=32, attn_logit_softcapping=50.0,
+        sliding_window=24, query_pre_attn_scalar=1, attn_logit_softcapping=0.5,
         final_logit_softcapping=30.0, tie_word_embeddings=True,
     ),
     # Mixture of experts: 8 experts, top 2 -- softmax routing renormalized
@@ -91,7 +94,7 @@ ARCHITECTURES = {
 # Weight init std where the default (0.1) gives a degenerate model: Gemma
 # scales its embeddings by sqrt(hidden_size), and at 0.1 greedy decoding
 # repeats one token whatever the prompt.
-_INIT_STD = {"gemma3_text": 0.02}
+_INIT_STD = {"gemma3_text": 0.02, "gemma2": 0.03}
 
 # transformers' (config, model) class names of each architecture.
 _CLASSES = {
