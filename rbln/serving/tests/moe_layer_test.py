@@ -1,6 +1,7 @@
 """vllm_rbln/moe.py's routing and experts alone against a dense per-token
 reference, eager on the host and compiled for rbln: softmax/sigmoid top-k
-with and without renormalizing, SiLU and GELU experts, an expert no token
+with and without renormalizing, with a correction bias and scaling, SiLU
+and GELU experts, an expert no token
 routes to, and top-1 weighting of the input. Runs in the serving venv
 (serving_venv.py); no vLLM engine."""
 # spec: J2
@@ -34,6 +35,18 @@ def test_experts_and_routing_match_a_dense_reference():
         if renormalize:
             want_w = want_w / want_w.sum(-1, keepdim=True)
         assert ids.dtype == torch.int32 and weights.dtype == torch.float32
+        assert torch.equal(ids.long(), want_ids)
+        torch.testing.assert_close(weights, want_w)
+    # A correction bias chooses the experts but does not weight them
+    # (GLM-4.5's sigmoid routing), then the weights are scaled.
+    bias = torch.randn(experts) * 0.5
+    for scoring in ("sigmoid", "softmax"):
+        weights, ids = moe.route(logits, top_k, True, scoring, bias, 2.5)
+        scores = logits.softmax(-1) if scoring == "softmax" else logits.sigmoid()
+        want_ids = (scores + bias).topk(top_k, -1).indices
+        want_w = scores.gather(1, want_ids)
+        want_w = want_w / want_w.sum(-1, keepdim=True) * 2.5
+        assert not torch.equal(want_ids, scores.topk(top_k, -1).indices)  # the bias matters
         assert torch.equal(ids.long(), want_ids)
         torch.testing.assert_close(weights, want_w)
 

@@ -11,22 +11,27 @@ unquantized MoE layer, and on rbln each becomes part of the compiled step:
   weights, the pairs summed back per token. Static shapes: tokens x top_k
   rows whatever the routing.
 - The routing (`route`): softmax or sigmoid over the router logits in
-  float32, top-k, optional renormalization -- what vLLM's topk_softmax /
-  topk_sigmoid kernels compute, in torch ops (those kernels are CUDA/CPU
-  builds of vLLM's C++ library).
+  float32, top-k (of the scores plus a correction bias where the model has
+  one: GLM-4.5, MiniMax-M2), optional renormalization and scaling -- what
+  vLLM's topk_softmax / topk_sigmoid kernels compute, in torch ops (those
+  kernels are CUDA/CPU builds of vLLM's C++ library).
 - The call path (`prepare_moe_layers`): vLLM calls an MoE layer through the
   opaque custom op `vllm.moe_forward` on every platform but the CPU and TPU,
   which would leave the experts out of the compiled program; here the layer
   is called directly, as on the CPU, so Dynamo traces it into the step.
 
 vLLM internals used here: MoERunner (its _forward_entry and router),
-FusedTopKRouter, UnquantizedFusedMoEMethod and CustomOp.register_oot,
+FusedTopKRouter, FusedTopKBiasRouter, UnquantizedFusedMoEMethod and
+CustomOp.register_oot,
 MoEActivation, SharedExpertsOrder.
 """
 
 import torch
 import torch.nn.functional as F
 from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+from vllm.model_executor.layers.fused_moe.router.fused_topk_bias_router import (
+    FusedTopKBiasRouter,
+)
 from vllm.model_executor.layers.fused_moe.router.fused_topk_router import FusedTopKRouter
 from vllm.model_executor.layers.fused_moe.runner import moe_runner
 from vllm.model_executor.layers.fused_moe.runner.shared_experts import SharedExpertsOrder
@@ -110,9 +115,12 @@ class RblnUnquantizedFusedMoEMethod(UnquantizedFusedMoEMethod):
 
 
 def route(router_logits: torch.Tensor, top_k: int, renormalize: bool,
-          scoring_func: str = "softmax") -> tuple[torch.Tensor, torch.Tensor]:
+          scoring_func: str = "softmax", correction_bias: torch.Tensor = None,
+          routed_scaling_factor: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """(topk_weights float32, topk_ids int32) as vLLM's topk_softmax /
-    topk_sigmoid compute them."""
+    topk_sigmoid compute them: the experts of the top-k scores (plus
+    `correction_bias`, which chooses the experts but does not weight them),
+    weighted by their scores, renormalized, times routed_scaling_factor."""
     logits = router_logits.float()
     if scoring_func == "softmax":
         scores = torch.softmax(logits, dim=-1)
@@ -120,15 +128,38 @@ def route(router_logits: torch.Tensor, top_k: int, renormalize: bool,
         scores = torch.sigmoid(logits)
     else:
         raise NotImplementedError(f"rbln: MoE scoring function {scoring_func!r} is not supported")
-    weights, ids = torch.topk(scores, top_k, dim=-1)
+    if correction_bias is None:
+        weights, ids = torch.topk(scores, top_k, dim=-1)
+    else:
+        ids = torch.topk(scores + correction_bias.float(), top_k, dim=-1).indices
+        weights = scores.gather(1, ids)
     if renormalize:
         weights = weights / weights.sum(dim=-1, keepdim=True)
+    if routed_scaling_factor != 1.0:
+        weights = weights * routed_scaling_factor
     return weights, ids.to(torch.int32)
 
 
-def _route_with_torch_ops(router: FusedTopKRouter):
+def _route_with_torch_ops(router):
+    """`router`'s _compute_routing in torch ops (a FusedTopKRouter, or a
+    FusedTopKBiasRouter with softmax/sigmoid scores); raises for routing
+    that needs vLLM's other kernels."""
+    bias = None
+    scaling = 1.0
+    if isinstance(router, FusedTopKBiasRouter):
+        if (router.scoring_func not in ("softmax", "sigmoid")
+                or router._hash_indices_table is not None or router.bias_vl is not None
+                or router.num_fused_shared_experts > 0):
+            raise NotImplementedError(
+                f"rbln: MoE routing {router.scoring_func!r} with hash tables, vision biases or "
+                "fused shared experts is not supported (softmax/sigmoid top-k with a correction "
+                "bias is)")
+        bias = router.e_score_correction_bias
+        scaling = router.routed_scaling_factor
+
     def compute_routing(hidden_states, router_logits, indices_type, *, input_ids=None):
-        weights, ids = route(router_logits, router.top_k, router.renormalize, router.scoring_func)
+        weights, ids = route(router_logits, router.top_k, router.renormalize, router.scoring_func,
+                             bias, scaling)
         return weights, ids if indices_type is None else ids.to(indices_type)
 
     return compute_routing
@@ -149,6 +180,6 @@ def prepare_moe_layers(model: torch.nn.Module) -> int:
         module.routed_experts._ensure_moe_quant_config_init()
         module._forward_entry = (moe_runner._moe_forward if module.shared_experts is None
                                  else moe_runner._moe_forward_shared)
-        if isinstance(module.router, FusedTopKRouter):
+        if isinstance(module.router, (FusedTopKRouter, FusedTopKBiasRouter)):
             module.router._compute_routing = _route_with_torch_ops(module.router)
     return count

@@ -84,6 +84,25 @@ ARCHITECTURES = {
         norm_topk_prob=False, decoder_sparse_step=1, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
     ),
+    # Sigmoid routing whose expert choice adds a correction bias (set at
+    # random below: a fresh model's is zero), weights scaled by 2.5, a shared
+    # expert, a dense first layer, half-dimension RoPE (vLLM routes it with
+    # its grouped top-k router, one group).
+    "glm4_moe": dict(
+        hidden_size=128, intermediate_size=256, moe_intermediate_size=64, n_routed_experts=8,
+        n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1, n_group=1,
+        topk_group=1, norm_topk_prob=True, routed_scaling_factor=2.5, head_dim=32,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5,
+        num_nextn_predict_layers=0, tie_word_embeddings=False,
+    ),
+    # Softmax routing with a correction bias (vLLM's FusedTopKBiasRouter),
+    # a shared expert, a dense first layer.
+    "ernie4_5_moe": dict(
+        hidden_size=128, intermediate_size=256, moe_intermediate_size=64, moe_num_experts=8,
+        moe_k=2, moe_num_shared_experts=1, moe_layer_start_index=1, moe_layer_end_index=1,
+        moe_layer_interval=1, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        rms_norm_eps=1e-5, tie_word_embeddings=False,
+    ),
     "mixtral": dict(
         hidden_size=128, intermediate_size=128, num_local_experts=8, num_experts_per_tok=2,
         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6,
@@ -107,6 +126,8 @@ _CLASSES = {
     "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
     "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
     "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM"),
+    "glm4_moe": ("Glm4MoeConfig", "Glm4MoeForCausalLM"),
+    "ernie4_5_moe": ("Ernie4_5_MoeConfig", "Ernie4_5_MoeForCausalLM"),
     "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
 }
 
@@ -159,6 +180,11 @@ def write_model_dir(path: str, arch: str = "llama", *, seed: int = 0, vocab_size
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = model_cls(config).to(torch.float32).eval()
+        for name, t in [*model.named_buffers(), *model.named_parameters()]:
+            if name.endswith("e_score_correction_bias"):
+                # Large enough to change which experts the scores pick.
+                with torch.no_grad():
+                    t.copy_(torch.randn(t.shape) * 0.2)
     model.save_pretrained(path, safe_serialization=True)
     with open(os.path.join(path, "generation_config.json"), "w") as f:
         # Greedy by default, no sampling settings vLLM would pick up.
