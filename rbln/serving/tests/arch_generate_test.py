@@ -5,10 +5,11 @@ tokens for a batch of prompts of different lengths, continuously batched
 with chunked prefill, with every op of the step inside the compiled program
 (no CPU fallback: TORCH_RBLN_DISABLE_FALLBACK=all), and the steps never
 compile after warm-up. Dense: Qwen3 (q/k norms), Mistral (sliding window),
-Phi-3 (fused projections), Gemma 3 (local and global layers); mixture of
-experts (vllm_rbln/moe.py: experts, routing and the shared expert inside
-the step, no `vllm.moe_forward` custom op): Qwen3-MoE, Qwen2-MoE, GLM-4.5
-(grouped top-k routing), ERNIE-4.5 (top-k with a correction bias), Mixtral.
+Phi-3 (fused projections), Gemma 3 (local and global layers), Gemma 2
+(soft-capped attention scores); mixture of experts (vllm_rbln/moe.py:
+experts, routing and the shared expert inside the step, no
+`vllm.moe_forward` custom op): Qwen3-MoE, Qwen2-MoE, GLM-4.5 (grouped top-k
+routing), ERNIE-4.5 (top-k with a correction bias), Mixtral.
 The model is written in this process first (parallel CPU ops: OpenMP
 threads up) before vLLM starts its engine process, which vllm-rbln spawns.
 Runs in the serving venv (serving_venv.py)."""
