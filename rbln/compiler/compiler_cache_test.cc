@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "rbln/compiler/compiler.h"
@@ -247,6 +248,17 @@ std::string OnlyFile(const std::string& dir, const std::string& suffix) {
     }
   }
   return found;
+}
+
+// Entries of another build of the compiler are stale even without a
+// version bump: the manifest records this binary's build ID.
+TEST(CompilerCacheTest, ManifestsNameTheCompilersBuild) {
+  const std::string& build = CompilerBuild();
+  const std::string prefix = absl::StrCat(kCompilerVersion, "+");
+  ASSERT_EQ(build.rfind(prefix, 0), 0u) << build;
+  const std::string id = build.substr(prefix.size());
+  EXPECT_GE(id.size(), 32u) << build;
+  EXPECT_EQ(id.find_first_not_of("0123456789abcdef"), std::string::npos) << build;
 }
 
 TEST(CompilerCacheTest, CorruptAndStaleEntriesAreRebuilt) {

@@ -1,5 +1,8 @@
 #include "rbln/compiler/execution/disk_cache.h"
 
+#include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +16,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -24,6 +28,52 @@
 
 namespace rbln::compiler {
 namespace {
+
+// The GNU build ID (hex) of the loaded object that contains `address`, or
+// "" if it has none.
+std::string BuildIdOf(const void* address) {
+  Dl_info info;
+  if (dladdr(address, &info) == 0 || info.dli_fbase == nullptr) return "";
+  struct Search {
+    const void* base;
+    std::string id;
+  } search{info.dli_fbase, ""};
+  dl_iterate_phdr(
+      [](dl_phdr_info* object, size_t, void* data) -> int {
+        auto* s = static_cast<Search*>(data);
+        for (int i = 0; i < object->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = object->dlpi_phdr[i];
+          if (ph.p_type != PT_LOAD || ph.p_offset != 0) continue;
+          // The segment mapped at the file's start is where dladdr's base is.
+          if (reinterpret_cast<const void*>(object->dlpi_addr + ph.p_vaddr) != s->base) {
+            return 0;
+          }
+          for (int j = 0; j < object->dlpi_phnum; ++j) {
+            const ElfW(Phdr)& note = object->dlpi_phdr[j];
+            if (note.p_type != PT_NOTE) continue;
+            const char* p = reinterpret_cast<const char*>(object->dlpi_addr + note.p_vaddr);
+            const char* end = p + note.p_memsz;
+            while (p + sizeof(ElfW(Nhdr)) <= end) {
+              const auto* n = reinterpret_cast<const ElfW(Nhdr)*>(p);
+              const char* name = p + sizeof(ElfW(Nhdr));
+              const char* desc = name + ((n->n_namesz + 3) & ~3u);
+              if (n->n_type == NT_GNU_BUILD_ID && n->n_namesz == 4 &&
+                  std::memcmp(name, "GNU", 4) == 0) {
+                for (uint32_t k = 0; k < n->n_descsz; ++k) {
+                  s->id += absl::StrFormat("%02x", static_cast<uint8_t>(desc[k]));
+                }
+                return 1;
+              }
+              p = desc + ((n->n_descsz + 3) & ~3u);
+            }
+          }
+          return 1;
+        }
+        return 0;
+      },
+      &search);
+  return search.id;
+}
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -86,6 +136,15 @@ void DiskCache::ReportOnce(uint64_t key, const std::string& why) const {
                PathOf(key, ".manifest").c_str(), why.c_str());
 }
 
+const std::string& CompilerBuild() {
+  static const std::string* build = [] {
+    const std::string id = BuildIdOf(reinterpret_cast<const void*>(&CompilerBuild));
+    return new std::string(id.empty() ? std::string(kCompilerVersion)
+                                      : absl::StrCat(kCompilerVersion, "+", id));
+  }();
+  return *build;
+}
+
 DiskCache::LoadResult DiskCache::Load(const ir::Graph& graph,
                                       uint64_t key) const {
   LoadResult result;
@@ -98,14 +157,14 @@ DiskCache::LoadResult DiskCache::Load(const ir::Graph& graph,
     ReportOnce(key, "corrupt (the manifest does not parse)");
     return result;
   }
-  if (manifest.compiler_version() != kCompilerVersion ||
+  if (manifest.compiler_version() != CompilerBuild() ||
       manifest.llvm_version() != LLVM_VERSION_STRING ||
       manifest.target() != target_) {
     ReportOnce(key, absl::StrFormat(
                         "stale (written by %s, LLVM %s, target %s; this is "
                         "%s, LLVM %s, target %s)",
                         manifest.compiler_version(), manifest.llvm_version(),
-                        manifest.target(), kCompilerVersion,
+                        manifest.target(), CompilerBuild(),
                         LLVM_VERSION_STRING, target_));
     return result;
   }
@@ -168,7 +227,7 @@ absl::Status DiskCache::Store(const ir::Graph& graph, uint64_t key,
   }
   CacheManifest manifest;
   manifest.set_key(key);
-  manifest.set_compiler_version(kCompilerVersion);
+  manifest.set_compiler_version(CompilerBuild());
   manifest.set_llvm_version(LLVM_VERSION_STRING);
   manifest.set_target(target_);
   *manifest.mutable_graph() = graph;

@@ -26,7 +26,13 @@ namespace rbln::compiler {
 
 // Bump when code generation changes in a way that makes old objects (or
 // what their manifests record, e.g. uses_onednn) wrong.
-inline constexpr char kCompilerVersion[] = "rbln-compiler-11";
+inline constexpr char kCompilerVersion[] = "rbln-compiler-12";
+
+// What a manifest records as its compiler: kCompilerVersion, then "+" and
+// the GNU build ID of the binary this compiler is linked into, so that an
+// entry written by any other build (a changed kernel ABI or code generation
+// without a bump) is stale. Just kCompilerVersion if the binary has no ID.
+const std::string& CompilerBuild();
 
 class DiskCache {
  public:
