@@ -1,6 +1,5 @@
 #include "rbln/compiler/execution/disk_cache.h"
 
-#include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
 #include <sys/stat.h>
@@ -29,47 +28,56 @@
 namespace rbln::compiler {
 namespace {
 
+// The GNU build ID note of a loaded object (hex), or "" if it has none.
+std::string GnuBuildId(const dl_phdr_info& object) {
+  for (int i = 0; i < object.dlpi_phnum; ++i) {
+    const ElfW(Phdr)& note = object.dlpi_phdr[i];
+    if (note.p_type != PT_NOTE) continue;
+    const char* p = reinterpret_cast<const char*>(object.dlpi_addr + note.p_vaddr);
+    const char* end = p + note.p_memsz;
+    while (p + sizeof(ElfW(Nhdr)) <= end) {
+      const auto* n = reinterpret_cast<const ElfW(Nhdr)*>(p);
+      const char* name = p + sizeof(ElfW(Nhdr));
+      const char* desc = name + ((n->n_namesz + 3) & ~3u);
+      if (n->n_type == NT_GNU_BUILD_ID && n->n_namesz == 4 &&
+          std::memcmp(name, "GNU", 4) == 0) {
+        std::string id;
+        for (uint32_t k = 0; k < n->n_descsz; ++k) {
+          id += absl::StrFormat("%02x", static_cast<uint8_t>(desc[k]));
+        }
+        return id;
+      }
+      p = desc + ((n->n_descsz + 3) & ~3u);
+    }
+  }
+  return "";
+}
+
+// Whether `address` lies in one of `object`'s loaded segments.
+bool Contains(const dl_phdr_info& object, uintptr_t address) {
+  for (int i = 0; i < object.dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = object.dlpi_phdr[i];
+    const uintptr_t start = object.dlpi_addr + ph.p_vaddr;
+    if (ph.p_type == PT_LOAD && address >= start && address < start + ph.p_memsz) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // The GNU build ID (hex) of the loaded object that contains `address`, or
 // "" if it has none.
 std::string BuildIdOf(const void* address) {
-  Dl_info info;
-  if (dladdr(address, &info) == 0 || info.dli_fbase == nullptr) return "";
   struct Search {
-    const void* base;
+    uintptr_t address;
     std::string id;
-  } search{info.dli_fbase, ""};
+  } search{reinterpret_cast<uintptr_t>(address), ""};
   dl_iterate_phdr(
       [](dl_phdr_info* object, size_t, void* data) -> int {
         auto* s = static_cast<Search*>(data);
-        for (int i = 0; i < object->dlpi_phnum; ++i) {
-          const ElfW(Phdr)& ph = object->dlpi_phdr[i];
-          if (ph.p_type != PT_LOAD || ph.p_offset != 0) continue;
-          // The segment mapped at the file's start is where dladdr's base is.
-          if (reinterpret_cast<const void*>(object->dlpi_addr + ph.p_vaddr) != s->base) {
-            return 0;
-          }
-          for (int j = 0; j < object->dlpi_phnum; ++j) {
-            const ElfW(Phdr)& note = object->dlpi_phdr[j];
-            if (note.p_type != PT_NOTE) continue;
-            const char* p = reinterpret_cast<const char*>(object->dlpi_addr + note.p_vaddr);
-            const char* end = p + note.p_memsz;
-            while (p + sizeof(ElfW(Nhdr)) <= end) {
-              const auto* n = reinterpret_cast<const ElfW(Nhdr)*>(p);
-              const char* name = p + sizeof(ElfW(Nhdr));
-              const char* desc = name + ((n->n_namesz + 3) & ~3u);
-              if (n->n_type == NT_GNU_BUILD_ID && n->n_namesz == 4 &&
-                  std::memcmp(name, "GNU", 4) == 0) {
-                for (uint32_t k = 0; k < n->n_descsz; ++k) {
-                  s->id += absl::StrFormat("%02x", static_cast<uint8_t>(desc[k]));
-                }
-                return 1;
-              }
-              p = desc + ((n->n_descsz + 3) & ~3u);
-            }
-          }
-          return 1;
-        }
-        return 0;
+        if (!Contains(*object, s->address)) return 0;
+        s->id = GnuBuildId(*object);
+        return 1;
       },
       &search);
   return search.id;

@@ -11,10 +11,11 @@ unquantized MoE layer, and on rbln each becomes part of the compiled step:
   weights, the pairs summed back per token. Static shapes: tokens x top_k
   rows whatever the routing.
 - The routing (`route`): softmax or sigmoid over the router logits in
-  float32, top-k (of the scores plus a correction bias where the model has
-  one: GLM-4.5, MiniMax-M2), optional renormalization and scaling -- what
-  vLLM's topk_softmax / topk_sigmoid kernels compute, in torch ops (those
-  kernels are CUDA/CPU builds of vLLM's C++ library).
+  float32, top-k (of the scores plus a correction bias where vLLM's
+  FusedTopKBiasRouter has one: ERNIE-4.5, MiniMax-M2), optional
+  renormalization and scaling -- what vLLM's topk_softmax / topk_sigmoid
+  kernels compute, in torch ops (those kernels are CUDA/CPU builds of vLLM's
+  C++ library).
 - The call path (`prepare_moe_layers`): vLLM calls an MoE layer through the
   opaque custom op `vllm.moe_forward` on every platform but the CPU and TPU,
   which would leave the experts out of the compiled program; here the layer

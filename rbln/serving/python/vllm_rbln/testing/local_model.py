@@ -25,38 +25,42 @@ CHAT_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"
 )
 
+# What every test model shares: 2 layers of width 128, 4 query and 2
+# key/value heads.
+_SMALL = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+
 # Architectures: the keyword arguments of their transformers config.
 ARCHITECTURES = {
     "llama": dict(
-        hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
+        _SMALL,
+        intermediate_size=256, rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
     ),
     "qwen2": dict(
-        hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True,
+        _SMALL,
+        intermediate_size=256, rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True,
     ),
     # Per-head RMSNorm of queries and keys.
     "qwen3": dict(
-        hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=32, rms_norm_eps=1e-6, rope_theta=10000.0,
+        _SMALL,
+        intermediate_size=256, head_dim=32, rms_norm_eps=1e-6, rope_theta=10000.0,
         tie_word_embeddings=False,
     ),
     # Sliding-window attention over the last 24 tokens.
     "mistral": dict(
-        hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=24,
+        _SMALL,
+        intermediate_size=256, rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=24,
         tie_word_embeddings=False,
     ),
     # Fused qkv and gate/up projections.
     "phi3": dict(
-        hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+        _SMALL,
+        intermediate_size=256, rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
     ),
     # Local (sliding window) and global layers, (1 + w) norms, q/k norms,
     # GELU(tanh), scaled embeddings.
     "gemma3_text": dict(
-        hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=32, rms_norm_eps=1e-6, rope_theta=10000.0,
+        _SMALL,
+        intermediate_size=256, head_dim=32, rms_norm_eps=1e-6, rope_theta=10000.0,
         rope_local_base_freq=10000.0, sliding_window=24, query_pre_attn_scalar=32,
         layer_types=["sliding_attention", "full_attention"], tie_word_embeddings=True,
     ),
@@ -65,47 +69,47 @@ ARCHITECTURES = {
     # model's scores are far below that: here queries are unscaled
     # (query_pre_attn_scalar 1) and the cap is 0.5, so it changes the tokens.
     "gemma2": dict(
-        hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=32, rms_norm_eps=1e-6, rope_theta=10000.0,
+        _SMALL,
+        intermediate_size=256, head_dim=32, rms_norm_eps=1e-6, rope_theta=10000.0,
         sliding_window=24, query_pre_attn_scalar=1, attn_logit_softcapping=0.5,
         final_logit_softcapping=30.0, tie_word_embeddings=True,
     ),
     # Mixture of experts: 8 experts, top 2 -- softmax routing renormalized
     # (qwen3_moe, mixtral) or not, beside a gated shared expert (qwen2_moe).
     "qwen3_moe": dict(
-        hidden_size=128, intermediate_size=256, moe_intermediate_size=64, num_experts=8,
-        num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1, head_dim=32,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6,
+        _SMALL,
+        intermediate_size=256, moe_intermediate_size=64, num_experts=8, num_experts_per_tok=2,
+        norm_topk_prob=True, decoder_sparse_step=1, head_dim=32, rms_norm_eps=1e-6,
         rope_theta=10000.0, tie_word_embeddings=False,
     ),
     "qwen2_moe": dict(
-        hidden_size=128, intermediate_size=256, moe_intermediate_size=64,
-        shared_expert_intermediate_size=128, num_experts=8, num_experts_per_tok=2,
-        norm_topk_prob=False, decoder_sparse_step=1, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
+        _SMALL,
+        intermediate_size=256, moe_intermediate_size=64, shared_expert_intermediate_size=128,
+        num_experts=8, num_experts_per_tok=2, norm_topk_prob=False, decoder_sparse_step=1,
+        rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
     ),
     # Sigmoid routing whose expert choice adds a correction bias (set at
     # random below: a fresh model's is zero), weights scaled by 2.5, a shared
     # expert, a dense first layer, half-dimension RoPE (vLLM routes it with
     # its grouped top-k router, one group).
     "glm4_moe": dict(
-        hidden_size=128, intermediate_size=256, moe_intermediate_size=64, n_routed_experts=8,
-        n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1, n_group=1,
-        topk_group=1, norm_topk_prob=True, routed_scaling_factor=2.5, head_dim=32,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5,
+        _SMALL,
+        intermediate_size=256, moe_intermediate_size=64, n_routed_experts=8, n_shared_experts=1,
+        num_experts_per_tok=2, first_k_dense_replace=1, n_group=1, topk_group=1,
+        norm_topk_prob=True, routed_scaling_factor=2.5, head_dim=32, rms_norm_eps=1e-5,
         num_nextn_predict_layers=0, tie_word_embeddings=False,
     ),
     # Softmax routing with a correction bias (vLLM's FusedTopKBiasRouter),
     # a shared expert, a dense first layer.
     "ernie4_5_moe": dict(
-        hidden_size=128, intermediate_size=256, moe_intermediate_size=64, moe_num_experts=8,
-        moe_k=2, moe_num_shared_experts=1, moe_layer_start_index=1, moe_layer_end_index=1,
-        moe_layer_interval=1, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        rms_norm_eps=1e-5, tie_word_embeddings=False,
+        _SMALL,
+        intermediate_size=256, moe_intermediate_size=64, moe_num_experts=8, moe_k=2,
+        moe_num_shared_experts=1, moe_layer_start_index=1, moe_layer_end_index=1,
+        moe_layer_interval=1, rms_norm_eps=1e-5, tie_word_embeddings=False,
     ),
     "mixtral": dict(
-        hidden_size=128, intermediate_size=128, num_local_experts=8, num_experts_per_tok=2,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6,
+        _SMALL,
+        intermediate_size=128, num_local_experts=8, num_experts_per_tok=2, rms_norm_eps=1e-6,
         rope_theta=10000.0, tie_word_embeddings=False,
     ),
 }
@@ -152,8 +156,7 @@ def write_model_dir(path: str, arch: str = "llama", *, seed: int = 0, vocab_size
     its config) and its tokenizer to `path`; returns `path`. float32 weights
     in safetensors; `init_std` (default 0.1, _INIT_STD) is large enough that
     greedy tokens have clear margins (the tests compare tokens against the
-    CPU). The tokenizer learns
-    up to `vocab_size` tokens from a small corpus (fewer in practice); the
+    CPU). The tokenizer learns up to `vocab_size` tokens from a small corpus (fewer in practice); the
     model's vocabulary is the tokenizer's, or `model_vocab_size` if larger
     (as a real model's padded vocabulary, for benchmarks)."""
     import torch
