@@ -33,9 +33,9 @@ inline constexpr char kWorkAttr[] = "rbln.work";
 inline constexpr char kGroupedGemmAttr[] = "rbln.grouped_gemm";
 // On the linalg.generic the frontend emits for paged attention
 // (frontend/ops/paged_attention_ops.cc), a dictionary of its block_size,
-// scale, sliding_window (0: none) and soft_cap (0: none): the paged
-// attention rewrite (transforms/library/) replaces it with
-// kPagedAttentionSymbol calls.
+// scale, sliding_window (0: none), soft_cap (0: none) and sinks (bool:
+// whether the body reads per-head sink logits): the paged attention rewrite
+// (transforms/library/) replaces it with kPagedAttentionSymbol calls.
 inline constexpr char kPagedAttentionAttr[] = "rbln.paged_attention";
 // On the module: how many paged attention generics the frontend marked. The
 // rewrite checks that each of them reached it, and fails the compile if one

@@ -105,7 +105,8 @@ void Run(bool bf16, int64_t batch, int64_t q_len, int64_t context, int reps) {
   }
   auto call = [&](AttentionIsa isa) {
     rbln::compiler::RunPagedAttentionBlock(p, query.data(), cache.data(), table.data(),
-                                           positions.data(), out.data(), 0, 1, isa);
+                                           positions.data(), /*sinks=*/nullptr, out.data(),
+                                           0, 1, isa);
   };
   std::vector<std::vector<double>> cpu(isas.size()), wall(isas.size());
   for (AttentionIsa isa : isas) call(isa);  // warm-up

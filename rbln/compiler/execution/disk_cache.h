@@ -26,7 +26,7 @@ namespace rbln::compiler {
 
 // Bump when code generation changes in a way that makes old objects (or
 // what their manifests record, e.g. uses_onednn) wrong.
-inline constexpr char kCompilerVersion[] = "rbln-compiler-12";
+inline constexpr char kCompilerVersion[] = "rbln-compiler-13";
 
 // What a manifest records as its compiler: kCompilerVersion, then "+" and
 // the GNU build ID of the binary this compiler is linked into, so that an

@@ -379,8 +379,8 @@ struct ItemScratch {
 
 template <typename Ops>
 void RunItem(const PagedAttentionProblem& p, const char* query, const char* cache,
-             const void* block_table, const void* positions, char* out, int64_t item,
-             ItemScratch& s) {
+             const void* block_table, const void* positions, const float* sinks, char* out,
+             int64_t item, ItemScratch& s) {
   const int64_t b = item / p.num_kv_heads, kv_head = item % p.num_kv_heads;
   const int64_t group = p.num_heads / p.num_kv_heads, d = p.head_size;
   const int64_t rows = p.q_len * group, context = p.table_width * p.block_size;
@@ -409,6 +409,12 @@ void RunItem(const PagedAttentionProblem& p, const char* query, const char* cach
             &s.q[r * d]);
       s.first[r] = first;
       s.limit[r] = limit;
+      if (sinks != nullptr) {
+        // The sink as the softmax's first key, with a zero value: the
+        // denominator gains exp(sink), the accumulator nothing.
+        s.max[r] = sinks[head];
+        s.sum[r] = 1.0f;
+      }
     }
     if (first < limit) {
       lo = std::min(lo, first);
@@ -469,13 +475,13 @@ void RunItem(const PagedAttentionProblem& p, const char* query, const char* cach
 
 template <typename Ops>
 void RunItems(const PagedAttentionProblem& p, const void* query, const void* cache,
-              const void* block_table, const void* positions, void* out, int64_t block,
-              int64_t blocks) {
+              const void* block_table, const void* positions, const float* sinks, void* out,
+              int64_t block, int64_t blocks) {
   const int64_t items = p.batch * p.num_kv_heads;
   ItemScratch scratch;
   for (int64_t item = block * items / blocks; item < (block + 1) * items / blocks; ++item) {
     RunItem<Ops>(p, static_cast<const char*>(query), static_cast<const char*>(cache),
-                 block_table, positions, static_cast<char*>(out), item, scratch);
+                 block_table, positions, sinks, static_cast<char*>(out), item, scratch);
   }
 }
 
@@ -494,18 +500,18 @@ AttentionIsa BestAttentionIsa() {
 
 void RunPagedAttentionBlock(const PagedAttentionProblem& p, const void* query,
                             const void* cache, const void* block_table,
-                            const void* positions, void* out, int64_t block, int64_t blocks,
-                            AttentionIsa isa) {
+                            const void* positions, const float* sinks, void* out,
+                            int64_t block, int64_t blocks, AttentionIsa isa) {
   if (p.batch <= 0 || p.q_len <= 0 || p.num_kv_heads <= 0 || p.head_size <= 0 ||
       p.block_size <= 0 || blocks <= 0 || p.num_heads % p.num_kv_heads != 0) {
     return;
   }
   if (isa == AttentionIsa::kAvx512) {
-    RunItems<Avx512Ops>(p, query, cache, block_table, positions, out, block, blocks);
+    RunItems<Avx512Ops>(p, query, cache, block_table, positions, sinks, out, block, blocks);
   } else if (isa == AttentionIsa::kAvx2) {
-    RunItems<Avx2Ops>(p, query, cache, block_table, positions, out, block, blocks);
+    RunItems<Avx2Ops>(p, query, cache, block_table, positions, sinks, out, block, blocks);
   } else {
-    RunItems<PortableOps>(p, query, cache, block_table, positions, out, block, blocks);
+    RunItems<PortableOps>(p, query, cache, block_table, positions, sinks, out, block, blocks);
   }
 }
 
@@ -517,8 +523,8 @@ extern "C" void rbln_paged_attention(
     int64_t cache_slots, int64_t table_width, int64_t block_size, int64_t sliding_window,
     int64_t scale_bits, int64_t soft_cap_bits, int64_t query_stride_token,
     int64_t query_stride_head, int64_t out_stride_token, int64_t out_stride_head, int64_t query,
-    int64_t cache, int64_t block_table, int64_t positions, int64_t out, int64_t block,
-    int64_t blocks) {
+    int64_t cache, int64_t block_table, int64_t positions, int64_t sinks, int64_t out,
+    int64_t block, int64_t blocks) {
   rbln::compiler::PagedAttentionProblem p;
   p.query_type = static_cast<rbln::compiler::GemmOperandType>(query_type);
   p.cache_type = static_cast<rbln::compiler::GemmOperandType>(cache_type);
@@ -551,5 +557,5 @@ extern "C" void rbln_paged_attention(
   rbln::compiler::RunPagedAttentionBlock(
       p, reinterpret_cast<const void*>(query), reinterpret_cast<const void*>(cache),
       reinterpret_cast<const void*>(block_table), reinterpret_cast<const void*>(positions),
-      reinterpret_cast<void*>(out), block, blocks);
+      reinterpret_cast<const float*>(sinks), reinterpret_cast<void*>(out), block, blocks);
 }

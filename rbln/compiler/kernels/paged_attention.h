@@ -12,7 +12,9 @@
 // 0 without (p + 1 clamped to the table's width; no key gives zeros). Query
 // head h reads kv head h / (num_heads / num_kv_heads) (GQA). A score s is
 // q.k * scale, soft-capped to soft_cap * tanh(s / soft_cap) with a cap
-// (Gemma 2).
+// (Gemma 2). With attention sinks (gpt-oss: one f32 logit per query head)
+// the softmax's denominator also sums exp(sink): the sink is a key whose
+// value is zero, so a row's weights sum to less than one.
 //
 // A work item is one request x kv head: its q_len x group query rows share
 // every key and value load. Each cache block of the item's key range is
@@ -61,9 +63,11 @@ AttentionIsa BestAttentionIsa();
 // Runs work items [block * items / blocks, (block + 1) * items / blocks)
 // of the batch * num_kv_heads items (what rbln_paged_attention does) with
 // `isa`, which must not exceed BestAttentionIsa() (tests pass another).
+// `sinks`: num_heads f32 logits, or null (none).
 void RunPagedAttentionBlock(const PagedAttentionProblem& p, const void* query,
                             const void* cache, const void* block_table,
-                            const void* positions, void* out, int64_t block, int64_t blocks,
+                            const void* positions, const float* sinks, void* out,
+                            int64_t block, int64_t blocks,
                             AttentionIsa isa = BestAttentionIsa());
 
 }  // namespace rbln::compiler
@@ -71,14 +75,14 @@ void RunPagedAttentionBlock(const PagedAttentionProblem& p, const void* query,
 // The entry point compiled kernels call; all arguments are i64 (pointers
 // as addresses, the scale and soft cap as their f32 bits): the problem in
 // PagedAttentionProblem's order, then the query, cache, block table,
-// positions and output, then the block and block count.
+// positions, sinks (0: none) and output, then the block and block count.
 extern "C" void rbln_paged_attention(
     int64_t query_type, int64_t cache_type, int64_t block_table_i64, int64_t positions_i64,
     int64_t batch, int64_t q_len, int64_t num_heads, int64_t num_kv_heads, int64_t head_size,
     int64_t cache_slots, int64_t table_width, int64_t block_size, int64_t sliding_window,
     int64_t scale_bits, int64_t soft_cap_bits, int64_t query_stride_token,
     int64_t query_stride_head, int64_t out_stride_token, int64_t out_stride_head, int64_t query,
-    int64_t cache, int64_t block_table, int64_t positions, int64_t out, int64_t block,
-    int64_t blocks);
+    int64_t cache, int64_t block_table, int64_t positions, int64_t sinks, int64_t out,
+    int64_t block, int64_t blocks);
 
 #endif  // RBLN_COMPILER_KERNELS_PAGED_ATTENTION_H_

@@ -5,9 +5,9 @@
 // context), ragged lengths, decode (one query a request) and prefill
 // (several, causal), GQA groups, a sliding window, f32 and bf16 operands
 // (f16 output rounding too), strided queries, a sharp softmax, soft-capped
-// scores, the portable, AVX2+FMA and AVX-512 paths (each one the CPU has;
-// the others skipped), and the items cut into one block or several (same
-// result).
+// scores, attention sinks (one that dominates, one of -inf), the
+// portable, AVX2+FMA and AVX-512 paths (each one the CPU has; the others
+// skipped), and the items cut into one block or several (same result).
 #include "rbln/compiler/kernels/paged_attention.h"
 
 #include <algorithm>
@@ -36,13 +36,19 @@ struct Case {
   int64_t query_stride_token = 0;  // 0: contiguous
   double sharpness = 1.0;  // the scale: sharpness / sqrt(head_size)
   double soft_cap = 0.0;   // 0: none
+  bool sinks = false;      // gpt-oss's per-head sink logits (kSinks)
 };
+
+// Sink logits by head: ordinary ones, one that outweighs every key (the
+// output nearly zero), one of -inf (no sink) and zero.
+constexpr double kSinks[] = {1.5, -0.5, 25.0, -INFINITY, 0.0, 3.0, -2.0, 0.7};
 
 struct Data {
   std::vector<float> q, cache;  // values (bf16-exact when bf16)
   std::vector<char> q_raw, cache_raw;
   std::vector<int64_t> table, positions;
   std::vector<int32_t> table32;
+  std::vector<float> sinks;  // empty: none
 };
 
 Data Make(const Case& c, std::mt19937& rng) {
@@ -69,6 +75,9 @@ Data Make(const Case& c, std::mt19937& rng) {
     for (int64_t qi = 0; qi < c.q_len; ++qi) d.positions.push_back(end - (c.q_len - 1 - qi));
   }
   d.table32.assign(d.table.begin(), d.table.end());
+  if (c.sinks) {
+    for (int64_t h = 0; h < c.num_heads; ++h) d.sinks.push_back(kSinks[h % 8]);
+  }
   return d;
 }
 
@@ -99,8 +108,9 @@ std::vector<double> Reference(const Case& c, const Data& d) {
         scores.push_back(s);
         key_slots.push_back(slot);
       }
-      const double mx = *std::max_element(scores.begin(), scores.end());
-      double sum = 0;
+      const double sink = d.sinks.empty() ? -INFINITY : double(d.sinks[h]);
+      const double mx = std::max(sink, *std::max_element(scores.begin(), scores.end()));
+      double sum = std::exp(sink - mx);  // a key of value zero
       for (double& s : scores) sum += (s = std::exp(s - mx));
       for (size_t j = 0; j < scores.size(); ++j) {
         const int64_t v = ((c.num_kv_heads + kv) * slots + key_slots[j]) * dim;
@@ -151,7 +161,8 @@ std::vector<float> RunKernel(const Case& c, const Data& d, int64_t blocks, Atten
                                   : static_cast<const void*>(d.table32.data());
   for (int64_t block = 0; block < blocks; ++block) {
     RunPagedAttentionBlock(p, d.q_raw.data(), d.cache_raw.data(), table, d.positions.data(),
-                           out.data(), block, blocks, isa);
+                           d.sinks.empty() ? nullptr : d.sinks.data(), out.data(), block,
+                           blocks, isa);
   }
   std::vector<float> values(n);
   for (int64_t i = 0; i < n; ++i) {
@@ -246,6 +257,18 @@ std::vector<Case> Cases() {
   capped.bf16 = true;
   capped.sliding_window = 12;
   cases.push_back(capped);
+  // gpt-oss's attention sinks: a window and GQA (its local layers), bf16;
+  // and f32 prefill with 8 heads (every kSinks value).
+  Case sinks = window;
+  sinks.name = "sinks_bf16_window_gqa4";
+  sinks.bf16 = true;
+  sinks.sinks = true;
+  cases.push_back(sinks);
+  Case sinks_f32 = prefill;
+  sinks_f32.name = "sinks_f32_prefill";
+  sinks_f32.num_heads = 8;
+  sinks_f32.sinks = true;
+  cases.push_back(sinks_f32);
   return cases;
 }
 
@@ -302,9 +325,15 @@ TEST_P(PagedAttentionEdgeTest, ClampsAndSkips) {
   const PagedAttentionProblem p = ProblemOf(c);
   std::vector<float> out(c.batch * c.num_heads * c.head_size, 7.0f);
   RunPagedAttentionBlock(p, d.q_raw.data(), d.cache_raw.data(), d.table.data(),
-                         d.positions.data(), out.data(), 0, 1, GetParam());
+                         d.positions.data(), nullptr, out.data(), 0, 1, GetParam());
   const int64_t row = c.num_heads * c.head_size;
   for (int64_t i = 0; i < row; ++i) ASSERT_EQ(out[i], 0.0f) << i;  // no key
+  // With sinks too: a sink is a key of value zero.
+  std::vector<float> sunk(out.size(), 7.0f);
+  const std::vector<float> sinks(kSinks, kSinks + c.num_heads);
+  RunPagedAttentionBlock(p, d.q_raw.data(), d.cache_raw.data(), d.table.data(),
+                         d.positions.data(), sinks.data(), sunk.data(), 0, 1, GetParam());
+  for (int64_t i = 0; i < row; ++i) ASSERT_EQ(sunk[i], 0.0f) << i;
   // Request 1 sees its whole table: the reference at position width - 1.
   Data clamped = d;
   clamped.positions = {0, c.table_width * c.block_size - 1, 0};
@@ -334,8 +363,8 @@ TEST_P(PagedAttentionEdgeTest, HalfOutputRounding) {
   std::copy(value.begin(), value.end(), cache.begin() + 2 * 4);
   const int64_t table = 0, position = 0;
   std::vector<uint16_t> out(4, 0xffff);
-  RunPagedAttentionBlock(p, q.data(), cache.data(), &table, &position, out.data(), 0, 1,
-                         GetParam());
+  RunPagedAttentionBlock(p, q.data(), cache.data(), &table, &position, nullptr, out.data(), 0,
+                         1, GetParam());
   EXPECT_EQ(out, value);
 }
 

@@ -58,12 +58,14 @@ struct PagedAttentionShape {
   int64_t block_size = 16, num_blocks = 12, table_width = 4;
   int64_t sliding_window = 0;           // 0: no attribute
   double soft_cap = 0.0;                // 0: no attribute (negative: invalid)
+  int64_t sinks = 0;                    // > 0: a sinks input [sinks] of sinks_dtype
+  ir::DType sinks_dtype = ir::FLOAT32;
   bool negated = false;                 // out = -paged_attention(...), as a consumer
 };
 
 // out [T, Hq, D] = paged_attention(query [T, Hq, D], cache [2, Hkv, S, D],
-// block_table [B, NB], positions [T]), T = batch * q_len, S = num_blocks *
-// block_size, scale 1/sqrt(D).
+// block_table [B, NB], positions [T] [, sinks [Hq]]), T = batch * q_len, S =
+// num_blocks * block_size, scale 1/sqrt(D).
 inline ir::Graph PagedAttentionGraph(const PagedAttentionShape& s) {
   ir::Graph graph;
   graph.set_name("paged_attention");
@@ -75,6 +77,10 @@ inline ir::Graph PagedAttentionGraph(const PagedAttentionShape& s) {
   AddNode(graph, "paged_attention", {"query", "cache", "block_table", "positions"},
           s.negated ? "attention" : "out", Type(s.dtype, {tokens, s.heads, s.dim}));
   ir::Node* n = graph.mutable_nodes(graph.nodes_size() - 1);
+  if (s.sinks > 0) {
+    AddInput(graph, "sinks", Type(s.sinks_dtype, {s.sinks}));
+    n->add_inputs("sinks");
+  }
   (*n->mutable_attrs())["block_size"].set_i(s.block_size);
   (*n->mutable_attrs())["scale"].set_f(1.0 / std::sqrt(static_cast<double>(s.dim)));
   if (s.sliding_window > 0) (*n->mutable_attrs())["sliding_window"].set_i(s.sliding_window);

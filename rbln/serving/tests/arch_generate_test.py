@@ -9,7 +9,9 @@ Phi-3 (fused projections), Gemma 3 (local and global layers), Gemma 2
 (soft-capped attention scores); mixture of experts (vllm_rbln/moe.py:
 experts, routing and the shared expert inside the step, no
 `vllm.moe_forward` custom op): Qwen3-MoE, Qwen2-MoE, GLM-4.5 (grouped top-k
-routing), ERNIE-4.5 (top-k with a correction bias), Mixtral.
+routing), ERNIE-4.5 (top-k with a correction bias), Mixtral, gpt-oss
+(attention sinks, local/global layers, biased experts with a clamped
+SwiGLU).
 The model is written in this process first (parallel CPU ops: OpenMP
 threads up) before vLLM starts its engine process, which vllm-rbln spawns.
 Runs in the serving venv (serving_venv.py)."""

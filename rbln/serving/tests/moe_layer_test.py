@@ -1,8 +1,8 @@
 """vllm_rbln/moe.py's routing and experts alone against a dense per-token
 reference, eager on the host and compiled for rbln: softmax/sigmoid top-k
 with and without renormalizing, with a correction bias and scaling, SiLU
-and GELU experts, an expert no token
-routes to, and top-1 weighting of the input. Runs in the serving venv
+and GELU experts, gpt-oss's experts (biases, clamped interleaved SwiGLU),
+an expert no token routes to, and top-1 weighting of the input. Runs in the serving venv
 (serving_venv.py); no vLLM engine."""
 # spec: J2
 
@@ -65,6 +65,32 @@ def test_experts_and_routing_match_a_dense_reference():
         compiled = torch.compile(moe.grouped_experts, backend="rbln", dynamic=False)
         torch.testing.assert_close(compiled(*on_device, activation).cpu(), want,
                                    atol=1e-5, rtol=1e-5)
+    # gpt-oss: expert biases and the SwiGLU of interleaved gate/up rows,
+    # clamped at 7 (inputs large enough that some values pass the limit).
+    b13 = torch.randn(experts, 2 * inter) * 2
+    b2 = torch.randn(experts, hidden)
+    xs = x * 8
+
+    def swiglu_oai(h):
+        gate, up = h[::2].clamp(max=7.0), h[1::2].clamp(-7.0, 7.0)
+        return (up + 1) * gate * torch.sigmoid(1.702 * gate)
+
+    want = torch.zeros(tokens, hidden)
+    clamped = 0
+    for t in range(tokens):
+        for j in range(top_k):
+            e = int(ids[t, j])
+            h = w13[e] @ xs[t] + b13[e]
+            clamped += int((h.abs() > 7.0).sum())
+            want[t] += weights[t, j] * (w2[e] @ swiglu_oai(h) + b2[e])
+    assert clamped > 0
+    biased = dict(w13_bias=b13, w2_bias=b2)
+    got = moe.grouped_experts(xs, w13, w2, weights, ids, MoEActivation.SWIGLUOAI, **biased)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)
+    compiled = torch.compile(moe.grouped_experts, backend="rbln", dynamic=False)
+    got = compiled(xs.to("rbln"), *on_device[1:], MoEActivation.SWIGLUOAI,
+                   **{k: v.to("rbln") for k, v in biased.items()})
+    torch.testing.assert_close(got.cpu(), want, atol=1e-4, rtol=1e-5)
     # Top-1 routing weighted before the experts (apply_router_weight_on_input).
     weights1, ids1 = moe.route(logits, 1, False)
     def expert(e, v):

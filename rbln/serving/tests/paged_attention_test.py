@@ -3,9 +3,9 @@
 by slot mapping and the paged read by block table are ops of the program (no
 CPU fallback, no host op; the read is rbln::paged_attention, the compiler's
 kernel over the cache in place), for decode grids, a prefill after cached
-prefix blocks, grouped-query heads, a sliding window and soft-capped scores
-(Gemma 2), in float32, float16 and bfloat16; off rbln the op is its ATen
-decomposition."""
+prefix blocks, grouped-query heads, a sliding window, soft-capped scores
+(Gemma 2) and attention sinks (gpt-oss), in float32, float16 and bfloat16;
+off rbln the op is its ATen decomposition."""
 # spec: J1, J2, I6
 
 import os
@@ -29,9 +29,14 @@ def _fresh_dynamo():
     yield
 
 
-def _step(q, k, v, cache, slots, table, positions, window, soft_cap):
+def _step(q, k, v, cache, slots, table, positions, window, soft_cap, sinks=None):
     pa.write_kv(cache, slots, k, v)
-    return pa.attend(q, cache, table, positions, BLOCK, 0.25, window, soft_cap)
+    return pa.attend(q, cache, table, positions, BLOCK, 0.25, window, soft_cap, sinks)
+
+
+# One sink logit per query head: ordinary ones, one that outweighs every
+# key (the output ~0) and -inf (none).
+SINKS = torch.tensor([0.5, -1.0, 6.0, float("-inf")])
 
 
 def _case(batch, q_len, starts, tables, dtype, seed=0):
@@ -61,19 +66,21 @@ CASES = {
     # One request: 6 new tokens after 5 cached ones (prefix blocks 1, 2).
     "prefill_after_prefix": (1, 6, [5], [[1, 2, 8]]),
 }
-# (sliding window, soft cap): scores have a standard deviation of ~1, so a
-# cap of 1 changes every one of them.
-VARIANTS = [(None, None), (3, None), (3, 1.0)]
+# (sliding window, soft cap, sinks): scores have a standard deviation of
+# ~1, so a cap of 1 changes every one of them.
+VARIANTS = [(None, None, False), (3, None, False), (3, 1.0, False), (None, None, True),
+            (3, None, True)]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("window,soft_cap", VARIANTS)
+@pytest.mark.parametrize("window,soft_cap,with_sinks", VARIANTS)
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_compiled_step_matches_the_loops(case, window, soft_cap, dtype):
+def test_compiled_step_matches_the_loops(case, window, soft_cap, with_sinks, dtype):
     q, k, v, cache, slots, table, positions = _case(*CASES[case], dtype)
+    sinks = SINKS.to(dtype) if with_sinks else None
     want_cache = cache.clone()
     want = pa.reference(q, k, v, want_cache, slots, table, positions, BLOCK, 0.25, window,
-                        soft_cap)
+                        soft_cap, sinks)
 
     dev_cache = cache.to("rbln")
     ptr = dev_cache.data_ptr()
@@ -81,7 +88,8 @@ def test_compiled_step_matches_the_loops(case, window, soft_cap, dtype):
     before = torch.rbln.counters()
     with torch.no_grad():
         got = step(*[t.to("rbln") for t in (q, k, v)], dev_cache,
-                   *[t.to("rbln") for t in (slots, table, positions)], window, soft_cap)
+                   *[t.to("rbln") for t in (slots, table, positions)], window, soft_cap,
+                   None if sinks is None else sinks.to("rbln"))
     after = torch.rbln.counters()
     for name in ("graph/cpu_fallback", "graph/host_ops", "dispatch/cpu_fallback"):
         assert after.get(name, 0) == before.get(name, 0), name
@@ -93,18 +101,19 @@ def test_compiled_step_matches_the_loops(case, window, soft_cap, dtype):
     assert torch.equal(dev_cache.cpu(), want_cache)
 
 
-@pytest.mark.parametrize("window,soft_cap", VARIANTS)
+@pytest.mark.parametrize("window,soft_cap,with_sinks", VARIANTS)
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_cpu_op_and_decomposition_match_the_loops(case, window, soft_cap):
+def test_cpu_op_and_decomposition_match_the_loops(case, window, soft_cap, with_sinks):
     # Off rbln the op is the ATen decomposition (gather, mask from the
-    # positions, SDPA or, with a cap, the scores' softmax).
+    # positions, SDPA or, with a cap or sinks, the scores' softmax).
     q, k, v, cache, slots, table, positions = _case(*CASES[case], torch.float32)
+    sinks = SINKS if with_sinks else None
     want_cache = cache.clone()
     want = pa.reference(q, k, v, want_cache, slots, table, positions, BLOCK, 0.25, window,
-                        soft_cap)
+                        soft_cap, sinks)
     got = [torch.ops.rbln.paged_attention(q, want_cache, table, positions, BLOCK, 0.25, window,
-                                          soft_cap),
-           pa.attend(q, want_cache, table, positions, BLOCK, 0.25, window, soft_cap)]
+                                          soft_cap, sinks),
+           pa.attend(q, want_cache, table, positions, BLOCK, 0.25, window, soft_cap, sinks)]
     for out in got:
         torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
 

@@ -2,7 +2,8 @@
 // rbln::paged_attention, what vllm_rbln/paged_attention.py calls on rbln).
 //
 //   paged_attention(query[T, Hq, D], cache[2, Hkv, S, D],
-//                   block_table[B, NB] int32/int64, positions[T] int32/int64)
+//                   block_table[B, NB] int32/int64, positions[T] int32/int64
+//                   [, sinks[Hq] float])
 //       -> out[T, Hq, D] (query's dtype)
 //   attrs "block_size" (int, divides S), "scale" (float), "sliding_window"
 //   (int, absent: none), "soft_cap" (float, absent: none).
@@ -12,11 +13,13 @@
 // is slot block_table[b, j / block_size] * block_size + j % block_size of
 // the cache (keys cache[0], values cache[1]); query head h reads kv head
 // h / (Hq / Hkv). A score is q.k * scale, soft-capped to cap * tanh(score
-// / cap) with a cap. A query with no key gives zeros. Half inputs compute in
-// f32 (scores, softmax, sums), rounded once.
+// / cap) with a cap. With sinks (gpt-oss), head h's softmax denominator also
+// sums exp(sinks[h]): a key whose value is zero. A query with no key gives
+// zeros. Half inputs compute in f32 (scores, softmax, sums), rounded once.
 //
 // The op is one linalg.generic over the output marked
-// kPagedAttentionAttr (with block_size, scale, the window and the cap),
+// kPagedAttentionAttr (with block_size, scale, the window, the cap and
+// whether it has sinks),
 // whose body computes one output element with an online softmax over the
 // element's keys, reading the other operands in place (tensor.extract of
 // the values it captures). Before it, a generic checks every block id
@@ -59,6 +62,7 @@ using ::mlir::utils::IteratorType;
 struct Problem {
   ir::DType query_dtype, cache_dtype;
   Value query, cache, block_table, positions;
+  Value sinks;  // [Hq] f32, or null
   int64_t tokens = 0, heads = 0, kv_heads = 0, dim = 0, slots = 0;
   int64_t batch = 0, table_width = 0, block_size = 0, window = 0;
   double scale = 1.0, soft_cap = 0.0;
@@ -99,8 +103,13 @@ Value Element(GraphImporter& im, const Problem& p, OpBuilder& b, Location l) {
   Value neg_inf = nn::F32Const(b, l, -std::numeric_limits<double>::infinity());
   Value scale = nn::F32Const(b, l, p.scale);
   Value block_size = Index(b, l, p.block_size);
+  // A sink starts the online softmax as a key of value zero: max = sink,
+  // sum = exp(sink - sink) = 1, nothing accumulated.
+  Value init_max = p.sinks ? b.create<mlir::tensor::ExtractOp>(l, p.sinks, ValueRange{h})
+                           : neg_inf;
+  Value init_sum = p.sinks ? nn::F32Const(b, l, 1.0) : f32_zero;
   auto keys = b.create<mlir::scf::ForOp>(
-      l, first, limit, Index(b, l, 1), ValueRange{neg_inf, f32_zero, f32_zero},
+      l, first, limit, Index(b, l, 1), ValueRange{init_max, init_sum, f32_zero},
       [&](OpBuilder& kb, Location kl, Value j, ValueRange it) {
         Value block = IndexAt(kb, kl, p.block_table,
                               ValueRange{request, kb.create<arith::DivUIOp>(kl, j, block_size)});
@@ -151,7 +160,8 @@ absl::Status Invalid(const std::string& what) {
 }
 
 absl::Status ConvertPagedAttention(GraphImporter& im, const ir::Node& node) {
-  if (absl::Status s = CheckArity(node, 4, 1); !s.ok()) return s;
+  const bool has_sinks = node.inputs_size() == 5;
+  if (absl::Status s = CheckArity(node, has_sinks ? 5 : 4, 1); !s.ok()) return s;
   const ir::TensorType& tq = im.TypeOf(node.inputs(0));
   const ir::TensorType& tc = im.TypeOf(node.inputs(1));
   const ir::TensorType& tt = im.TypeOf(node.inputs(2));
@@ -206,6 +216,20 @@ absl::Status ConvertPagedAttention(GraphImporter& im, const ir::Node& node) {
   if (HasAttr(node, "soft_cap") && !(p.soft_cap > 0.0)) {
     return Invalid(absl::StrFormat("soft_cap must be positive, got %g", p.soft_cap));
   }
+  if (has_sinks) {
+    const ir::TensorType& ts = im.TypeOf(node.inputs(4));
+    if (!is_float(ts.dtype()) || ShapeOf(ts) != Shape{p.heads}) {
+      return Invalid(absl::StrFormat(
+          "sinks must be [%d] (one per query head) float32, bfloat16 or float16", p.heads));
+    }
+    // In f32 for both the lowering and the kernel (which reads f32 logits).
+    const ir::DType sinks_dtype = ts.dtype();
+    p.sinks = nn::Parallel(im, {im.ValueOf(node.inputs(4))}, {nn::IdentityMap(im, 1)},
+                           {p.heads}, im.StorageType(ir::FLOAT32),
+                           [&](OpBuilder& b, Location l, ValueRange args) -> Value {
+                             return im.ToCompute(b, args[0], sinks_dtype);
+                           });
+  }
   if (absl::Status s = CheckOutputShape(node, 0, q); !s.ok()) return s;
   p.query = im.ValueOf(node.inputs(0));
   p.cache = im.ValueOf(node.inputs(1));
@@ -247,6 +271,7 @@ absl::Status ConvertPagedAttention(GraphImporter& im, const ir::Node& node) {
           b.getNamedAttr("scale", b.getF32FloatAttr(static_cast<float>(p.scale))),
           b.getNamedAttr("sliding_window", b.getI64IntegerAttr(p.window)),
           b.getNamedAttr("soft_cap", b.getF32FloatAttr(static_cast<float>(p.soft_cap))),
+          b.getNamedAttr("sinks", b.getBoolAttr(has_sinks)),
       }));
   // Counted on the module: the rewrite fails the compile if a marked op
   // does not reach it.

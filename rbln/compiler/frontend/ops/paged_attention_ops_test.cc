@@ -3,8 +3,9 @@
 // compiled with the full pipeline against a double-precision reference of
 // attention over each request's real context: block tables of shuffled
 // block ids wider than the context, ragged lengths, decode and prefill
-// (causal), GQA, a sliding window, a soft cap, f32, bf16 and f16, int32
-// and int64 indices; bad shapes raise with the op's name.
+// (causal), GQA, a sliding window, a soft cap, attention sinks (f32 and
+// bf16 logits), f32, bf16 and f16, int32 and int64 indices; bad shapes
+// raise with the op's name.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -47,7 +48,7 @@ std::pair<HostTensor, HostTensor> Indices(const PagedAttentionShape& s, uint32_t
 
 std::vector<double> Reference(const PagedAttentionShape& s, const HostTensor& q,
                               const HostTensor& cache, const HostTensor& table,
-                              const HostTensor& positions) {
+                              const HostTensor& positions, const HostTensor* sinks) {
   const int64_t group = s.heads / s.kv_heads, slots = s.num_blocks * s.block_size;
   std::vector<double> out(q.values.size(), 0.0);
   for (int64_t t = 0; t < s.batch * s.q_len; ++t) {
@@ -71,8 +72,10 @@ std::vector<double> Reference(const PagedAttentionShape& s, const HostTensor& q,
         w.push_back(score);
         key_slots.push_back(slot);
       }
-      const double mx = *std::max_element(w.begin(), w.end());
-      double sum = 0;
+      // A sink: a key of value zero in the softmax's denominator.
+      const double sink = sinks ? sinks->values[h] : -INFINITY;
+      const double mx = std::max(sink, *std::max_element(w.begin(), w.end()));
+      double sum = std::exp(sink - mx);
       for (double& x : w) sum += (x = std::exp(x - mx));
       for (size_t j = 0; j < w.size(); ++j) {
         for (int64_t e = 0; e < s.dim; ++e) {
@@ -104,6 +107,13 @@ TEST(PagedAttentionOpsTest, MatchesTheReference) {
   PagedAttentionShape capped = window;  // scores ~[-2, 2] squashed into (-1, 1)
   capped.soft_cap = 1.0;
   shapes.push_back(capped);
+  PagedAttentionShape sinks = window;  // gpt-oss: sinks on its windowed layers
+  sinks.sinks = sinks.heads;
+  shapes.push_back(sinks);
+  PagedAttentionShape bf16_sinks = prefill;
+  bf16_sinks.sinks = bf16_sinks.heads;
+  bf16_sinks.sinks_dtype = ir::BFLOAT16;
+  shapes.push_back(bf16_sinks);
   uint32_t seed = 1;
   for (const PagedAttentionShape& base : shapes) {
     for (ir::DType t : {ir::FLOAT32, ir::BFLOAT16, ir::FLOAT16}) {
@@ -113,13 +123,18 @@ TEST(PagedAttentionOpsTest, MatchesTheReference) {
       const HostTensor cache =
           Random(t, {2, s.kv_heads, s.num_blocks * s.block_size, s.dim}, seed++, -1, 1);
       const auto [table, positions] = Indices(s, seed++);
-      const HostTensor got = RunOne(PagedAttentionGraph(s), {q, cache, table, positions});
-      const std::vector<double> want = Reference(s, q, cache, table, positions);
+      // Sinks around the scores' range (~[-2, 2]): each changes its head.
+      const HostTensor sinks = Random(s.sinks_dtype, {s.heads}, seed++, -2, 3);
+      std::vector<HostTensor> inputs = {q, cache, table, positions};
+      if (s.sinks > 0) inputs.push_back(sinks);
+      const HostTensor got = RunOne(PagedAttentionGraph(s), inputs);
+      const std::vector<double> want =
+          Reference(s, q, cache, table, positions, s.sinks > 0 ? &sinks : nullptr);
       // Outputs are averages of values in [-1, 1]: f32 sums, one rounding.
       std::vector<double> tol(want.size(), 2 * UnitRoundoff(t) + 1e-5);
       ExpectClose(got, want, tol,
                   absl::StrCat(DTypeText(t), " q_len ", s.q_len, " window ", s.sliding_window,
-                               " soft cap ", s.soft_cap));
+                               " soft cap ", s.soft_cap, " sinks ", s.sinks));
     }
   }
 }
@@ -141,6 +156,11 @@ TEST(PagedAttentionOpsTest, BadShapesRaise) {
   out = CompileAndRun(PagedAttentionGraph(s), {});
   ASSERT_FALSE(out.ok());
   EXPECT_THAT(out.status().message(), HasSubstr("soft_cap must be positive, got -1"));
+  s = PagedAttentionShape();
+  s.sinks = s.heads + 1;  // not one per query head
+  out = CompileAndRun(PagedAttentionGraph(s), {});
+  ASSERT_FALSE(out.ok());
+  EXPECT_THAT(out.status().message(), HasSubstr("sinks must be [4] (one per query head)"));
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // PagedAttentionRewrite (SPEC P5, issue 31): after bufferization, replaces
 // the linalg.generic the frontend emits for paged attention
 // (frontend/ops/paged_attention_ops.cc: marked kPagedAttentionAttr, one
-// output element per iteration, reading the query, cache, block table and
-// positions it captures) with calls of rbln_paged_attention
+// output element per iteration, reading the query, cache, block table,
+// positions and, with sinks, the sinks it captures) with calls of rbln_paged_attention
 // (kernels/paged_attention.h), which read the cache in place over each
 // request's real context. The calls are cut into blocks of work items
 // (request x kv head) by the problem's shape (AttentionBlocks), which the
@@ -93,6 +93,7 @@ int64_t AttentionBlocks(int64_t work, int64_t items) {
 // What one paged attention generic becomes.
 struct PagedAttention {
   Buffer query, cache, block_table, positions, out;
+  std::optional<Buffer> sinks;  // [Hq] f32 (gpt-oss), or none
   GemmOperandType query_type = GemmOperandType::kF32, cache_type = GemmOperandType::kF32;
   bool table_i64 = false, positions_i64 = false;
   int64_t tokens = 0, heads = 0, kv_heads = 0, dim = 0, slots = 0, batch = 0, width = 0;
@@ -117,25 +118,31 @@ std::optional<PagedAttention> PlanPagedAttention(mlir::linalg::GenericOp op, std
   auto scale = attrs.getAs<mlir::FloatAttr>("scale");
   auto window = attrs.getAs<mlir::IntegerAttr>("sliding_window");
   auto soft_cap = attrs.getAs<mlir::FloatAttr>("soft_cap");
-  if (!block_size || !scale || !window || !soft_cap) {
-    return fail("its marker lacks block_size, scale, sliding_window or soft_cap");
+  auto has_sinks = attrs.getAs<mlir::BoolAttr>("sinks");
+  if (!block_size || !scale || !window || !soft_cap || !has_sinks) {
+    return fail("its marker lacks block_size, scale, sliding_window, soft_cap or sinks");
   }
   // The buffers the body reads, told apart by rank: query 3, cache 4,
-  // block table 2, positions 1.
+  // block table 2, positions 1 (integers); sinks are rank 1 floats
+  // (by_rank[0] here).
   Value by_rank[5] = {};
   bool ambiguous = false;
   op.getRegion().walk([&](mlir::memref::LoadOp load) {
     Value m = load.getMemRef();
     if (op->isAncestor(m.getParentRegion()->getParentOp())) return;
-    const int64_t rank = m.getType().cast<mlir::MemRefType>().getRank();
-    if (rank < 1 || rank > 4 || (by_rank[rank] && by_rank[rank] != m)) {
+    auto type = m.getType().cast<mlir::MemRefType>();
+    int64_t rank = type.getRank();
+    if (rank == 1 && type.getElementType().isa<mlir::FloatType>()) rank = 0;
+    if (rank < 0 || rank > 4 || (by_rank[rank] && by_rank[rank] != m)) {
       ambiguous = true;
       return;
     }
     by_rank[rank] = m;
   });
-  if (ambiguous || !by_rank[1] || !by_rank[2] || !by_rank[3] || !by_rank[4]) {
-    return fail("its body does not read one query, cache, block table and positions buffer");
+  if (ambiguous || !by_rank[1] || !by_rank[2] || !by_rank[3] || !by_rank[4] ||
+      (by_rank[0] != nullptr) != has_sinks.getValue()) {
+    return fail("its body does not read one query, cache, block table and positions buffer "
+                "(and sinks when its marker says so)");
   }
   std::optional<Buffer> query = AsBuffer(by_rank[3], false);
   std::optional<Buffer> cache = AsBuffer(by_rank[4], true);
@@ -157,7 +164,16 @@ std::optional<PagedAttention> PlanPagedAttention(mlir::linalg::GenericOp op, std
       type(*out).getShape() != type(*query).getShape()) {
     return fail("its element types or output shape are not the call's");
   }
-  PagedAttention p{*query, *cache, *table, *positions, *out, *query_type, *cache_type};
+  PagedAttention p{*query, *cache, *table, *positions, *out};
+  p.query_type = *query_type;
+  p.cache_type = *cache_type;
+  if (by_rank[0]) {
+    p.sinks = AsBuffer(by_rank[0], true);
+    if (!p.sinks || !type(*p.sinks).getElementType().isF32() ||
+        type(*p.sinks).getDimSize(0) != type(*query).getDimSize(1)) {
+      return fail("its sinks are not a contiguous f32 buffer of one logit per query head");
+    }
+  }
   p.table_i64 = table_element.isInteger(64);
   p.positions_i64 = positions_element.isInteger(64);
   p.tokens = type(*query).getDimSize(0);
@@ -247,7 +263,7 @@ class PagedAttentionRewritePass
     }
     if (failed) return signalPassFailure();
     if (ops.empty()) return;
-    mlir::func::FuncOp callee = DeclareLibraryFunction(module, kPagedAttentionSymbol, 26);
+    mlir::func::FuncOp callee = DeclareLibraryFunction(module, kPagedAttentionSymbol, 27);
     if (!callee) {
       module.emitError() << "symbol " << kPagedAttentionSymbol << " exists with another type";
       return signalPassFailure();
@@ -273,7 +289,7 @@ class PagedAttentionRewritePass
           i64(p.query.strides[0]),
           i64(p.query.strides[1]), i64(p.out.strides[0]), i64(p.out.strides[1]),
           address(p.query), address(p.cache), address(p.block_table), address(p.positions),
-          address(p.out)};
+          p.sinks ? address(*p.sinks) : i64(0), address(p.out)};
       // At most the table's whole width per query row (scores and values).
       const int64_t work = 2 * p.tokens * p.heads * p.width * p.block_size * p.dim;
       EmitBlockedCalls(b, l, callee, std::move(args),

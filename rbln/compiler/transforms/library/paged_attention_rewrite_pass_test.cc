@@ -5,7 +5,8 @@
 // fusion must not merge it into -- and the program with the calls computes the
 // generic's own values (its element-wise online softmax, what runs when
 // the rewrite cannot take the op): decode and prefill, GQA, a sliding
-// window, a soft cap, f32 and bf16, int32 and int64 indices. A marked op
+// window, a soft cap, attention sinks, f32 and bf16, int32 and int64
+// indices. A marked op
 // the rewrite cannot take, or one that lost its marker before it, fails
 // the compile with an error saying so (P8: not a silent ~100x slower
 // lowering).
@@ -88,8 +89,12 @@ TEST(PagedAttentionRewritePassTest, CallsComputeTheGenericsValues) {
   prefill.sliding_window = 11;
   prefill.soft_cap = 0.5;  // scores ~[-1, 1] squashed
   prefill.index_dtype = ir::INT32;
+  PagedAttentionShape sinks = prefill;  // gpt-oss: sinks with a window, bf16
+  sinks.soft_cap = 0.0;
+  sinks.dtype = ir::BFLOAT16;
+  sinks.sinks = sinks.heads;
   uint32_t seed = 1;
-  for (const PagedAttentionShape& s : {decode, prefill}) {
+  for (const PagedAttentionShape& s : {decode, prefill, sinks}) {
     const ir::Graph graph = PagedAttentionGraph(s);
     const int64_t tokens = s.batch * s.q_len;
     // Block ids 1.., shuffled by a stride coprime with the cache's blocks.
@@ -101,11 +106,12 @@ TEST(PagedAttentionRewritePassTest, CallsComputeTheGenericsValues) {
       const int64_t end = s.q_len - 1 + (b * 23) % (s.table_width * s.block_size - s.q_len + 1);
       for (int64_t q = 0; q < s.q_len; ++q) positions.push_back(end - (s.q_len - 1 - q));
     }
-    const std::vector<HostTensor> inputs = {
+    std::vector<HostTensor> inputs = {
         Random(s.dtype, {tokens, s.heads, s.dim}, seed++, -1, 1),
         Random(s.dtype, {2, s.kv_heads, s.num_blocks * s.block_size, s.dim}, seed++, -1, 1),
         Tensor(s.index_dtype, {s.batch, s.table_width}, table),
         Tensor(s.index_dtype, {tokens}, positions)};
+    if (s.sinks > 0) inputs.push_back(Random(s.sinks_dtype, {s.sinks}, seed++, -2, 3));
     auto run = RunWithoutAndWithRewrite(
         graph, PagedAttentionStage(), inputs, [](mlir::ModuleOp module, bool rewritten) {
           EXPECT_EQ(Count(module).calls, rewritten ? 1 : 0);
@@ -158,8 +164,8 @@ TEST(PagedAttentionRewritePassTest, MarkedOpItCannotTakeFailsTheCompile) {
     op->setAttr(kPagedAttentionAttr, mlir::DictionaryAttr::get(op->getContext(), {}));
   });
   EXPECT_THAT(error, HasSubstr("paged attention cannot become rbln_paged_attention calls: its "
-                               "marker lacks block_size, scale, sliding_window or "
-                               "soft_cap"));
+                               "marker lacks block_size, scale, sliding_window, "
+                               "soft_cap or sinks"));
 }
 
 }  // namespace

@@ -76,9 +76,8 @@ class RblnAttentionImpl(AttentionImpl):
                  alibi_slopes, sliding_window, kv_cache_dtype: str, logits_soft_cap=None,
                  attn_type: str = AttentionType.DECODER, kv_sharing_target_layer_name=None,
                  sinks=None) -> None:
-        if alibi_slopes is not None or sinks is not None:
-            raise NotImplementedError(
-                "rbln attention: ALiBi and attention sinks are not supported")
+        if alibi_slopes is not None:
+            raise NotImplementedError("rbln attention: ALiBi is not supported")
         if attn_type != AttentionType.DECODER:
             raise NotImplementedError(
                 f"rbln attention: only decoder self-attention is supported, not {attn_type}")
@@ -93,6 +92,12 @@ class RblnAttentionImpl(AttentionImpl):
         self.sliding_window = sliding_window
         # Gemma 2's attention logit soft-capping (0 or None: none).
         self.soft_cap = float(logits_soft_cap) if logits_soft_cap else None
+        # gpt-oss's attention sinks: the model's parameter [num_heads], its
+        # loaded values read by every step.
+        if sinks is not None and sinks.shape != (num_heads,):
+            raise ValueError(f"rbln attention: sinks of shape {tuple(sinks.shape)}, expected "
+                             f"one per query head ({num_heads},)")
+        self.sinks = sinks
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
         self.block_size = None  # Set by the model runner with the cache.
 
@@ -108,7 +113,7 @@ class RblnAttentionImpl(AttentionImpl):
             paged_attention.write_kv(kv_cache, meta.slot_mapping, key, value)
         out = paged_attention.attend(
             query, kv_cache, meta.block_table, meta.positions, self.block_size, self.scale,
-            self.sliding_window, self.soft_cap)
+            self.sliding_window, self.soft_cap, self.sinks)
         output.copy_(out.view(output.shape))
         return output
 
@@ -147,6 +152,10 @@ class RblnAttentionBackend(AttentionBackend):
     @classmethod
     def supports_sliding_window(cls) -> bool:
         return True
+
+    @classmethod
+    def supports_sink(cls) -> bool:
+        return True  # gpt-oss's attention sinks (rbln::paged_attention's sinks)
 
 
 register_backend(AttentionBackendEnum.CUSTOM,

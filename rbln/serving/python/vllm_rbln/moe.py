@@ -7,9 +7,10 @@ unquantized MoE layer, and on rbln each becomes part of the compiled step:
   UnquantizedFusedMoEMethod): the token-expert pairs sorted by expert, one
   grouped GEMM per projection over the sorted rows (the compiler's grouped
   GEMM, one oneDNN GEMM per expert on its rows, offsets as program data so
-  one program serves every routing), the gated activation, the routing
-  weights, the pairs summed back per token. Static shapes: tokens x top_k
-  rows whatever the routing.
+  one program serves every routing), each row's expert biases where the
+  layer has them (gpt-oss), the gated activation (SiLU, GELU, or gpt-oss's
+  clamped SwiGLU), the routing weights, the pairs summed back per token.
+  Static shapes: tokens x top_k rows whatever the routing.
 - The routing (`route`): softmax or sigmoid over the router logits in
   float32, top-k (of the scores plus a correction bias where vLLM's
   FusedTopKBiasRouter has one: ERNIE-4.5, MiniMax-M2), optional
@@ -50,8 +51,22 @@ def _grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.T
     return torch._grouped_mm(a, b, offs=offs)
 
 
-def _gated(h: torch.Tensor, activation: MoEActivation) -> torch.Tensor:
-    """act(gate) * up of h = [gate | up] (w13 packs w1 over w3)."""
+# gpt-oss's SwiGLU constants where the layer sets none (vLLM's
+# SwigluOAIAndMul and its CPU kernel use the same).
+_SWIGLU_ALPHA, _SWIGLU_LIMIT = 1.702, 7.0
+
+
+def _gated(h: torch.Tensor, activation: MoEActivation, swiglu_alpha: float = None,
+           swiglu_limit: float = None) -> torch.Tensor:
+    """act(gate) * up of h = [gate | up] (w13 packs w1 over w3); gpt-oss's
+    (SWIGLUOAI): gate and up interleaved, clamped to `swiglu_limit`, (up + 1)
+    * gate * sigmoid(alpha * gate)."""
+    if activation == MoEActivation.SWIGLUOAI:
+        alpha = _SWIGLU_ALPHA if swiglu_alpha is None else swiglu_alpha
+        limit = _SWIGLU_LIMIT if swiglu_limit is None else swiglu_limit
+        gate = h[:, ::2].clamp(max=limit)
+        up = h[:, 1::2].clamp(min=-limit, max=limit)
+        return (up + 1) * (gate * torch.sigmoid(gate * alpha))
     d = h.shape[-1] // 2
     gate, up = h[:, :d], h[:, d:]
     if activation == MoEActivation.SILU:
@@ -62,16 +77,19 @@ def _gated(h: torch.Tensor, activation: MoEActivation) -> torch.Tensor:
         return F.gelu(gate, approximate="tanh") * up
     raise NotImplementedError(
         f"rbln: MoE activation {activation.value!r} is not supported on rbln "
-        "(supported: silu, gelu, gelu_tanh)")
+        "(supported: silu, gelu, gelu_tanh, swigluoai)")
 
 
 def grouped_experts(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
                     topk_weights: torch.Tensor, topk_ids: torch.Tensor,
                     activation: MoEActivation = MoEActivation.SILU,
-                    apply_router_weight_on_input: bool = False) -> torch.Tensor:
+                    apply_router_weight_on_input: bool = False, *,
+                    w13_bias: torch.Tensor = None, w2_bias: torch.Tensor = None,
+                    swiglu_alpha: float = None, swiglu_limit: float = None) -> torch.Tensor:
     """sum_j topk_weights[t, j] * expert_{topk_ids[t, j]}(x[t]) for every
-    token t, with expert e(x) = w2[e] @ act(w13[e] @ x). x [T, H], w13
-    [E, 2I, H], w2 [E, H, I], topk_* [T, k]."""
+    token t, with expert e(x) = w2[e] @ act(w13[e] @ x + w13_bias[e]) +
+    w2_bias[e] (biases optional). x [T, H], w13 [E, 2I, H], w2 [E, H, I],
+    biases [E, 2I] and [E, H], topk_* [T, k]."""
     tokens, hidden = x.shape
     top_k = topk_ids.shape[1]
     experts = w13.shape[0]
@@ -84,8 +102,15 @@ def grouped_experts(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
     counts = torch.histc(ids.int() if x.device.type != "cpu" else ids.float(),
                          bins=experts, min=0, max=experts - 1)
     offs = torch.cumsum(counts, 0, dtype=torch.int32)
+    # Each row's expert (padding ids clamped: their rows are not summed).
+    row_expert = ids.clamp(max=experts - 1)
     h = _grouped_mm(rows, w13.transpose(-2, -1), offs)
-    y = _grouped_mm(_gated(h, activation), w2.transpose(-2, -1), offs)
+    if w13_bias is not None:
+        h = h + w13_bias.index_select(0, row_expert).to(h.dtype)
+    y = _grouped_mm(_gated(h, activation, swiglu_alpha, swiglu_limit), w2.transpose(-2, -1),
+                    offs)
+    if w2_bias is not None:
+        y = y + w2_bias.index_select(0, row_expert).to(y.dtype)
     if not apply_router_weight_on_input:
         y = y * weights.to(y.dtype)
     inverse = torch.empty_like(perm)
@@ -110,7 +135,11 @@ class RblnUnquantizedFusedMoEMethod(UnquantizedFusedMoEMethod):
             # run them if their order is NO_OVERLAP).
             shared_experts(shared_experts_input, SharedExpertsOrder.MK_INTERNAL_OVERLAPPED)
         return grouped_experts(x, layer.w13_weight, layer.w2_weight, topk_weights, topk_ids,
-                               layer.activation, layer.apply_router_weight_on_input)
+                               layer.activation, layer.apply_router_weight_on_input,
+                               w13_bias=getattr(layer, "w13_bias", None),
+                               w2_bias=getattr(layer, "w2_bias", None),
+                               swiglu_alpha=getattr(layer, "swiglu_alpha", None),
+                               swiglu_limit=getattr(layer, "swiglu_limit", None))
 
     forward_native = forward_oot
 

@@ -20,7 +20,9 @@ queries attend to the first `position + 1` tokens of its own blocks:
      tokens);
   3. attend: the query of position p sees key positions 0..p (and, with a
      sliding window w, only the last w of them); with a soft cap c (Gemma
-     2) a score s becomes c * tanh(s / c) before the softmax.
+     2) a score s becomes c * tanh(s / c) before the softmax; with sinks
+     (gpt-oss) head h's softmax also counts exp(sinks[h]), a key whose
+     value is zero.
 Writing before reading makes prefill, chunked prefill, prefix blocks and
 decode one computation: the new tokens are in the cache when they are read.
 """
@@ -43,7 +45,8 @@ def write_kv(cache: torch.Tensor, slot_mapping: torch.Tensor, key: torch.Tensor,
 
 def attend(query: torch.Tensor, cache: torch.Tensor, block_table: torch.Tensor,
            positions: torch.Tensor, block_size: int, scale: float,
-           sliding_window: int = None, soft_cap: float = None) -> torch.Tensor:
+           sliding_window: int = None, soft_cap: float = None,
+           sinks: torch.Tensor = None) -> torch.Tensor:
     """Attention of `query` [B*Q, Hq, D] over the cached context of each
     request: `block_table` [B, NB] (block ids, int), `positions` [B*Q] (each
     query's position in its sequence). Returns [B*Q, Hq, D].
@@ -54,13 +57,13 @@ def attend(query: torch.Tensor, cache: torch.Tensor, block_table: torch.Tensor,
     (torch_rbln._paged_attention.decomposed)."""
     if query.device.type == "rbln":
         return torch.ops.rbln.paged_attention(query, cache, block_table, positions, block_size,
-                                              scale, sliding_window, soft_cap)
+                                              scale, sliding_window, soft_cap, sinks)
     return decomposed(query, cache, block_table, positions, block_size, scale,
-                      sliding_window, soft_cap)
+                      sliding_window, soft_cap, sinks)
 
 
 def reference(query, key, value, cache, slot_mapping, block_table, positions, block_size,
-              scale, sliding_window=None, soft_cap=None):
+              scale, sliding_window=None, soft_cap=None, sinks=None):
     """The same step with Python loops over requests and tokens (float32),
     for the tests: updates `cache` and returns the attention output."""
     write_kv(cache, slot_mapping, key, value)
@@ -80,5 +83,7 @@ def reference(query, key, value, cache, slot_mapping, block_table, positions, bl
             s = (k[:, h // group] @ query[t, h].float()) * scale
             if soft_cap:
                 s = soft_cap * torch.tanh(s / soft_cap)
-            out[t, h] = torch.softmax(s, 0) @ v[:, h // group]
+            # A sink: one more logit, of a key whose value is zero.
+            logits = s if sinks is None else torch.cat([s, sinks[h].float().view(1)])
+            out[t, h] = torch.softmax(logits, 0)[:len(s)] @ v[:, h // group]
     return out

@@ -76,10 +76,11 @@ class RblnPlatform(Platform):
     @classmethod
     def get_attn_backend_cls(cls, selected_backend, attn_selector_config, num_heads=None) -> str:
         c = attn_selector_config
-        if c.use_mla or c.use_sparse or c.attn_type != "decoder" or c.has_sink:
+        if c.use_mla or c.use_sparse or c.attn_type != "decoder":
             raise NotImplementedError(
                 f"rbln: attention {c} is not supported; the rbln backend runs decoder "
-                "self-attention (MHA/GQA, optionally with a sliding window)")
+                "self-attention (MHA/GQA, optionally with a sliding window, a soft cap or "
+                "attention sinks)")
         return "vllm_rbln.attention.RblnAttentionBackend"
 
     @classmethod

@@ -10,7 +10,7 @@ its block-table row (index_select of whole blocks), a [B, Q, L] visibility
 mask and SDPA over the padded context. Inside a program compiled for rbln
 the op stays one node (fx_to_ir gives it to the compiler as
 `paged_attention` with block_size, scale, sliding_window and soft_cap
-attributes).
+attributes, and sinks as a fifth input when given).
 
 Layout (vllm_rbln/paged_attention.py): the cache is [2, Hkv, num_blocks *
 block_size, D] (keys then values, head-major); query [B*Q, Hq, D] holds Q
@@ -18,7 +18,9 @@ tokens per request; positions [B*Q] each token's position in its sequence;
 the token of position p sees its request's keys 0..p (the last
 sliding_window of them with a window), query head h reads kv head
 h // (Hq // Hkv); a score q.k * scale is soft-capped to soft_cap *
-tanh(score / soft_cap) with a cap (Gemma 2).
+tanh(score / soft_cap) with a cap (Gemma 2); with `sinks` [Hq] (gpt-oss's
+attention sinks) head h's softmax also counts exp(sinks[h]) in its
+denominator -- a key whose value is zero.
 """
 
 import torch
@@ -38,7 +40,8 @@ def visible_mask(positions: torch.Tensor, batch: int, context: int,
 
 def decomposed(query: torch.Tensor, cache: torch.Tensor, block_table: torch.Tensor,
                positions: torch.Tensor, block_size: int, scale: float,
-               sliding_window: int = None, soft_cap: float = None) -> torch.Tensor:
+               sliding_window: int = None, soft_cap: float = None,
+               sinks: torch.Tensor = None) -> torch.Tensor:
     """The op with ATen ops (module docstring). Returns [B*Q, Hq, D]."""
     batch, num_table_blocks = block_table.shape
     tokens, num_heads, head_size = query.shape
@@ -62,13 +65,23 @@ def decomposed(query: torch.Tensor, cache: torch.Tensor, block_table: torch.Tens
     mask = visible.view(1, batch, q_len, 1, context).expand(
         1, batch, q_len, group, context).reshape(1, batch, q_len * group, context)
 
-    if soft_cap:
-        # SDPA has no soft cap: the scores in float32 (opmath), capped,
-        # masked and normalized as the model's eager attention does.
+    if soft_cap or sinks is not None:
+        # SDPA has neither a soft cap nor sinks: the scores in float32
+        # (opmath), capped, masked and normalized as the model's eager
+        # attention does.
         scores = (q.float() @ keys.float().transpose(-1, -2)) * scale
-        scores = torch.tanh(scores / soft_cap) * soft_cap
-        probs = scores.masked_fill(~mask, float("-inf")).softmax(-1).nan_to_num(0.0)
-        out = (probs @ values.float()).to(q.dtype)
+        if soft_cap:
+            scores = torch.tanh(scores / soft_cap) * soft_cap
+        scores = scores.masked_fill(~mask, float("-inf"))
+        if sinks is not None:
+            # The sink as one more key column of each row, dropped after the
+            # softmax (its value is zero); rows are (query, g) under kv head.
+            sink = sinks.float().view(num_kv_heads, 1, 1, group, 1).expand(
+                num_kv_heads, batch, q_len, group, 1).reshape(num_kv_heads, batch, -1, 1)
+            probs = torch.cat([scores, sink], -1).softmax(-1)[..., :-1]
+        else:
+            probs = scores.softmax(-1)
+        out = (probs.nan_to_num(0.0) @ values.float()).to(q.dtype)
     else:
         out = torch.nn.functional.scaled_dot_product_attention(
             q, keys.to(q.dtype), values.to(q.dtype), attn_mask=mask, scale=scale)
@@ -79,15 +92,15 @@ def decomposed(query: torch.Tensor, cache: torch.Tensor, block_table: torch.Tens
 @torch.library.custom_op("rbln::paged_attention", mutates_args=())
 def paged_attention(query: torch.Tensor, cache: torch.Tensor, block_table: torch.Tensor,
                     positions: torch.Tensor, block_size: int, scale: float,
-                    sliding_window: int | None = None,
-                    soft_cap: float | None = None) -> torch.Tensor:
+                    sliding_window: int | None = None, soft_cap: float | None = None,
+                    sinks: torch.Tensor | None = None) -> torch.Tensor:
     return decomposed(query, cache, block_table, positions, block_size, scale,
-                      sliding_window, soft_cap)
+                      sliding_window, soft_cap, sinks)
 
 
 @paged_attention.register_fake
 def _(query, cache, block_table, positions, block_size, scale, sliding_window=None,
-      soft_cap=None):
+      soft_cap=None, sinks=None):
     torch._check(query.dim() == 3 and cache.dim() == 4 and block_table.dim() == 2,
                  lambda: "rbln::paged_attention: expected query [T, Hq, D], cache "
                          "[2, Hkv, S, D] and block_table [B, NB]")

@@ -112,6 +112,16 @@ ARCHITECTURES = {
         intermediate_size=128, num_local_experts=8, num_experts_per_tok=2, rms_norm_eps=1e-6,
         rope_theta=10000.0, tie_word_embeddings=False,
     ),
+    # gpt-oss: attention sinks and expert biases (set at random below: a
+    # fresh model's are ~0 and 0), local (window 24) and global layers,
+    # q/k/v/o biases, YaRN RoPE (transformers' defaults), a clamped SwiGLU of
+    # interleaved gate/up rows, top-k routing softmaxed over the chosen.
+    "gpt_oss": dict(
+        _SMALL,
+        intermediate_size=64, head_dim=32, num_local_experts=8, num_experts_per_tok=2,
+        sliding_window=24, layer_types=["sliding_attention", "full_attention"],
+        rms_norm_eps=1e-5, tie_word_embeddings=False,
+    ),
 }
 
 # Weight init std where the default (0.1) gives a degenerate model: Gemma
@@ -133,6 +143,7 @@ _CLASSES = {
     "glm4_moe": ("Glm4MoeConfig", "Glm4MoeForCausalLM"),
     "ernie4_5_moe": ("Ernie4_5_MoeConfig", "Ernie4_5_MoeForCausalLM"),
     "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
+    "gpt_oss": ("GptOssConfig", "GptOssForCausalLM"),
 }
 
 
@@ -188,6 +199,15 @@ def write_model_dir(path: str, arch: str = "llama", *, seed: int = 0, vocab_size
                 # Large enough to change which experts the scores pick.
                 with torch.no_grad():
                     t.copy_(torch.randn(t.shape) * 0.2)
+            elif name.endswith(("experts.gate_up_proj_bias", "experts.down_proj_bias")):
+                # gpt-oss's expert biases (zeros in a fresh model).
+                with torch.no_grad():
+                    t.copy_(torch.randn(t.shape) * 0.1)
+            elif name.endswith(".sinks"):
+                # Sinks of the scores' size: each takes a share of its
+                # head's attention (the tokens change if one is ignored).
+                with torch.no_grad():
+                    t.copy_(torch.randn(t.shape))
     model.save_pretrained(path, safe_serialization=True)
     with open(os.path.join(path, "generation_config.json"), "w") as f:
         # Greedy by default, no sampling settings vLLM would pick up.
