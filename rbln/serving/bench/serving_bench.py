@@ -44,7 +44,11 @@ if __name__ == "__main__":
 # "llama-3.2-1b" has Llama-3.2-1B's configuration (the size users deploy;
 # llm_bench.py's); "qwen3-30b-a3b-2l" is Qwen3-30B-A3B's mixture of experts
 # at its real widths (128 experts of 768, 8 per token, vocabulary 151936)
-# with 2 of its 48 layers, which fits this project's 24 GiB machines.
+# with 2 of its 48 layers, which fits this project's 24 GiB machines;
+# "gpt-oss-20b-2l" is gpt-oss-20b's at its real widths (32 experts of 2880,
+# 4 per token, 64/8 heads of 64 with sinks, window 128 on every other layer,
+# vocabulary 201088) with 2 of its 24 layers, in bf16 (its released weights'
+# MXFP4 experts are a quantization neither server here runs).
 MODELS = {
     "small": dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=4,
                   num_attention_heads=8, num_key_value_heads=4, tie_word_embeddings=False,
@@ -63,6 +67,13 @@ MODELS = {
         num_attention_heads=32, num_key_value_heads=4, head_dim=128, rms_norm_eps=1e-6,
         rope_theta=1000000.0, tie_word_embeddings=False, model_vocab_size=151936,
         init_std=0.02),
+    "gpt-oss-20b-2l": dict(
+        arch="gpt_oss", hidden_size=2880, intermediate_size=2880, num_local_experts=32,
+        num_experts_per_tok=4, num_hidden_layers=2, num_attention_heads=64,
+        num_key_value_heads=8, head_dim=64, sliding_window=128,
+        layer_types=["sliding_attention", "full_attention"], rms_norm_eps=1e-5,
+        max_position_embeddings=131072, tie_word_embeddings=False, model_vocab_size=201088,
+        init_std=0.02, save_dtype="bfloat16"),
 }
 
 
@@ -70,8 +81,8 @@ def _parse():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--platforms", default="rbln,cpu", help="rbln, cpu or both (in that order)")
     p.add_argument("--model", default="small", choices=sorted(MODELS),
-                   help="small (4 layers, hidden 512), llama-3.2-1b (real size) or "
-                        "qwen3-30b-a3b-2l (an MoE at real width, 2 layers)")
+                   help="small (4 layers, hidden 512), llama-3.2-1b (real size), "
+                        "qwen3-30b-a3b-2l or gpt-oss-20b-2l (MoEs at real width, 2 layers)")
     p.add_argument("--concurrency", default="1,4,16", help="requests in flight")
     p.add_argument("--requests", type=int, default=32,
                    help="requests per round (at least the concurrency)")
@@ -175,8 +186,10 @@ def main():
             cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    experts = (f", {model['num_experts']} experts of {model['moe_intermediate_size']}, "
-               f"{model['num_experts_per_tok']} per token" if "num_experts" in model else "")
+    num_experts = model.get("num_experts", model.get("num_local_experts"))
+    experts = (f", {num_experts} experts of "
+               f"{model.get('moe_intermediate_size', model['intermediate_size'])}, "
+               f"{model['num_experts_per_tok']} per token" if num_experts else "")
     print(f"serving_bench: {args.model}: {arch} {model['num_hidden_layers']} layers, hidden "
           f"{model['hidden_size']}, {model['num_attention_heads']}/{model['num_key_value_heads']} "
           f"heads{experts}, vocab {vocab}, {args.dtype}; prompts {args.prompt_tokens} tokens, "

@@ -162,14 +162,16 @@ def _train_tokenizer(vocab_size: int):
 
 def write_model_dir(path: str, arch: str = "llama", *, seed: int = 0, vocab_size: int = 512,
                     model_vocab_size: int = None, max_position_embeddings: int = 1024,
-                    init_std: float = None, **overrides) -> str:
+                    init_std: float = None, save_dtype: str = "float32", **overrides) -> str:
     """Writes a random-init `arch` model (ARCHITECTURES, with `overrides` of
-    its config) and its tokenizer to `path`; returns `path`. float32 weights
-    in safetensors; `init_std` (default 0.1, _INIT_STD) is large enough that
-    greedy tokens have clear margins (the tests compare tokens against the
-    CPU). The tokenizer learns up to `vocab_size` tokens from a small corpus (fewer in practice); the
-    model's vocabulary is the tokenizer's, or `model_vocab_size` if larger
-    (as a real model's padded vocabulary, for benchmarks)."""
+    its config) and its tokenizer to `path`; returns `path`. Weights in
+    safetensors, float32 (or `save_dtype`: a large benchmark model in
+    bfloat16, as real checkpoints are); `init_std` (default 0.1, _INIT_STD) is
+    large enough that greedy tokens have clear margins (the tests compare
+    tokens against the CPU). The tokenizer learns up to `vocab_size` tokens
+    from a small corpus (fewer in practice); the model's vocabulary is the
+    tokenizer's, or `model_vocab_size` if larger (as a real model's padded
+    vocabulary, for benchmarks)."""
     import torch
     import transformers
 
@@ -189,7 +191,7 @@ def write_model_dir(path: str, arch: str = "llama", *, seed: int = 0, vocab_size
         bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id,
         pad_token_id=fast.pad_token_id,
         initializer_range=init_std if init_std is not None else _INIT_STD.get(arch, 0.1), **kwargs)
-    config.dtype = torch.float32
+    config.dtype = getattr(torch, save_dtype)
     model_cls = getattr(transformers, model_name)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -208,6 +210,7 @@ def write_model_dir(path: str, arch: str = "llama", *, seed: int = 0, vocab_size
                 # head's attention (the tokens change if one is ignored).
                 with torch.no_grad():
                     t.copy_(torch.randn(t.shape))
+        model = model.to(config.dtype)
     model.save_pretrained(path, safe_serialization=True)
     with open(os.path.join(path, "generation_config.json"), "w") as f:
         # Greedy by default, no sampling settings vLLM would pick up.
