@@ -14,7 +14,10 @@
 //  - chiplet 0: anything else with side effects (a reduction-only loop nest,
 //    memref.copy, an op whose input overlaps its output with another access
 //    pattern, calls such as the BLAS rewrite's cblas_sgemm) runs on worker 0
-//    only.
+//    only. Such an op with results (a 1-D sort's scf.while, whose bounds the
+//    next loop reads) first becomes one scf.execute_region with the ops up
+//    to its results' last user (GroupStatefulResults), so that worker 0 runs
+//    them together.
 //  - replicated: pure and view ops (constants, subviews, reshapes) run on
 //    every worker, and so do reads whose values they all use (a memref.load
 //    of an index: a KV cache's write position), after the barrier that
@@ -298,6 +301,9 @@ int64_t Iterations(mlir::linalg::LinalgOp op) {
 // Bytes of one element in a scratch buffer, or nothing if memref.view cannot
 // produce that element type.
 std::optional<int64_t> ElementBytes(mlir::Type type) {
+  // index: 64 bits on every target the compiler builds for (a sort's stack
+  // of index ranges is a scratch buffer like any other).
+  if (type.isIndex()) return 8;
   if (!type.isIntOrFloat()) return std::nullopt;
   const unsigned bits = type.getIntOrFloatBitWidth();
   if (bits % 8 != 0) return std::nullopt;  // i1: LLVM's layout differs
@@ -380,6 +386,53 @@ bool SliceLocal(const TopLevelOp& earlier, const TopLevelOp& later) {
   return true;
 }
 
+// Wraps each top-level op of `body` that writes memory and yields values
+// (a 1-D sort's scf.while) in an scf.execute_region without results, with
+// the ops after it up to the last user of any value defined since: the
+// group runs on worker 0 like any resultless stateful op, instead of the
+// whole program staying unpartitioned. A group that would take in an
+// allocation, a deallocation or a value used after it is left as it was.
+void GroupStatefulResults(mlir::Block& body) {
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    Operation& first = *it;
+    if (first.getNumResults() == 0 || first.hasTrait<mlir::OpTrait::IsTerminator>() ||
+        mlir::isMemoryEffectFree(&first) || OnlyReads(first)) {
+      continue;
+    }
+    // The group [first, last] grows while an op in it defines a value used
+    // after `last`.
+    Operation* last = &first;
+    bool grouped = true;
+    for (Operation* op = &first;; op = op->getNextNode()) {
+      if (llvm::isa<mlir::memref::AllocOp, mlir::memref::DeallocOp,
+                    mlir::memref::AllocaOp>(op) ||
+          op->hasTrait<mlir::OpTrait::IsTerminator>()) {
+        grouped = false;
+        break;
+      }
+      for (Value v : op->getResults()) {
+        for (Operation* user : v.getUsers()) {
+          Operation* top = body.findAncestorOpInBlock(*user);
+          if (top != nullptr && last->isBeforeInBlock(top)) last = top;
+        }
+      }
+      if (op == last) break;
+    }
+    if (!grouped) continue;
+    OpBuilder b(&first);
+    auto region = b.create<mlir::scf::ExecuteRegionOp>(first.getLoc(), mlir::TypeRange{});
+    mlir::Block* inner = b.createBlock(&region.getRegion());
+    b.create<mlir::scf::YieldOp>(first.getLoc());
+    Operation* end = last->getNextNode();
+    for (Operation* op = &first; op != end;) {
+      Operation* next = op->getNextNode();
+      op->moveBefore(inner->getTerminator());
+      op = next;
+    }
+    it = mlir::Block::iterator(region.getOperation());
+  }
+}
+
 class PartitionPass
     : public mlir::PassWrapper<PartitionPass,
                                mlir::OperationPass<mlir::ModuleOp>> {
@@ -402,6 +455,7 @@ class PartitionPass
         !func.getBody().hasOneBlock()) {
       return;
     }
+    GroupStatefulResults(func.getBody().front());
     std::optional<std::vector<TopLevelOp>> plan = Plan(func);
     if (!plan) return;
     Rewrite(module, func, *plan);

@@ -313,6 +313,23 @@ TEST(PartitionTest, ScansSortsAndSearches) {
   }
 }
 
+// spec: A2 -- a sort of one row (an MoE's top-k over its experts) lowers to a
+// loop whose results bound the next loop; worker 0 runs the two together and
+// the rest of the program (a large add) is still split over the chiplets,
+// bit-identical (it kept the whole program on one worker before).
+TEST(PartitionTest, OneRowSortLeavesTheRestSplit) {
+  for (ir::DType dtype : {ir::FLOAT32, ir::BFLOAT16}) {
+    HostTensor row = Random(dtype, {1, 64}, 51);
+    HostTensor big = Random(ir::FLOAT32, {1024, 1024}, 52);
+    ir::Graph g = OneOpGraph("sort", {row.type()}, {row.type(), Type(ir::INT64, row.shape)},
+                             {{"dim", IntA(1)}});
+    AddInput(g, "big", big.type());
+    AddNode(g, "add", {"big", "big"}, "sum", big.type());
+    g.add_outputs("sum");
+    ExpectSameSplit(g, {row, big}, true, Name("sort and add", dtype, row.shape));
+  }
+}
+
 TEST(PartitionTest, Attention) {
   for (bool causal : {false, true}) {
     for (int64_t seq : {1, 3, 8, 13}) {
