@@ -123,24 +123,29 @@ std::optional<PagedAttention> PlanPagedAttention(mlir::linalg::GenericOp op, std
     return fail("its marker lacks block_size, scale, sliding_window, soft_cap or sinks");
   }
   // The buffers the body reads, told apart by rank: query 3, cache 4,
-  // block table 2, positions 1 (integers); sinks are rank 1 floats
-  // (by_rank[0] here).
-  Value by_rank[5] = {};
+  // block table 2, positions 1 (integers); the sinks are the rank 1 floats.
+  Value by_rank[5] = {};  // [0] unused
+  Value sinks;
   bool ambiguous = false;
   op.getRegion().walk([&](mlir::memref::LoadOp load) {
     Value m = load.getMemRef();
     if (op->isAncestor(m.getParentRegion()->getParentOp())) return;
     auto type = m.getType().cast<mlir::MemRefType>();
-    int64_t rank = type.getRank();
-    if (rank == 1 && type.getElementType().isa<mlir::FloatType>()) rank = 0;
-    if (rank < 0 || rank > 4 || (by_rank[rank] && by_rank[rank] != m)) {
+    const int64_t rank = type.getRank();
+    if (rank < 1 || rank > 4) {
       ambiguous = true;
       return;
     }
-    by_rank[rank] = m;
+    Value& slot =
+        rank == 1 && type.getElementType().isa<mlir::FloatType>() ? sinks : by_rank[rank];
+    if (slot && slot != m) {
+      ambiguous = true;
+      return;
+    }
+    slot = m;
   });
   if (ambiguous || !by_rank[1] || !by_rank[2] || !by_rank[3] || !by_rank[4] ||
-      (by_rank[0] != nullptr) != has_sinks.getValue()) {
+      (sinks != nullptr) != has_sinks.getValue()) {
     return fail("its body does not read one query, cache, block table and positions buffer "
                 "(and sinks when its marker says so)");
   }
@@ -167,8 +172,8 @@ std::optional<PagedAttention> PlanPagedAttention(mlir::linalg::GenericOp op, std
   PagedAttention p{*query, *cache, *table, *positions, *out};
   p.query_type = *query_type;
   p.cache_type = *cache_type;
-  if (by_rank[0]) {
-    p.sinks = AsBuffer(by_rank[0], true);
+  if (sinks) {
+    p.sinks = AsBuffer(sinks, true);
     if (!p.sinks || !type(*p.sinks).getElementType().isF32() ||
         type(*p.sinks).getDimSize(0) != type(*query).getDimSize(1)) {
       return fail("its sinks are not a contiguous f32 buffer of one logit per query head");
