@@ -11,7 +11,7 @@ experts, routing and the shared expert inside the step, no
 `vllm.moe_forward` custom op): Qwen3-MoE, Qwen2-MoE, GLM-4.5 (grouped top-k
 routing), ERNIE-4.5 (top-k with a correction bias), Mixtral, gpt-oss
 (attention sinks, local/global layers, biased experts with a clamped
-SwiGLU).
+SwiGLU), and gpt-oss with MXFP4 experts (its checkpoints' format).
 The model is written in this process first (parallel CPU ops: OpenMP
 threads up) before vLLM starts its engine process, which vllm-rbln spawns.
 Runs in the serving venv (serving_venv.py)."""
@@ -30,7 +30,11 @@ import pytest
 from token_check import assert_batch_matches_cpu, cpu_greedy, random_prompts
 from vllm_rbln.testing.local_model import write_model_dir
 
+# An architecture, or `gpt_oss_mxfp4`: gpt-oss with its experts in MXFP4, as
+# its checkpoints are (vllm_rbln/mxfp4.py; the CPU reference dequantizes
+# them with transformers' own code).
 ARCH = os.environ.get("RBLN_TEST_ARCH", "qwen3_moe")
+QUANTIZATION = "mxfp4" if ARCH.endswith("_mxfp4") else None
 NEW_TOKENS = 12
 PROMPT_LENGTHS = (3, 9, 17, 31, 64, 65)
 
@@ -48,7 +52,8 @@ def model_dir(tmp_path_factory):
     # Initializing the weights runs parallel CPU ops here (OpenMP threads
     # up) before vLLM starts its engine process: a forked engine would wait
     # forever on the dead thread pool; vllm-rbln spawns it.
-    return write_model_dir(str(tmp_path_factory.mktemp(ARCH)), ARCH)
+    return write_model_dir(str(tmp_path_factory.mktemp(ARCH)), ARCH.removesuffix("_mxfp4"),
+                           quantization=QUANTIZATION)
 
 
 @pytest.fixture(scope="module")

@@ -26,8 +26,12 @@ def cpu_greedy(model_dir: str, prompts, new_tokens: int):
     """[(tokens, decisive)] per prompt (lists of token ids)."""
     import transformers
 
+    with open(os.path.join(model_dir, "config.json")) as f:
+        quantized = "quantization_config" in json.load(f)
+    # MXFP4 experts (gpt-oss): transformers' own dequantization on the CPU.
+    extra = dict(quantization_config=transformers.Mxfp4Config(dequantize=True)) if quantized else {}
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        model_dir, dtype=torch.float32).eval()
+        model_dir, dtype=torch.float32, **extra).eval()
     results = []
     with torch.no_grad():
         for prompt in prompts:

@@ -71,11 +71,41 @@ using ::mlir::Value;
 using ::mlir::ValueRange;
 using ::mlir::utils::IteratorType;
 
+// Tensor.view(dtype) to a dtype of the same element size: each element's
+// bits read as the other type (quantized formats build floats this way).
+absl::Status ConvertBitcastView(GraphImporter& im, const ir::Node& node) {
+  const std::string& x = node.inputs(0);
+  const mlir::Type from = im.TensorTypeOf(im.TypeOf(x)).getElementType();
+  const mlir::Type to = im.TensorTypeOf(OutType(node)).getElementType();
+  const Shape in = ShapeOf(im.TypeOf(x)), out = ShapeOf(OutType(node));
+  if (in != out || from.getIntOrFloatBitWidth() != to.getIntOrFloatBitWidth() ||
+      from.isInteger(1) || to.isInteger(1)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "op view: %%%s (%s) viewed as %%%s (%s): only a view as a dtype of the same "
+        "element size and shape is supported (e.g. int32 as float32)",
+        x, ir::TypeToText(im.TypeOf(x)), node.outputs(0).name(),
+        ir::TypeToText(OutType(node))));
+  }
+  if (from == to) {  // uint8 and int8 share i8: the same bits
+    im.Define(node.outputs(0), im.ValueOf(x));
+    return absl::OkStatus();
+  }
+  const AffineMap id = im.builder().getMultiDimIdentityMap(in.size());
+  im.Define(node.outputs(0), OutputGeneric(
+      im, node, {im.ValueOf(x)}, {id}, [&](OpBuilder& b, Location l, ValueRange e) -> Value {
+        return b.create<arith::BitcastOp>(l, to, e[0]);
+      }));
+  return absl::OkStatus();
+}
+
 // view/reshape/flatten/squeeze/unsqueeze: the output type says it all; the
 // optional size attribute must agree with it.
 absl::Status ConvertReshape(GraphImporter& im, const ir::Node& node) {
   if (absl::Status s = CheckArity(node, 1, 1); !s.ok()) return s;
   const std::string& x = node.inputs(0);
+  if (node.op() == "view" && im.TypeOf(x).dtype() != OutType(node).dtype()) {
+    return ConvertBitcastView(im, node);
+  }
   if (absl::Status s = CheckSameDType(im, node, x); !s.ok()) return s;
   const Shape in = ShapeOf(im.TypeOf(x)), out = ShapeOf(OutType(node));
   if (NumElements(in) != NumElements(out)) {

@@ -96,6 +96,36 @@ TEST(DataMovementOpsTest, ReshapeRejectsWrongElementCountAndSize) {
   EXPECT_FALSE(CompileAndRun(g, {Values(ir::FLOAT32, {2, 3}, 0)}).ok());
 }
 
+// Tensor.view(dtype): the bits of each element read as the other type.
+TEST(DataMovementOpsTest, ViewAsDTypeOfTheSameSizeReinterpretsBits) {
+  // e8m0 scales as float32 exponents (MXFP4): (s << 23) viewed as float32
+  // is 2^(s - 127); 0x3F800000 is 1.0, 0x80000000 is -0.0.
+  HostTensor bits = Tensor(ir::INT32, {2, 3},
+                           {127 << 23, 1 << 23, 254 << 23, 0x3FC00000, INT32_MIN, 0});
+  ir::Graph g = OneOpGraph("view", {bits.type()}, {Type(ir::FLOAT32, {2, 3})},
+                           {{"dtype", StrA("float32")}});
+  ExpectExact(RunOne(g, {bits}),
+              {1.0, std::ldexp(1.0, -126), std::ldexp(1.0, 127), 1.5, -0.0, 0.0}, What(g));
+  // And back: float32 -> int32 (1.0 is 0x3F800000, -2.0 is 0xC0000000).
+  HostTensor f = Tensor(ir::FLOAT32, {3}, {1.0, -2.0, 0.0});
+  g = OneOpGraph("view", {f.type()}, {Type(ir::INT32, {3})}, {{"dtype", StrA("int32")}});
+  ExpectExact(RunOne(g, {f}), {0x3F800000, static_cast<double>(INT32_MIN) + 0x40000000, 0},
+              What(g));
+  // bfloat16 <-> float16: the same 16 bits (bf16 1.0 is 0x3F80, which as
+  // float16 is 1.875).
+  HostTensor h = Tensor(ir::BFLOAT16, {2}, {1.0, -0.0});
+  g = OneOpGraph("view", {h.type()}, {Type(ir::FLOAT16, {2})}, {{"dtype", StrA("float16")}});
+  ExpectExact(RunOne(g, {h}), {1.875, -0.0}, What(g));
+  // Another element size changes the shape: not supported, said so.
+  g = OneOpGraph("view", {Type(ir::FLOAT32, {2})}, {Type(ir::INT64, {1})},
+                 {{"dtype", StrA("int64")}});
+  absl::StatusOr<std::vector<HostTensor>> out =
+      CompileAndRun(g, {Values(ir::FLOAT32, {2}, 0)});
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("same element size"), std::string::npos)
+      << out.status();
+}
+
 // --- Permutations, expand, slices. -----------------------------------------
 
 TEST(DataMovementOpsTest, PermuteTransposeAndT) {

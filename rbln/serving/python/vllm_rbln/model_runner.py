@@ -30,7 +30,7 @@ from vllm.model_executor.layers.attention import Attention
 from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 from vllm.v1.worker.utils import bind_kv_cache
 
-from . import moe, paged_attention
+from . import moe, mxfp4, paged_attention
 from .attention import RblnCallMetadata, RblnStepMetadata
 from .buckets import Buckets
 from .step_stats import StepStats
@@ -59,6 +59,8 @@ class RblnModelRunner(CPUModelRunner):
 
     # -- model and cache -------------------------------------------------------
     def load_model(self, load_dummy_weights: bool = False) -> None:
+        if self.model_config.quantization in mxfp4.QUANTIZATIONS:
+            mxfp4.install()  # This process's copy of vLLM's MXFP4 config class.
         super().load_model(load_dummy_weights)  # On the host (platform: load_config.device).
         start = time.perf_counter()
         model = self.model.to(self.rbln_device)

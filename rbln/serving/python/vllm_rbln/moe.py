@@ -56,7 +56,7 @@ def _grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.T
 _SWIGLU_ALPHA, _SWIGLU_LIMIT = 1.702, 7.0
 
 
-def _gated(h: torch.Tensor, activation: MoEActivation, swiglu_alpha: float = None,
+def gated(h: torch.Tensor, activation: MoEActivation, swiglu_alpha: float = None,
            swiglu_limit: float = None) -> torch.Tensor:
     """act(gate) * up of h = [gate | up] (w13 packs w1 over w3); gpt-oss's
     (SWIGLUOAI): gate and up interleaved, clamped to `swiglu_limit`, (up + 1)
@@ -107,7 +107,7 @@ def grouped_experts(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
     h = _grouped_mm(rows, w13.transpose(-2, -1), offs)
     if w13_bias is not None:
         h = h + w13_bias.index_select(0, row_expert).to(h.dtype)
-    y = _grouped_mm(_gated(h, activation, swiglu_alpha, swiglu_limit), w2.transpose(-2, -1),
+    y = _grouped_mm(gated(h, activation, swiglu_alpha, swiglu_limit), w2.transpose(-2, -1),
                     offs)
     if w2_bias is not None:
         y = y + w2_bias.index_select(0, row_expert).to(y.dtype)

@@ -30,6 +30,9 @@ class RblnPlatform(Platform):
     device_control_env_var: str = "RBLN_VISIBLE_DEVICES"
     # Helpers vLLM compiles on its own (samplers) run on host tensors here.
     simple_compile_backend: str = "eager"
+    # gpt-oss's MXFP4 experts (vllm_rbln/mxfp4.py); any other method (FP8,
+    # AWQ, GPTQ, ...) gets vLLM's "not supported in rbln" at start.
+    supported_quantization: list[str] = ["mxfp4", "gpt_oss_mxfp4"]
 
     @property
     def supported_dtypes(self) -> list[torch.dtype]:
@@ -125,6 +128,13 @@ class RblnPlatform(Platform):
             vllm_config.load_config.device = "cpu"
         if vllm_config.speculative_config is not None:
             raise NotImplementedError("rbln: speculative decoding is not supported")
+
+    @classmethod
+    def verify_quantization(cls, quant: str) -> None:
+        super().verify_quantization(quant)
+        from . import mxfp4
+
+        mxfp4.install()  # Before vLLM checks the config's activation dtypes.
 
     @classmethod
     def validate_request(cls, processed_inputs, params) -> None:

@@ -162,7 +162,8 @@ def _train_tokenizer(vocab_size: int):
 
 def write_model_dir(path: str, arch: str = "llama", *, seed: int = 0, vocab_size: int = 512,
                     model_vocab_size: int = None, max_position_embeddings: int = 1024,
-                    init_std: float = None, save_dtype: str = "float32", **overrides) -> str:
+                    init_std: float = None, save_dtype: str = "float32",
+                    quantization: str = None, **overrides) -> str:
     """Writes a random-init `arch` model (ARCHITECTURES, with `overrides` of
     its config) and its tokenizer to `path`; returns `path`. Weights in
     safetensors, float32 (or `save_dtype`: a large benchmark model in
@@ -171,7 +172,10 @@ def write_model_dir(path: str, arch: str = "llama", *, seed: int = 0, vocab_size
     tokens against the CPU). The tokenizer learns up to `vocab_size` tokens
     from a small corpus (fewer in practice); the model's vocabulary is the
     tokenizer's, or `model_vocab_size` if larger (as a real model's padded
-    vocabulary, for benchmarks)."""
+    vocabulary, for benchmarks). `quantization="mxfp4"` (gpt_oss) writes the
+    experts as gpt-oss's checkpoints store them (MXFP4 blocks and scales,
+    the config's quantization_config) and every other tensor as before;
+    transformers reads the same values back (dequantized)."""
     import torch
     import transformers
 
@@ -182,6 +186,8 @@ def write_model_dir(path: str, arch: str = "llama", *, seed: int = 0, vocab_size
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(path)
 
+    if quantization not in (None, "mxfp4") or (quantization and arch != "gpt_oss"):
+        raise ValueError(f"quantization {quantization!r} of {arch}: only gpt_oss's mxfp4")
     kwargs = dict(ARCHITECTURES[arch])
     kwargs.update(overrides)
     config_name, model_name = _CLASSES[arch]
@@ -211,8 +217,98 @@ def write_model_dir(path: str, arch: str = "llama", *, seed: int = 0, vocab_size
                 with torch.no_grad():
                     t.copy_(torch.randn(t.shape))
         model = model.to(config.dtype)
+    if quantization == "mxfp4":
+        _quantize_experts_mxfp4(model, config)
     model.save_pretrained(path, safe_serialization=True)
+    if quantization == "mxfp4":
+        _write_mxfp4_checkpoint(path)
     with open(os.path.join(path, "generation_config.json"), "w") as f:
         # Greedy by default, no sampling settings vLLM would pick up.
         json.dump({"bos_token_id": fast.bos_token_id, "eos_token_id": fast.eos_token_id}, f)
     return path
+
+
+# e2m1 (OCP MX FP4) values by nibble, and the scale's block of values.
+_FP4_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+               -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+_MX_BLOCK = 32
+
+
+def quantize_mxfp4(w):
+    """(blocks [..., N, K/32, 16] uint8, scales [..., N, K/32] uint8) of `w`
+    [..., N, K] in MXFP4: per 32 values of a row a power-of-two scale that
+    puts the largest magnitude in [4, 8), each value rounded to the nearest
+    e2m1 (ties to the lower nibble), low nibble first."""
+    import torch
+
+    *lead, n, k = w.shape
+    v = w.float().reshape(*lead, n, k // _MX_BLOCK, _MX_BLOCK)
+    amax = v.abs().amax(-1).clamp(min=2.0 ** -100)
+    exponent = torch.floor(torch.log2(amax)) - 2
+    scaled = v / torch.exp2(exponent).unsqueeze(-1)
+    lut = torch.tensor(_FP4_VALUES)
+    nibbles = (scaled.unsqueeze(-1) - lut).abs().argmin(-1).to(torch.uint8)
+    blocks = nibbles[..., 0::2] | (nibbles[..., 1::2] << 4)
+    scales = (exponent + 127).to(torch.uint8)
+    return blocks, scales
+
+
+def dequantize_mxfp4(blocks, scales):
+    """[..., N, K] float32 of quantize_mxfp4's output."""
+    import torch
+
+    lut = torch.tensor(_FP4_VALUES)
+    v = torch.stack([lut[(blocks & 0x0F).long()], lut[(blocks >> 4).long()]], -1)
+    v = v.flatten(-2) * torch.exp2(scales.float() - 127).unsqueeze(-1)
+    return v.flatten(-2)
+
+
+def _quantize_experts_mxfp4(model, config):
+    """Rounds each expert weight to its MXFP4 values and its biases to
+    bfloat16 (vLLM holds MXFP4 layers' biases in bfloat16), in place."""
+    import torch
+
+    with torch.no_grad():
+        for name, t in model.named_parameters():
+            if name.endswith(("experts.gate_up_proj", "experts.down_proj")):
+                # Stored [E, in, out]; quantized along `in` per output row.
+                rows = t.transpose(1, 2)
+                t.copy_(dequantize_mxfp4(*quantize_mxfp4(rows)).transpose(1, 2))
+            elif name.endswith(("experts.gate_up_proj_bias", "experts.down_proj_bias")):
+                t.copy_(t.to(torch.bfloat16).float())
+    config.quantization_config = {
+        "quant_method": "mxfp4",
+        "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                   "model.embed_tokens", "lm_head"],
+    }
+
+
+def _write_mxfp4_checkpoint(path: str) -> None:
+    """Rewrites the saved experts of `path`'s safetensors as MXFP4 blocks and
+    scales (gate_up_proj -> gate_up_proj_blocks/_scales, down_proj likewise),
+    the format of gpt-oss's checkpoints."""
+    import glob
+
+    from safetensors.torch import load_file, save_file
+
+    for file in sorted(glob.glob(os.path.join(path, "*.safetensors"))):
+        tensors = load_file(file)
+        for name in list(tensors):
+            if name.endswith(("experts.gate_up_proj", "experts.down_proj")):
+                blocks, scales = quantize_mxfp4(tensors.pop(name).transpose(1, 2))
+                tensors[name + "_blocks"] = blocks.contiguous()
+                tensors[name + "_scales"] = scales.contiguous()
+        save_file(tensors, file, metadata={"format": "pt"})
+    index = os.path.join(path, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            data = json.load(f)
+        weight_map = {}
+        for name, file in data["weight_map"].items():
+            if name.endswith(("experts.gate_up_proj", "experts.down_proj")):
+                weight_map[name + "_blocks"] = weight_map[name + "_scales"] = file
+            else:
+                weight_map[name] = file
+        data["weight_map"] = weight_map
+        with open(index, "w") as f:
+            json.dump(data, f, indent=2)
