@@ -31,6 +31,9 @@ inline constexpr char kWorkAttr[] = "rbln.work";
 // body: the grouped GEMM rewrite (transforms/library/) replaces the loop
 // with kGroupedGemmSymbol calls.
 inline constexpr char kGroupedGemmAttr[] = "rbln.grouped_gemm";
+// Beside kGroupedGemmAttr when the weights are MXFP4 (blocks and scales
+// read by the product's body): the rewrite calls kGroupedGemmMxfp4Symbol.
+inline constexpr char kGroupedGemmMxfp4Attr[] = "rbln.grouped_gemm_mxfp4";
 // On the linalg.generic the frontend emits for paged attention
 // (frontend/ops/paged_attention_ops.cc), a dictionary of its block_size,
 // scale, sliding_window (0: none), soft_cap (0: none) and sinks (bool:
@@ -65,6 +68,8 @@ inline constexpr char kOnednnConvSymbol[] = "rbln_conv";
 // Grouped GEMMs (torch._grouped_mm's 2-D x 3-D form, MoE experts) through
 // oneDNN, one GEMM per group of rows (kernels/grouped_gemm.h).
 inline constexpr char kGroupedGemmSymbol[] = "rbln_grouped_gemm";
+// The same on MXFP4 weights, dequantized on the way (kernels/mxfp4_grouped_gemm.h).
+inline constexpr char kGroupedGemmMxfp4Symbol[] = "rbln_grouped_gemm_mxfp4";
 // Paged attention over a KV cache read in place, one request x kv head a
 // work item (kernels/paged_attention.h).
 inline constexpr char kPagedAttentionSymbol[] = "rbln_paged_attention";

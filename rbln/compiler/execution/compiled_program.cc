@@ -30,6 +30,7 @@
 #include "rbln/compiler/kernels/blas_loader.h"
 #include "rbln/compiler/kernels/input_content.h"
 #include "rbln/compiler/kernels/memref_copy.h"
+#include "rbln/compiler/kernels/mxfp4_grouped_gemm.h"
 #include "rbln/compiler/kernels/onednn_conv.h"
 #include "rbln/compiler/kernels/grouped_gemm.h"
 #include "rbln/compiler/kernels/paged_attention.h"
@@ -137,6 +138,8 @@ llvm::orc::SymbolMap RuntimeSymbols(llvm::orc::MangleAndInterner interner) {
   symbols[interner(kOnednnConvSymbol)] = compat::ExportedSymbol(&rbln_conv);
   symbols[interner(kGroupedGemmSymbol)] =
       compat::ExportedSymbol(&rbln_grouped_gemm);
+  symbols[interner(kGroupedGemmMxfp4Symbol)] =
+      compat::ExportedSymbol(&rbln_grouped_gemm_mxfp4);
   symbols[interner(kPagedAttentionSymbol)] =
       compat::ExportedSymbol(&rbln_paged_attention);
   symbols[interner(kMemrefCopySymbol)] =

@@ -1,8 +1,8 @@
 """vllm_rbln/mxfp4.py's MXFP4 experts (gpt-oss's checkpoint format) against
 a dense reference on weights dequantized by transformers' own MXFP4 code,
-eager on the host and compiled for rbln, in both of its forms: fewer routed
-rows than experts (each row's expert gathered: decode) and more (every
-expert dequantized, grouped GEMMs: prefill). Also the test models' MXFP4
+eager on the host and compiled for rbln (the compiler's MXFP4 grouped GEMM:
+a fused GEMV for an expert's few rows, oneDNN on a dequantized copy for
+many). Also the test models' MXFP4
 writer against the same dequantization, and the platform's quantization
 check. Runs in the serving venv
 (serving_venv.py); no vLLM engine."""
@@ -41,22 +41,33 @@ def _random_mxfp4(experts, n, k, generator):
     return blocks, scales
 
 
-def test_dequantize_matches_transformers():
-    from vllm_rbln import mxfp4
+def test_dequantize_and_the_grouped_product_match_transformers():
+    from torch_rbln import _mxfp4
 
     g = torch.Generator().manual_seed(0)
     blocks, scales = _random_mxfp4(3, 8, 64, g)
-    scales[0, 0, 0] = 1  # 2^-126, the smallest normal scale
-    scales[0, 0, 1] = 200  # 2^73
+    scales[0, 0, 1] = 1  # 2^-126, the smallest normal scale
+    scales[0, 1, 1] = 200  # 2^73
     want = _transformers_dequantize(blocks, scales)
-    torch.testing.assert_close(mxfp4.dequantize(blocks, scales, torch.float32), want,
-                               atol=0, rtol=0)
-    compiled = torch.compile(mxfp4.dequantize, backend="rbln", dynamic=False)
+    torch.testing.assert_close(_mxfp4.dequantize(blocks, scales), want, atol=0, rtol=0)
+    # The compiler's op: group 0 one row (the fused GEMV), group 1 none,
+    # group 2 eleven rows (a dequantized copy through oneDNN), rows 12..13 in
+    # no group (zero).
+    offs = torch.tensor([1, 1, 12], dtype=torch.int32)
+    compiled = torch.compile(torch.ops.rbln.grouped_mm_mxfp4, backend="rbln", dynamic=False)
     for dtype in (torch.float32, torch.bfloat16):
-        got = compiled(blocks.to("rbln"), scales.to("rbln"), dtype).cpu()
-        assert got.dtype == dtype
-        # Exact: each value is an e2m1 value times a power of two.
-        torch.testing.assert_close(got.float(), want, atol=0, rtol=0)
+        a = torch.randn(14, 64, generator=g).to(dtype)
+        ref = torch.zeros(14, 8, dtype=torch.float64)
+        ref[0:1] = a[0:1].double() @ want[0].double().T
+        ref[1:12] = a[1:12].double() @ want[2].double().T
+        eager = torch.ops.rbln.grouped_mm_mxfp4(a, blocks, scales, offs)
+        got = compiled(a.to("rbln"), blocks.to("rbln"), scales.to("rbln"), offs.to("rbln")).cpu()
+        assert got.dtype == eager.dtype == dtype
+        # f32 sums of exact products, rounded once to the output dtype.
+        tol = dict(atol=1e-3, rtol=1e-5) if dtype == torch.float32 else dict(atol=0.05, rtol=1e-2)
+        torch.testing.assert_close(eager.double(), ref, **tol)
+        torch.testing.assert_close(got.double(), ref, **tol)
+        assert (got[12:] == 0).all()
 
 
 def test_test_model_writer_round_trips():
@@ -92,7 +103,9 @@ def test_platform_takes_mxfp4_and_names_other_methods():
             RblnPlatform.verify_quantization(other)
 
 
-@pytest.mark.parametrize("tokens", [1, 2, 9])  # routed rows 2, 4 (< 6 experts), 18
+# Decode (1 token: one row per chosen expert, the fused GEMV), a few tokens,
+# and enough for groups over 8 rows (oneDNN on a dequantized copy).
+@pytest.mark.parametrize("tokens", [1, 3, 40])
 def test_experts_match_a_dense_reference(tokens):
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
     from vllm_rbln import moe, mxfp4

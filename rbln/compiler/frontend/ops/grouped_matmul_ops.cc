@@ -374,10 +374,122 @@ absl::Status ConvertGroupedMm(GraphImporter& im, const ir::Node& node) {
   return absl::OkStatus();
 }
 
+// One MXFP4 weight element in f32 from its byte, the element's column `k`
+// (which nibble: low for even k) and its scale byte: e2m1's bits placed in
+// a float's (sign, exponent e + 126 for e > 0, mantissa bit) times 2^(s -
+// 127) as exponent bits (s = 0 flushes to 0, as the kernel does).
+Value Mxfp4Value(OpBuilder& b, Location l, Value byte, Value k, Value scale_byte) {
+  auto i32c = [&](int64_t v) { return b.create<mlir::arith::ConstantIntOp>(l, v, 32); };
+  Value word = b.create<mlir::arith::ExtUIOp>(l, b.getI32Type(), byte);
+  Value odd = b.create<mlir::arith::IndexCastOp>(
+      l, b.getI32Type(), b.create<mlir::arith::AndIOp>(l, k, Index(b, l, 1)));
+  Value nib = b.create<mlir::arith::AndIOp>(
+      l, b.create<mlir::arith::ShRUIOp>(l, word, b.create<mlir::arith::MulIOp>(l, odd, i32c(4))),
+      i32c(15));
+  Value e = b.create<mlir::arith::AndIOp>(l, b.create<mlir::arith::ShRUIOp>(l, nib, i32c(1)),
+                                          i32c(3));
+  Value m = b.create<mlir::arith::AndIOp>(l, nib, i32c(1));
+  Value normal = b.create<mlir::arith::OrIOp>(
+      l, b.create<mlir::arith::ShLIOp>(l, b.create<mlir::arith::AddIOp>(l, e, i32c(126)), i32c(23)),
+      b.create<mlir::arith::ShLIOp>(l, m, i32c(22)));
+  Value subnormal = b.create<mlir::arith::MulIOp>(l, m, i32c(0x3F000000));  // 0 or 0.5
+  Value is_sub = b.create<mlir::arith::CmpIOp>(l, CmpIPredicate::eq, e, i32c(0));
+  Value bits = b.create<mlir::arith::OrIOp>(
+      l, b.create<mlir::arith::SelectOp>(l, is_sub, subnormal, normal),
+      b.create<mlir::arith::ShLIOp>(l, b.create<mlir::arith::AndIOp>(l, nib, i32c(8)), i32c(28)));
+  Value scale_bits = b.create<mlir::arith::ShLIOp>(
+      l, b.create<mlir::arith::ExtUIOp>(l, b.getI32Type(), scale_byte), i32c(23));
+  return b.create<mlir::arith::MulFOp>(
+      l, b.create<mlir::arith::BitcastOp>(l, b.getF32Type(), bits),
+      b.create<mlir::arith::BitcastOp>(l, b.getF32Type(), scale_bits));
+}
+
+// rbln::grouped_mm_mxfp4(a [M, K], blocks [G, N, K/2] uint8, scales [G, N,
+// K/32] uint8, offs [G]) -> [M, N]: group g's rows of a times W[g]^T, W[g]
+// the MXFP4 weight (kernels/mxfp4_grouped_gemm.h). Lowered as RowGroups
+// with the product's body decoding W from its byte and scale (maps (n, k / 2)
+// and (n, k / 32)), marked for the rewrite to rbln_grouped_gemm_mxfp4.
+absl::Status ConvertGroupedMmMxfp4(GraphImporter& im, const ir::Node& node) {
+  if (absl::Status s = CheckArity(node, 4, 1); !s.ok()) return s;
+  const ir::TensorType& ta = im.TypeOf(node.inputs(0));
+  const ir::TensorType& tb = im.TypeOf(node.inputs(1));
+  const ir::TensorType& ts = im.TypeOf(node.inputs(2));
+  const ir::TensorType& to = im.TypeOf(node.inputs(3));
+  const Shape as = ShapeOf(ta), bs = ShapeOf(tb), ss = ShapeOf(ts);
+  if (ta.dtype() != ir::FLOAT32 && ta.dtype() != ir::BFLOAT16) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "op grouped_mm_mxfp4: activations must be float32 or bfloat16, got %s",
+        ScalarTypeName(ta.dtype())));
+  }
+  if (tb.dtype() != ir::UINT8 || ts.dtype() != ir::UINT8 || as.size() != 2 || bs.size() != 3 ||
+      ss.size() != 3 || to.shape_size() != 1 ||
+      (to.dtype() != ir::INT32 && to.dtype() != ir::INT64)) {
+    return absl::InvalidArgumentError(
+        "op grouped_mm_mxfp4: expected a [M, K], blocks [G, N, K/2] uint8, scales [G, N, K/32] "
+        "uint8 and offsets [G] int32/int64");
+  }
+  const int64_t m = as[0], k = as[1], groups = bs[0], n = bs[1];
+  if (k % 32 != 0 || bs[2] * 2 != k || ss[0] != groups || ss[1] != n || ss[2] * 32 != k ||
+      to.shape(0) != groups) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "op grouped_mm_mxfp4: shapes do not agree: a [%d, %d], blocks [%d, %d, %d], scales "
+        "[%d, %d, %d], offsets [%d] (K a multiple of 32)",
+        m, k, bs[0], bs[1], bs[2], ss[0], ss[1], ss[2], to.shape(0)));
+  }
+  if (absl::Status s = CheckOutputShape(node, 0, {m, n}); !s.ok()) return s;
+  Problem p{ta.dtype(), {im.ValueOf(node.inputs(0)), false}, {}};
+  p.offs = im.ValueOf(node.inputs(3));
+  p.groups = groups, p.m = m, p.n = n, p.k = k;
+  Value blocks = im.ValueOf(node.inputs(1)), scales = im.ValueOf(node.inputs(2));
+  OpBuilder& builder = im.builder();
+  Value init = Filled(im, {m, n}, F32(im, 0.0));
+  Value result = GroupLoop(im, p, init, m, [&](OpBuilder& b, Location l, Value g, Value s,
+                                               Value e, Value acc) {
+    Value rows = b.create<mlir::arith::SubIOp>(l, e, s);
+    const int64_t dyn = mlir::ShapedType::kDynamic;
+    Value a = Slice(b, l, p.a.value, {s, Static(b, 0)}, {rows, Static(b, k)}, {dyn, k});
+    Value wb = Slice(b, l, blocks, {g, Static(b, 0), Static(b, 0)},
+                     {Static(b, 1), Static(b, n), Static(b, k / 2)}, {n, k / 2});
+    Value ws = Slice(b, l, scales, {g, Static(b, 0), Static(b, 0)},
+                     {Static(b, 1), Static(b, n), Static(b, k / 32)}, {n, k / 32});
+    Value c = Slice(b, l, acc, {s, Static(b, 0)}, {rows, Static(b, n)}, {dyn, n});
+    mlir::MLIRContext* ctx = b.getContext();
+    const AffineExpr dm = mlir::getAffineDimExpr(0, ctx), dn = mlir::getAffineDimExpr(1, ctx),
+                     dk = mlir::getAffineDimExpr(2, ctx);
+    auto map = [&](AffineExpr r, AffineExpr col) { return AffineMap::get(3, 0, {r, col}, ctx); };
+    Value zero = b.create<mlir::arith::ConstantOp>(l, b.getF32FloatAttr(0.0f));
+    Value zeroed = b.create<mlir::linalg::FillOp>(l, ValueRange{zero}, ValueRange{c}).getResult(0);
+    auto product = b.create<mlir::linalg::GenericOp>(
+        l, mlir::TypeRange{c.getType()}, ValueRange{a, wb, ws}, ValueRange{zeroed},
+        llvm::ArrayRef<AffineMap>{map(dm, dk), map(dn, dk.floorDiv(2)), map(dn, dk.floorDiv(32)),
+                                  map(dm, dn)},
+        llvm::ArrayRef<IteratorType>{IteratorType::parallel, IteratorType::parallel,
+                                     IteratorType::reduction},
+        [&](OpBuilder& nb, Location nl, ValueRange args) {
+          Value kk = nb.create<mlir::linalg::IndexOp>(nl, 2);
+          Value w = Mxfp4Value(nb, nl, args[1], kk, args[2]);
+          Value prod = nb.create<mlir::arith::MulFOp>(nl, im.ToCompute(nb, args[0], p.dtype), w);
+          nb.create<mlir::linalg::YieldOp>(
+              nl, ValueRange{nb.create<mlir::arith::AddFOp>(nl, args[3], prod)});
+        });
+    product->setAttr(kGroupedGemmAttr, b.getUnitAttr());
+    product->setAttr(kGroupedGemmMxfp4Attr, b.getUnitAttr());
+    llvm::SmallVector<OpFoldResult> strides(2, Static(b, 1));
+    return b.create<mlir::tensor::InsertSliceOp>(
+        l, product.getResult(0), acc, llvm::ArrayRef<OpFoldResult>{s, Static(b, 0)},
+        llvm::ArrayRef<OpFoldResult>{rows, Static(b, n)}, strides).getResult();
+  });
+  result.getDefiningOp()->setAttr(kGroupedGemmAttr, builder.getUnitAttr());
+  result.getDefiningOp()->setAttr(kGroupedGemmMxfp4Attr, builder.getUnitAttr());
+  im.Define(node.outputs(0), Finalize(im, node, 0, result));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterGroupedMatmulOps(OpConverterTable& table) {
   table["_grouped_mm"] = &ConvertGroupedMm;
+  table["grouped_mm_mxfp4"] = &ConvertGroupedMmMxfp4;
 }
 
 }  // namespace rbln::compiler

@@ -14,7 +14,9 @@
 // A loop whose operands are not what the call can address (no base buffer
 // outside the loop, dynamic strides, a non-unit inner stride, a result not
 // computed in place) is left as it is: it computes the same values with
-// the loop lowering.
+// the loop lowering. A loop whose product decodes MXFP4 weights
+// (kGroupedGemmMxfp4Attr: A, the blocks and the scales) calls
+// rbln_grouped_gemm_mxfp4 (kernels/mxfp4_grouped_gemm.h) the same way.
 #include <cstdint>
 #include <mutex>
 #include <optional>
@@ -64,15 +66,71 @@ Value BaseOutside(Value v, mlir::scf::ForOp loop) {
   return loop->isAncestor(v.getParentRegion()->getParentOp()) ? nullptr : v;
 }
 
-// What one grouped GEMM loop becomes.
+// What one grouped GEMM loop becomes (b the blocks and `scales` set when
+// the weights are MXFP4).
 struct GroupedGemm {
   Matrix a, b, c;
+  std::optional<Matrix> scales;
   Value offsets;
   bool offsets_i64 = false;
   bool trans_b = false;
   GemmOperandType type = GemmOperandType::kF32;
   int64_t groups = 0, m = 0, n = 0, k = 0;
 };
+
+// A contiguous [groups, rows, cols] i8 buffer (MXFP4 blocks or scales).
+std::optional<Matrix> PackedBytes(Value v, int64_t groups, int64_t rows, int64_t cols) {
+  auto type = v ? v.getType().dyn_cast<mlir::MemRefType>() : nullptr;
+  if (!type || type.getRank() != 3 || !type.getElementType().isInteger(8)) return std::nullopt;
+  std::optional<Matrix> m = AsMatrix(v, type.getElementType());
+  if (!m || type.getDimSize(0) != groups || m->rows != rows || m->cols != cols ||
+      m->ld != cols || m->batch_stride != rows * cols) {
+    return std::nullopt;
+  }
+  return m;
+}
+
+// The MXFP4 form: the product reads A, the blocks and the scales.
+std::optional<GroupedGemm> PlanMxfp4(mlir::scf::ForOp loop, mlir::linalg::GenericOp product,
+                                     Value offsets) {
+  if (product.getNumDpsInputs() != 3 || product.getNumDpsInits() != 1) return std::nullopt;
+  Value a = BaseOutside(product.getDpsInputOperand(0)->get(), loop);
+  Value blocks = BaseOutside(product.getDpsInputOperand(1)->get(), loop);
+  Value scales = BaseOutside(product.getDpsInputOperand(2)->get(), loop);
+  Value c = BaseOutside(product.getDpsInitOperand(0)->get(), loop);
+  offsets = BaseOutside(offsets, loop);
+  if (!a || !blocks || !scales || !c || !offsets) return std::nullopt;
+  auto a_type = a.getType().dyn_cast<mlir::MemRefType>();
+  auto b_type = blocks.getType().dyn_cast<mlir::MemRefType>();
+  auto o_type = offsets.getType().dyn_cast<mlir::MemRefType>();
+  if (!a_type || !b_type || !o_type || a_type.getRank() != 2 || b_type.getRank() != 3 ||
+      o_type.getRank() != 1 || !o_type.getLayout().isIdentity()) {
+    return std::nullopt;
+  }
+  std::optional<GemmOperandType> type = LibraryOperandType(a_type.getElementType());
+  std::optional<Matrix> ma = AsMatrix(a, a_type.getElementType());
+  std::optional<Matrix> mc = AsMatrix(c);
+  if (!type || *type == GemmOperandType::kF16 || !ma || !mc ||
+      mc->memref.getType().cast<mlir::MemRefType>().getRank() != 2) {
+    return std::nullopt;
+  }
+  const int64_t groups = b_type.getDimSize(0), n = mc->cols, k = ma->cols;
+  std::optional<Matrix> mb = PackedBytes(blocks, groups, n, k / 2);
+  std::optional<Matrix> ms = PackedBytes(scales, groups, n, k / 32);
+  if (!mb || !ms || k % 32 != 0 || ma->rows != mc->rows || o_type.getDimSize(0) != groups ||
+      mc->rows <= 0 || n <= 0 || k <= 0) {
+    return std::nullopt;
+  }
+  GroupedGemm g{*ma, *mb, *mc, ms, offsets};
+  g.offsets_i64 = o_type.getElementType().isInteger(64);
+  if (!g.offsets_i64 && !o_type.getElementType().isInteger(32)) return std::nullopt;
+  g.type = *type;
+  g.groups = groups;
+  g.m = mc->rows;
+  g.n = n;
+  g.k = k;
+  return g;
+}
 
 std::optional<GroupedGemm> PlanGroupedGemm(mlir::scf::ForOp loop) {
   mlir::linalg::GenericOp product;
@@ -95,6 +153,7 @@ std::optional<GroupedGemm> PlanGroupedGemm(mlir::scf::ForOp loop) {
   if (!product || !offsets || other_offsets || !in_place) {
     return std::nullopt;
   }
+  if (product->hasAttr(kGroupedGemmMxfp4Attr)) return PlanMxfp4(loop, product, offsets);
   if (product.getNumDpsInputs() != 2 || product.getNumDpsInits() != 1) return std::nullopt;
   Value a = BaseOutside(product.getDpsInputOperand(0)->get(), loop);
   Value b = BaseOutside(product.getDpsInputOperand(1)->get(), loop);
@@ -116,7 +175,7 @@ std::optional<GroupedGemm> PlanGroupedGemm(mlir::scf::ForOp loop) {
   if (!type || !ma || !mb || !mc || mc->memref.getType().cast<mlir::MemRefType>().getRank() != 2) {
     return std::nullopt;
   }
-  GroupedGemm g{*ma, *mb, *mc, offsets};
+  GroupedGemm g{*ma, *mb, *mc, std::nullopt, offsets};
   g.offsets_i64 = o_type.getElementType().isInteger(64);
   if (!g.offsets_i64 && !o_type.getElementType().isInteger(32)) return std::nullopt;
   // The product's map of B: (m, n, k) -> (k, n), or (n, k) read transposed.
@@ -153,18 +212,19 @@ class GroupedGemmRewritePass
 
   void runOnOperation() override {
     mlir::ModuleOp module = getOperation();
-    llvm::SmallVector<std::pair<mlir::scf::ForOp, GroupedGemm>> loops;
+    llvm::SmallVector<std::pair<mlir::scf::ForOp, GroupedGemm>, 2> loops;
     module.walk([&](mlir::scf::ForOp loop) {
       if (!loop->hasAttr(kGroupedGemmAttr)) return;
       if (std::optional<GroupedGemm> g = PlanGroupedGemm(loop)) loops.push_back({loop, *g});
     });
     if (loops.empty()) return;
-    mlir::func::FuncOp callee = DeclareLibraryFunction(module, kGroupedGemmSymbol, 17);
-    if (!callee) {
-      module.emitError() << "symbol " << kGroupedGemmSymbol << " exists with another type";
-      return signalPassFailure();
-    }
     for (auto& [loop, g] : loops) {
+      const char* symbol = g.scales ? kGroupedGemmMxfp4Symbol : kGroupedGemmSymbol;
+      mlir::func::FuncOp callee = DeclareLibraryFunction(module, symbol, g.scales ? 15 : 17);
+      if (!callee) {
+        module.emitError() << "symbol " << symbol << " exists with another type";
+        return signalPassFailure();
+      }
       OpBuilder b(loop);
       mlir::Location l = loop.getLoc();
       auto i64 = [&](int64_t v) -> Value {
@@ -176,11 +236,17 @@ class GroupedGemmRewritePass
       Value offsets = b.create<mlir::arith::IndexCastOp>(
           l, b.getI64Type(),
           b.create<mlir::memref::ExtractAlignedPointerAsIndexOp>(l, g.offsets));
-      llvm::SmallVector<Value> args = {
-          i64(static_cast<int64_t>(g.type)), i64(g.trans_b), i64(g.offsets_i64),
-          i64(g.groups), i64(g.m), i64(g.n), i64(g.k), i64(g.a.ld), i64(g.b.ld),
-          i64(g.c.ld), i64(g.b.batch_stride), address(g.a), address(g.b), offsets,
-          address(g.c)};
+      llvm::SmallVector<Value> args =
+          g.scales ? llvm::SmallVector<Value>{i64(static_cast<int64_t>(g.type)),
+                                              i64(g.offsets_i64), i64(g.groups), i64(g.m),
+                                              i64(g.n), i64(g.k), i64(g.a.ld), i64(g.c.ld),
+                                              address(g.a), address(g.b), address(*g.scales),
+                                              offsets, address(g.c)}
+                   : llvm::SmallVector<Value>{
+                         i64(static_cast<int64_t>(g.type)), i64(g.trans_b), i64(g.offsets_i64),
+                         i64(g.groups), i64(g.m), i64(g.n), i64(g.k), i64(g.a.ld), i64(g.b.ld),
+                         i64(g.c.ld), i64(g.b.batch_stride), address(g.a), address(g.b),
+                         offsets, address(g.c)};
       // Blocks of whole 16-float column vectors or runs of whole groups
       // (kernels/grouped_gemm.h decides which from the problem and the
       // offsets); the rows are at most m in all.

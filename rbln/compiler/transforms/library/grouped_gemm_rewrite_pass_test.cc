@@ -3,7 +3,7 @@
 // 2-D x 3-D form, B plain or a transpose's source) becomes rbln_grouped_gemm
 // calls -- column blocks in a parallel loop when the problem is large -- and
 // the program with the calls computes the loops' values; the other forms
-// stay loops.
+// stay loops. MXFP4 weights: one rbln_grouped_gemm_mxfp4 call.
 #include <string>
 #include <vector>
 
@@ -95,6 +95,45 @@ TEST(GroupedGemmRewritePassTest, CallsComputeTheLoopsValues) {
           << (b_t ? "transposed " : "") << "element " << i;
     }
     for (int64_t i = 36 * n; i < m * n; ++i) ASSERT_EQ(results[1][i], 0.0) << i;
+  }
+}
+
+// MXFP4 weights (gpt-oss's experts): the loop decoding them in the
+// product's body becomes one rbln_grouped_gemm_mxfp4 call with the same
+// values, for groups of one row (the fused GEMV) and of 20 (oneDNN).
+TEST(GroupedGemmRewritePassTest, Mxfp4LoopBecomesACallWithTheLoopsValues) {
+  if (!LoadOnednn()) GTEST_SKIP() << "oneDNN is not installed";
+  for (ir::DType t : {ir::FLOAT32, ir::BFLOAT16}) {
+    const int64_t g = 4, m = 24, k = 64, n = 40;
+    std::vector<double> blocks(g * n * k / 2), scales(g * n * k / 32);
+    for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = (i * 37 + 11) % 256;
+    for (size_t i = 0; i < scales.size(); ++i) scales[i] = 122 + (i * 5) % 9;
+    scales[3] = 0;  // flushes its 32 values to zero in both
+    const std::vector<HostTensor> inputs = {
+        Random(t, {m, k}, 1, -1, 1), Tensor(ir::UINT8, {g, n, k / 2}, blocks),
+        Tensor(ir::UINT8, {g, n, k / 32}, scales),
+        Tensor(ir::INT32, {g}, {1, 2, 2, 22})};  // rows 22, 23 in no group
+    std::vector<ir::TensorType> types;
+    for (const HostTensor& x : inputs) types.push_back(x.type());
+    const ir::Graph graph = OneOpGraph("grouped_mm_mxfp4", types, {Type(t, {m, n})});
+    auto run = RunWithoutAndWithRewrite(
+        graph, GroupedGemmStage(), inputs, [](mlir::ModuleOp module, bool rewritten) {
+          int calls = 0;
+          module.walk([&](mlir::func::CallOp call) {
+            calls += call.getCallee() == kGroupedGemmMxfp4Symbol;
+          });
+          EXPECT_EQ(calls, rewritten ? 1 : 0);
+        });
+    ASSERT_TRUE(run.ok()) << run.status();
+    const auto& results = *run;
+    ASSERT_EQ(results[0].size(), static_cast<size_t>(m * n));
+    for (size_t i = 0; i < results[0].size(); ++i) {
+      // f32 sums of the same exact products in another order.
+      const double tol = t == ir::BFLOAT16 ? 1e-2 * (1 + std::fabs(results[0][i]))
+                                           : 1e-5 * (1 + std::fabs(results[0][i]));
+      ASSERT_NEAR(results[1][i], results[0][i], tol) << DTypeText(t) << " element " << i;
+    }
+    for (int64_t i = 22 * n; i < m * n; ++i) ASSERT_EQ(results[1][i], 0.0) << i;
   }
 }
 

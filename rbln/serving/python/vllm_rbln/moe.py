@@ -42,6 +42,15 @@ from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import (
 )
 
 
+def _expert_mm(rows: torch.Tensor, w, offs: torch.Tensor) -> torch.Tensor:
+    """rows (grouped by expert, groups ending at offs) times their expert's
+    weight transposed: w [E, N, K] as stored, or MXFP4 (blocks, scales)
+    (torch_rbln/_mxfp4.py: read packed, dequantized on the way)."""
+    if isinstance(w, tuple):
+        return torch.ops.rbln.grouped_mm_mxfp4(rows, w[0], w[1], offs)
+    return _grouped_mm(rows, w.transpose(-2, -1), offs)
+
+
 def _grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
     """Rows of `a` in groups ending at `offs`, group g times b[g]. Traced, the
     compiler's op: ATen's meta for _grouped_mm takes bfloat16 only off the
@@ -88,11 +97,12 @@ def grouped_experts(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
                     swiglu_alpha: float = None, swiglu_limit: float = None) -> torch.Tensor:
     """sum_j topk_weights[t, j] * expert_{topk_ids[t, j]}(x[t]) for every
     token t, with expert e(x) = w2[e] @ act(w13[e] @ x + w13_bias[e]) +
-    w2_bias[e] (biases optional). x [T, H], w13 [E, 2I, H], w2 [E, H, I],
-    biases [E, 2I] and [E, H], topk_* [T, k]."""
+    w2_bias[e] (biases optional). x [T, H], w13 [E, 2I, H], w2 [E, H, I]
+    (or each as MXFP4 (blocks, scales): _expert_mm), biases [E, 2I] and [E,
+    H], topk_* [T, k]."""
     tokens, hidden = x.shape
     top_k = topk_ids.shape[1]
-    experts = w13.shape[0]
+    experts = (w13[0] if isinstance(w13, tuple) else w13).shape[0]
     ids, perm = torch.sort(topk_ids.reshape(-1))
     rows = x.index_select(0, perm // top_k)
     weights = topk_weights.reshape(-1).index_select(0, perm).unsqueeze(-1)
@@ -104,11 +114,10 @@ def grouped_experts(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
     offs = torch.cumsum(counts, 0, dtype=torch.int32)
     # Each row's expert (padding ids clamped: their rows are not summed).
     row_expert = ids.clamp(max=experts - 1)
-    h = _grouped_mm(rows, w13.transpose(-2, -1), offs)
+    h = _expert_mm(rows, w13, offs)
     if w13_bias is not None:
         h = h + w13_bias.index_select(0, row_expert).to(h.dtype)
-    y = _grouped_mm(gated(h, activation, swiglu_alpha, swiglu_limit), w2.transpose(-2, -1),
-                    offs)
+    y = _expert_mm(gated(h, activation, swiglu_alpha, swiglu_limit), w2, offs)
     if w2_bias is not None:
         y = y + w2_bias.index_select(0, row_expert).to(y.dtype)
     if not apply_router_weight_on_input:

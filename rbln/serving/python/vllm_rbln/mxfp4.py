@@ -5,22 +5,17 @@ microscaling): two 4-bit e2m1 values per byte, low nibble first, and one
 e8m0 scale (2^(s - 127)) per 32 values along the input dimension. vLLM
 loads them as uint8 tensors (GptOssMxfp4MoEMethod.create_weights: w13 [E,
 2I, H/2] and its scales [E, 2I, H/32], w2 [E, H, I/2] and [E, H, I/32], the
-biases in bfloat16) and picks a CUDA, ROCm or CPU kernel for them; on rbln
-`RblnMxfp4MoEMethod` keeps the same uint8 tensors on the device (a quarter
-of bfloat16's bytes: gpt-oss-20b's experts fit in 12 GB, not 39) and its
-step dequantizes inside the compiled program:
+biases in bfloat16) and picks a CUDA, ROCm or AMX kernel for them; on rbln
+`RblnMxfp4MoEMethod` keeps the same uint8 tensors on the device (4.25 bits
+a weight: gpt-oss-20b's experts take 12 GB, not 39 in bfloat16) and runs
+the unquantized layer's computation (moe.grouped_experts: rows sorted by
+expert, one grouped product per projection) with each projection the
+compiler's MXFP4 grouped GEMM (rbln::grouped_mm_mxfp4,
+kernels/mxfp4_grouped_gemm.h): only the routed experts' bytes are read,
+decoded on the way -- a fused GEMV for an expert's few rows at decode, a
+dequantized copy of the expert multiplied through oneDNN for many.
 
-- Fewer routed rows than experts (decode): each row's expert alone is
-  gathered and dequantized, and each row is multiplied by its own
-  expert (a batch of GEMVs): the step reads k experts' packed bytes per
-  token, not all of them.
-- Otherwise (prefill, large batches): every expert is dequantized once and
-  the rows run as the unquantized layer's grouped GEMMs (moe.grouped_experts).
-
-Dequantized values are exact in the activation dtype (e2m1 has one
-mantissa bit; a scale is a power of two), so the layer computes what the
-unquantized layer computes on the dequantized weights. The activations may
-be bfloat16 (vLLM's choice for MXFP4) or float32/float16 here
+The activations may be bfloat16 (vLLM's choice for MXFP4) or float32 here
 (`install` widens the config's list), so a test can compare float32 tokens
 with the CPU's.
 
@@ -37,60 +32,18 @@ from vllm.model_executor.layers.quantization import mxfp4 as vllm_mxfp4
 
 from . import moe
 
-# e2m1 values by nibble (OCP MX: sign, 2 exponent bits, 1 mantissa bit).
-FP4_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
-              -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
-BLOCK = 32  # values per e8m0 scale
-
 # vLLM's names of gpt-oss's MXFP4 (the checkpoint's and the normalized one).
 QUANTIZATIONS = ("mxfp4", "gpt_oss_mxfp4")
 
 
-def dequantize(blocks: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """[..., N, K] in `dtype` from MXFP4 `blocks` [..., N, K/2] (uint8, low
-    nibble first) and `scales` [..., N, K/32] (uint8 e8m0)."""
-    *lead, n, half = blocks.shape
-    k = 2 * half
-    lut = torch.tensor(FP4_VALUES, dtype=torch.float32, device=blocks.device)
-    lo = (blocks & 0x0F).long()
-    hi = (blocks >> 4).long()
-    values = torch.stack([lut[lo], lut[hi]], dim=-1).view(*lead, n, k // BLOCK, BLOCK)
-    # 2^(s - 127) exactly: s placed in a float32's exponent bits (s = 0, the
-    # subnormal 2^-127, flushes to zero; s = 255 is e8m0's NaN: inf here).
-    scale = (scales.to(torch.int32) << 23).view(torch.float32).unsqueeze(-1)
-    return (values * scale).view(*lead, n, k).to(dtype)
-
-
 def mxfp4_experts(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor,
                   w2: torch.Tensor, w2_scale: torch.Tensor, topk_weights: torch.Tensor,
-                  topk_ids: torch.Tensor, activation, *, w13_bias: torch.Tensor = None,
-                  w2_bias: torch.Tensor = None, swiglu_alpha: float = None,
-                  swiglu_limit: float = None) -> torch.Tensor:
-    """moe.grouped_experts on MXFP4 weights (w13 [E, 2I, H/2] with its
-    scales [E, 2I, H/32], w2 [E, H, I/2] with [E, H, I/32]); see the module
-    docstring for the two forms."""
-    tokens, hidden = x.shape
-    top_k = topk_ids.shape[1]
-    experts = w13.shape[0]
-    if tokens * top_k >= experts:
-        return moe.grouped_experts(
-            x, dequantize(w13, w13_scale, x.dtype), dequantize(w2, w2_scale, x.dtype),
-            topk_weights, topk_ids, activation, w13_bias=w13_bias, w2_bias=w2_bias,
-            swiglu_alpha=swiglu_alpha, swiglu_limit=swiglu_limit)
-    # Row r = (token r // top_k, its choice r % top_k), with its own expert.
-    ids = topk_ids.reshape(-1).long().clamp(0, experts - 1)
-    rows = x.repeat_interleave(top_k, dim=0).unsqueeze(1)  # [R, 1, H]
-    w = dequantize(w13.index_select(0, ids), w13_scale.index_select(0, ids), x.dtype)
-    h = torch.bmm(rows, w.transpose(1, 2)).squeeze(1)  # [R, 2I]
-    if w13_bias is not None:
-        h = h + w13_bias.index_select(0, ids).to(h.dtype)
-    g = moe.gated(h, activation, swiglu_alpha, swiglu_limit).unsqueeze(1)
-    w = dequantize(w2.index_select(0, ids), w2_scale.index_select(0, ids), x.dtype)
-    y = torch.bmm(g, w.transpose(1, 2)).squeeze(1)  # [R, H]
-    if w2_bias is not None:
-        y = y + w2_bias.index_select(0, ids).to(y.dtype)
-    y = y * topk_weights.reshape(-1, 1).to(y.dtype)
-    return y.view(tokens, top_k, hidden).sum(dim=1).to(x.dtype)
+                  topk_ids: torch.Tensor, activation, **kwargs) -> torch.Tensor:
+    """moe.grouped_experts on MXFP4 weights: w13 [E, 2I, H/2] with its scales
+    [E, 2I, H/32], w2 [E, H, I/2] with [E, H, I/32]; `kwargs` as there
+    (biases, SwiGLU constants)."""
+    return moe.grouped_experts(x, (w13, w13_scale), (w2, w2_scale), topk_weights, topk_ids,
+                               activation, **kwargs)
 
 
 class RblnMxfp4MoEMethod(vllm_mxfp4.GptOssMxfp4MoEMethod):
@@ -145,12 +98,11 @@ class RblnMxfp4MoEMethod(vllm_mxfp4.GptOssMxfp4MoEMethod):
 
 def install() -> None:
     """Makes vLLM's gpt-oss MXFP4 config build RblnMxfp4MoEMethod, with
-    float32 and float16 activations allowed beside bfloat16 (the platform
+    float32 activations allowed beside bfloat16 (the platform
     calls it when a model asks for MXFP4, the model runner before loading)."""
     config = vllm_mxfp4.GptOssMxfp4Config
     if getattr(config, "_rbln_installed", False):
         return
     config._make_moe_method = lambda self, moe_config: RblnMxfp4MoEMethod(moe_config)
-    config.get_supported_act_dtypes = classmethod(
-        lambda cls: [torch.bfloat16, torch.float16, torch.float32])
+    config.get_supported_act_dtypes = classmethod(lambda cls: [torch.bfloat16, torch.float32])
     config._rbln_installed = True

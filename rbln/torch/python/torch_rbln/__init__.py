@@ -72,3 +72,5 @@ _grouped_mm.register()
 # vLLM serving's paged attention as one op the compiler lowers to a kernel
 # reading the KV cache in place (issue 31).
 from . import _paged_attention  # noqa: E402,F401
+# rbln::grouped_mm_mxfp4: grouped GEMMs on MXFP4 weights (gpt-oss's experts).
+from . import _mxfp4  # noqa: E402,F401

@@ -238,16 +238,23 @@ def quantize_mxfp4(w):
     """(blocks [..., N, K/32, 16] uint8, scales [..., N, K/32] uint8) of `w`
     [..., N, K] in MXFP4: per 32 values of a row a power-of-two scale that
     puts the largest magnitude in [4, 8), each value rounded to the nearest
-    e2m1 (ties to the lower nibble), low nibble first."""
+    e2m1 magnitude (a tie to the smaller), its sign kept (zero as +0),
+    low nibble first. Row by row along dim 0, so a real-size expert tensor
+    needs little memory beside it."""
     import torch
 
+    if w.dim() > 2:
+        parts = [quantize_mxfp4(w[i]) for i in range(w.shape[0])]
+        return torch.stack([p[0] for p in parts]), torch.stack([p[1] for p in parts])
     *lead, n, k = w.shape
     v = w.float().reshape(*lead, n, k // _MX_BLOCK, _MX_BLOCK)
     amax = v.abs().amax(-1).clamp(min=2.0 ** -100)
     exponent = torch.floor(torch.log2(amax)) - 2
     scaled = v / torch.exp2(exponent).unsqueeze(-1)
-    lut = torch.tensor(_FP4_VALUES)
-    nibbles = (scaled.unsqueeze(-1) - lut).abs().argmin(-1).to(torch.uint8)
+    # Midpoints between e2m1's magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6.
+    midpoints = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+    nibbles = torch.bucketize(scaled.abs(), midpoints).to(torch.uint8)
+    nibbles |= ((scaled < 0) & (nibbles > 0)).to(torch.uint8) << 3
     blocks = nibbles[..., 0::2] | (nibbles[..., 1::2] << 4)
     scales = (exponent + 127).to(torch.uint8)
     return blocks, scales
