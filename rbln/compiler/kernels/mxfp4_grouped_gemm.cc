@@ -8,6 +8,7 @@
 
 #include "rbln/compiler/kernels/grouped_gemm.h"
 #include "rbln/compiler/kernels/onednn_gemm.h"
+#include "rbln/compiler/kernels/onednn_library.h"
 
 namespace rbln::compiler {
 namespace {
@@ -147,7 +148,7 @@ RBLN_AVX2 void GemvAvx2Rows(const float* a, int64_t k, const uint8_t* w_blocks,
 
 void GemvAvx2(const float* a, int64_t rows, int64_t k, const uint8_t* w_blocks,
               const uint8_t* w_scales, int64_t first, int64_t last, float* c, int64_t ldc) {
-  static_assert(kMxfp4GemvMaxRows == 8, "one instance per row count");
+  static_assert(kMxfp4GemvMaxRows <= 8, "one instance per row count");
   using Fn = void (*)(const float*, int64_t, const uint8_t*, const uint8_t*, int64_t, int64_t,
                       float*, int64_t);
   static constexpr Fn kByRows[] = {GemvAvx2Rows<1>, GemvAvx2Rows<2>, GemvAvx2Rows<3>,
@@ -156,35 +157,94 @@ void GemvAvx2(const float* a, int64_t rows, int64_t k, const uint8_t* w_blocks,
   kByRows[rows - 1](a, k, w_blocks, w_scales, first, last, c, ldc);
 }
 
+// `chunks` chunks of 32 values (blocks and scales consecutive) as f32 or
+// bf16 (`Out`), exactly: decoded as in GemvAvx2Rows and scaled; bf16 keeps
+// the float's top half. (A nibble of -0 gives +0: the same products.)
+template <typename Out>
+RBLN_AVX2 void DequantizeAvx2(const uint8_t* blocks, const uint8_t* scales, int64_t chunks,
+                              Out* out) {
+  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kFp4Doubled));
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks + ch * 16));
+    const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(bytes, low4));
+    const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(bytes, 4), low4));
+    const __m128i v[2] = {_mm_unpacklo_epi8(lo, hi), _mm_unpackhi_epi8(lo, hi)};
+    const __m256 half_scale = _mm256_set1_ps(Scale(scales[ch]) * 0.5f);
+    for (int h = 0; h < 2; ++h) {
+      const __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v[h])), half_scale);
+      const __m256 f1 = _mm256_mul_ps(
+          _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v[h], 8))), half_scale);
+      Out* dst = out + ch * 32 + h * 16;
+      if constexpr (sizeof(Out) == 4) {
+        _mm256_storeu_ps(reinterpret_cast<float*>(dst), f0);
+        _mm256_storeu_ps(reinterpret_cast<float*>(dst) + 8, f1);
+      } else {
+        // The top 16 bits of each float, in order (packus works per 128-bit
+        // lane: the 64-bit quarters are put back in order after it).
+        const __m256i packed = _mm256_packus_epi32(
+            _mm256_srli_epi32(_mm256_castps_si256(f0), 16),
+            _mm256_srli_epi32(_mm256_castps_si256(f1), 16));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst),
+                            _mm256_permute4x64_epi64(packed, 0xD8));
+      }
+    }
+  }
+}
+
 // A large group: W's rows [first, last) dequantized into A's type, then
 // one oneDNN GEMM (C = A x W^T on those columns).
+// On a CPU where oneDNN has no bf16 kernels (onednn_gemm.h: they would
+// run on f32 copies of both operands) a bf16 group runs in f32: A's rows
+// widened here, W dequantized straight to f32.
 void GroupGemm(const Mxfp4GroupedGemmProblem& p, const void* a, int64_t begin, int64_t rows,
                const uint8_t* w_blocks, const uint8_t* w_scales, int64_t first, int64_t last,
-               float* c) {
+               float* c, Mxfp4Isa isa) {
   const int64_t cols = last - first;
-  std::vector<float>& w = Scratch(1, cols * p.k);
-  DequantizeMxfp4Rows(w_blocks + first * (p.k / 2), w_scales + first * (p.k / kMxfp4BlockValues),
-                      cols, p.k, w.data());
-  const void* b = w.data();
-  if (p.type == GemmOperandType::kBF16) {
+  const int64_t chunks = cols * p.k / kMxfp4BlockValues;
+  const uint8_t* blk = w_blocks + first * (p.k / 2);
+  const uint8_t* sc = w_scales + first * (p.k / kMxfp4BlockValues);
+  GemmOperandType type = p.type;
+  int64_t lda = p.lda;
+  const int64_t a_bytes = type == GemmOperandType::kF32 ? 4 : 2;
+  const void* a_rows = static_cast<const char*>(a) + begin * p.lda * a_bytes;
+  if (type == GemmOperandType::kBF16 && !onednn::HasBf16(onednn::Library())) {
+    type = GemmOperandType::kF32;
+    a_rows = RowsAsF32(p, a, begin, rows);
+    lda = p.k;
+  }
+  const void* b;
+  if (type == GemmOperandType::kBF16) {
     thread_local std::vector<uint16_t> half;
     if (half.size() < static_cast<size_t>(cols * p.k)) half.resize(cols * p.k);
-    for (int64_t i = 0; i < cols * p.k; ++i) half[i] = Bf16Bits(w[i]);
+    if (isa == Mxfp4Isa::kAvx2) {
+      DequantizeAvx2(blk, sc, chunks, half.data());
+    } else {
+      std::vector<float>& w = Scratch(1, cols * p.k);
+      DequantizeMxfp4Rows(blk, sc, cols, p.k, w.data());
+      for (int64_t i = 0; i < cols * p.k; ++i) half[i] = Bf16Bits(w[i]);
+    }
     b = half.data();
+  } else {
+    std::vector<float>& w = Scratch(1, cols * p.k);
+    if (isa == Mxfp4Isa::kAvx2) {
+      DequantizeAvx2(blk, sc, chunks, w.data());
+    } else {
+      DequantizeMxfp4Rows(blk, sc, cols, p.k, w.data());
+    }
+    b = w.data();
   }
   GemmProblem q;
-  q.type = p.type;
+  q.type = type;
   q.trans_b = true;
   q.accumulate = false;
   q.m = rows;
   q.n = cols;
   q.k = p.k;
-  q.lda = p.lda;
+  q.lda = lda;
   q.ldb = p.k;
   q.ldc = p.ldc;
-  const int64_t bytes = p.type == GemmOperandType::kF32 ? 4 : 2;
-  RunGemmBlock(q, static_cast<const char*>(a) + begin * p.lda * bytes, b,
-               c + begin * p.ldc + first, nullptr, 0, 1);
+  RunGemmBlock(q, a_rows, b, c + begin * p.ldc + first, nullptr, 0, 1);
 }
 
 }  // namespace
@@ -229,7 +289,7 @@ void RunMxfp4GroupedGemmBlock(const Mxfp4GroupedGemmProblem& p, const void* a,
     const uint8_t* gb = w_blocks + g * p.n * (p.k / 2);
     const uint8_t* gs = w_scales + g * p.n * (p.k / kMxfp4BlockValues);
     if (end - begin > kMxfp4GemvMaxRows) {
-      GroupGemm(p, a, begin, end - begin, gb, gs, first, last, c);
+      GroupGemm(p, a, begin, end - begin, gb, gs, first, last, c, isa);
       continue;
     }
     const float* af = RowsAsF32(p, a, begin, end - begin);

@@ -10,8 +10,8 @@
 //   the nibbles into a table of doubled e2m1 values) and multiplied with
 //   every row of the group, f32 accumulation; W is read once.
 // - A larger group (prefill) has its W rows dequantized, exactly, into a
-//   per-thread buffer in A's type and multiplied through oneDNN
-//   (onednn_gemm.h).
+//   per-thread buffer in A's type (bf16: decoded as the GEMV decodes) and
+//   multiplied through oneDNN (onednn_gemm.h).
 //
 // Rows as in grouped_gemm.h (GroupRows: offsets clamped as Tensor.slice
 // clamps them; rows outside every group are left as they are). A block is

