@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "rbln/compiler/kernels/grouped_gemm.h"
+#include "rbln/compiler/kernels/half_convert.h"
 #include "rbln/compiler/kernels/onednn_gemm.h"
 #include "rbln/compiler/kernels/onednn_library.h"
 
@@ -32,13 +33,6 @@ uint16_t Bf16Bits(float f) {  // exact for dequantized values (<= 3 significant 
   return static_cast<uint16_t>(bits >> 16);
 }
 
-float Bf16ToFloat(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
 // Per-thread buffers (rows of A in f32, dequantized W rows).
 std::vector<float>& Scratch(int slot, size_t elements) {
   thread_local std::vector<float> buffers[2];
@@ -51,14 +45,14 @@ std::vector<float>& Scratch(int slot, size_t elements) {
 const float* RowsAsF32(const Mxfp4GroupedGemmProblem& p, const void* a, int64_t begin,
                        int64_t rows) {
   std::vector<float>& out = Scratch(0, rows * p.k);
-  for (int64_t r = 0; r < rows; ++r) {
-    float* dst = out.data() + r * p.k;
-    if (p.type == GemmOperandType::kF32) {
-      std::memcpy(dst, static_cast<const float*>(a) + (begin + r) * p.lda, p.k * sizeof(float));
-    } else {
-      const uint16_t* src = static_cast<const uint16_t*>(a) + (begin + r) * p.lda;
-      for (int64_t i = 0; i < p.k; ++i) dst[i] = Bf16ToFloat(src[i]);
+  if (p.type == GemmOperandType::kF32) {
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(out.data() + r * p.k, static_cast<const float*>(a) + (begin + r) * p.lda,
+                  p.k * sizeof(float));
     }
+  } else {
+    Bf16ToFloat(static_cast<const uint16_t*>(a) + begin * p.lda, rows, p.k, p.lda, out.data(),
+                p.k);
   }
   return out.data();
 }
