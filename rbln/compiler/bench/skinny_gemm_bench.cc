@@ -13,6 +13,7 @@
 // element, f32 packed: 4).
 //
 //   bazel run -c opt //rbln/compiler/bench:skinny_gemm_bench -- [--reps 21]
+//       [--isa avx2]  (the kernel's instruction set, at most the CPU's best)
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -42,10 +43,25 @@ constexpr int kWeights = 3;
 
 int main(int argc, char** argv) {
   int reps = 21;
+  rbln::compiler::SkinnyIsa isa = rbln::compiler::BestSkinnyIsa();
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string arg = argv[i];
     if (arg == "--reps") {
       reps = std::atoi(argv[i + 1]);
+    } else if (arg == "--isa") {
+      // A lower instruction set than the best, for an A/B on one CPU.
+      bool found = false;
+      for (int v = 0; v <= static_cast<int>(isa); ++v) {
+        const auto candidate = static_cast<rbln::compiler::SkinnyIsa>(v);
+        if (argv[i + 1] == std::string(SkinnyIsaName(candidate))) {
+          isa = candidate;
+          found = true;
+        }
+      }
+      if (!found) {
+        std::fprintf(stderr, "--isa %s: not on this CPU\n", argv[i + 1]);
+        return 2;
+      }
     } else {
       std::fprintf(stderr, "unknown argument %s\n", arg.c_str());
       return 2;
@@ -57,7 +73,7 @@ int main(int argc, char** argv) {
   // (Not OnednnDescription(): it plans a bf16 matmul, which oneDNN 2.6
   // has none of below avx512_core.)
   std::printf("skinny bf16 kernel: %s; oneDNN %s\n",
-              rbln::compiler::SkinnyIsaName(rbln::compiler::BestSkinnyIsa()),
+              rbln::compiler::SkinnyIsaName(isa),
               onednn ? "loaded" : "not loaded");
   std::printf("%5s %6s %6s %4s %12s %8s %14s %8s %8s %12s\n", "m", "n", "k",
               "thr", "bf16 skinny", "GB/s", "oneDNN f32", "GB/s", "speedup",
@@ -113,7 +129,7 @@ int main(int argc, char** argv) {
               // would store it).
               rbln::compiler::SkinnyBf16Gemm(q, a16.data(),
                                              b16[w].data() + first * k,
-                                             c.data() + m * first);
+                                             c.data() + m * first, isa);
             });
           }
         };

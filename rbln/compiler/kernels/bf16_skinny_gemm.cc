@@ -300,25 +300,167 @@ RBLN_AVX2 void PlainAvx2(const GemmProblem& q, const uint16_t* a,
 #undef RBLN_IN_REGISTER
 #undef RBLN_AVX2
 
+// ---- AVX-512 BF16 (B stored [n, k]): vdpbf16ps multiplies 32 bf16 pairs
+// of A and B as stored and adds them into 16 f32 lanes (lane t: products
+// 2t and 2t+1 of each 32-element chunk), so neither operand is widened and
+// a B row is read once per tile of rows. Per element: lane sums chunk after
+// chunk (the k % 32 tail a chunk zero-filled by masked loads), then one
+// fixed tree over the 16 lanes. With vdpbf16ps's implied DAZ / FTZ, as
+// oneDNN's bf16 kernels on the same CPUs. ----
+#define RBLN_AVX512_BF16 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define RBLN_ZMM_IN_REGISTER(v) __asm__("" : "+v"(v))
+
+template <int R, int C, bool kTail>
+RBLN_AVX512_BF16 inline __attribute__((always_inline)) void DotChunk512(
+    __m512 (&acc)[R][C], const uint16_t* a, int64_t lda, const uint16_t* b,
+    int64_t ldb, int64_t l, __mmask32 tail) {
+  __m512i bv[C];
+#pragma GCC unroll 8
+  for (int j = 0; j < C; ++j) {
+    bv[j] = kTail ? _mm512_maskz_loadu_epi16(tail, b + j * ldb + l)
+                  : _mm512_loadu_si512(b + j * ldb + l);
+    RBLN_ZMM_IN_REGISTER(bv[j]);
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    __m512i av = kTail ? _mm512_maskz_loadu_epi16(tail, a + r * lda + l)
+                       : _mm512_loadu_si512(a + r * lda + l);
+    RBLN_ZMM_IN_REGISTER(av);
+#pragma GCC unroll 8
+    for (int j = 0; j < C; ++j) {
+      acc[r][j] = _mm512_dpbf16_ps(acc[r][j], (__m512bh)av, (__m512bh)bv[j]);
+    }
+  }
+}
+
+// Lanes 0..15 added in a fixed tree.
+RBLN_AVX512_BF16 inline float HorizontalSum512(__m512 v) {
+  const __m256 half = _mm256_add_ps(_mm512_castps512_ps256(v),
+                                    _mm256_castpd_ps(_mm512_extractf64x4_pd(
+                                        _mm512_castps_pd(v), 1)));
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(half),
+                        _mm256_extractf128_ps(half, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
+  return _mm_cvtss_f32(x);
+}
+
+// Rows [0, R) x columns [0, C) of C at `c` (row stride ldc).
+template <int R, int C>
+RBLN_AVX512_BF16 void DotTile512(const uint16_t* a, int64_t lda,
+                                 const uint16_t* b, int64_t ldb, int64_t k,
+                                 float* c, int64_t ldc) {
+  const int64_t k32 = k & ~int64_t{31};
+  __m512 acc[R][C];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int j = 0; j < C; ++j) acc[r][j] = _mm512_setzero_ps();
+  }
+  for (int64_t l = 0; l < k32; l += 32) {
+    DotChunk512<R, C, false>(acc, a, lda, b, ldb, l, 0);
+  }
+  if (k32 < k) {
+    const __mmask32 tail = static_cast<__mmask32>((uint64_t{1} << (k - k32)) - 1);
+    DotChunk512<R, C, true>(acc, a, lda, b, ldb, k32, tail);
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < C; ++j) c[r * ldc + j] = HorizontalSum512(acc[r][j]);
+  }
+}
+
+// Columns of a DotTile512 of R rows (accumulators, B and A chunks within
+// the 32 vector registers), and a panel's columns: a multiple of each.
+constexpr int DotColumns512(int rows) { return rows == 1 ? 8 : rows <= 3 ? 6 : 4; }
+constexpr int64_t kPanelColumns512 = 24;
+
+template <int R>
+RBLN_AVX512_BF16 void DotRows512(const uint16_t* a, int64_t lda,
+                                 const uint16_t* b, int64_t ldb, int64_t k,
+                                 float* c, int64_t ldc, int64_t n) {
+  constexpr int C = DotColumns512(R);
+  int64_t j = 0;
+  for (; j + C <= n; j += C) {
+    DotTile512<R, C>(a, lda, b + j * ldb, ldb, k, c + j, ldc);
+  }
+  for (; j < n; ++j) DotTile512<R, 1>(a, lda, b + j * ldb, ldb, k, c + j, ldc);
+}
+
+RBLN_AVX512_BF16 void TransposedAvx512Bf16(const GemmProblem& q,
+                                           const uint16_t* a,
+                                           const uint16_t* b, float* c) {
+  for (int64_t bt = 0; bt < q.batch; ++bt) {
+    const uint16_t* ab = a + bt * q.stride_a;
+    const uint16_t* bb = b + bt * q.stride_b;
+    float* cb = c + bt * q.m * q.n;
+    for (int64_t j = 0; j < q.n; j += kPanelColumns512) {
+      const int64_t n = std::min(kPanelColumns512, q.n - j);
+      for (int64_t i = 0; i < q.m; i += kTileRows) {
+        const uint16_t* ai = ab + i * q.lda;
+        const uint16_t* bj = bb + j * q.ldb;
+        float* cij = cb + i * q.n + j;
+        switch (std::min<int64_t>(kTileRows, q.m - i)) {
+          case 1:
+            DotRows512<1>(ai, q.lda, bj, q.ldb, q.k, cij, q.n, n);
+            break;
+          case 2:
+            DotRows512<2>(ai, q.lda, bj, q.ldb, q.k, cij, q.n, n);
+            break;
+          case 3:
+            DotRows512<3>(ai, q.lda, bj, q.ldb, q.k, cij, q.n, n);
+            break;
+          default:
+            DotRows512<4>(ai, q.lda, bj, q.ldb, q.k, cij, q.n, n);
+            break;
+        }
+      }
+    }
+  }
+}
+
+#undef RBLN_ZMM_IN_REGISTER
+#undef RBLN_AVX512_BF16
+
 }  // namespace
 
 SkinnyIsa BestSkinnyIsa() {
   static const SkinnyIsa best = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
-               ? SkinnyIsa::kAvx2
-               : SkinnyIsa::kPortable;
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+      return SkinnyIsa::kPortable;
+    }
+    return __builtin_cpu_supports("avx512f") &&
+                   __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vl") &&
+                   __builtin_cpu_supports("avx512bf16")
+               ? SkinnyIsa::kAvx512Bf16
+               : SkinnyIsa::kAvx2;
   }();
   return best;
 }
 
 const char* SkinnyIsaName(SkinnyIsa isa) {
-  return isa == SkinnyIsa::kAvx2 ? "avx2" : "portable";
+  switch (isa) {
+    case SkinnyIsa::kAvx512Bf16:
+      return "avx512_bf16";
+    case SkinnyIsa::kAvx2:
+      return "avx2";
+    default:
+      return "portable";
+  }
 }
 
 bool SkinnyBf16Applies(const GemmProblem& q) {
   return q.type == GemmOperandType::kBF16 && q.batch >= 1 && q.m >= 1 &&
          q.m <= kSkinnyBf16MaxRows && q.n >= 1 && q.k >= 1;
+}
+
+bool SkinnyBf16Preferred(const GemmProblem& q, bool onednn_has_bf16) {
+  if (!SkinnyBf16Applies(q)) return false;
+  return !onednn_has_bf16 ||
+         (q.trans_b && q.m <= kSkinnyBf16MaxRowsBesideOnednn &&
+          BestSkinnyIsa() == SkinnyIsa::kAvx512Bf16);
 }
 
 void SkinnyBf16Gemm(const GemmProblem& q, const void* a, const void* b,
@@ -327,6 +469,10 @@ void SkinnyBf16Gemm(const GemmProblem& q, const void* a, const void* b,
   const uint16_t* b16 = static_cast<const uint16_t*>(b);
   if (isa == SkinnyIsa::kPortable) {
     GemmPortable(q, a16, b16, c_dense);
+    return;
+  }
+  if (isa == SkinnyIsa::kAvx512Bf16 && q.trans_b) {
+    TransposedAvx512Bf16(q, a16, b16, c_dense);
     return;
   }
   // A's rows as f32, reused by the calls of this thread.

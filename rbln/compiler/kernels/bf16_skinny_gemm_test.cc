@@ -21,7 +21,9 @@ using testing::FillOperand;
 
 std::vector<SkinnyIsa> Isas() {
   std::vector<SkinnyIsa> isas = {SkinnyIsa::kPortable};
-  if (BestSkinnyIsa() == SkinnyIsa::kAvx2) isas.push_back(SkinnyIsa::kAvx2);
+  for (SkinnyIsa isa : {SkinnyIsa::kAvx2, SkinnyIsa::kAvx512Bf16}) {
+    if (BestSkinnyIsa() >= isa) isas.push_back(isa);
+  }
   return isas;
 }
 
@@ -158,6 +160,26 @@ TEST(SkinnyBf16GemmTest, AppliesToFewBf16RowsOnly) {
   EXPECT_FALSE(SkinnyBf16Applies(q));
   q.type = GemmOperandType::kF16;
   EXPECT_FALSE(SkinnyBf16Applies(q));
+}
+
+// Where oneDNN has no bf16 kernels every skinny problem takes the kernel;
+// where it has, only Linear weights (B stored [n, k]) of few rows on
+// AVX-512 BF16.
+TEST(SkinnyBf16GemmTest, PreferredWithoutBf16KernelsOrForWeightsOnAvx512Bf16) {
+  GemmProblem q = Problem(true, 1, 4, 8, 8);
+  EXPECT_TRUE(SkinnyBf16Preferred(q, false));
+  EXPECT_EQ(SkinnyBf16Preferred(q, true),
+            BestSkinnyIsa() == SkinnyIsa::kAvx512Bf16);
+  q.trans_b = false;
+  EXPECT_TRUE(SkinnyBf16Preferred(q, false));
+  EXPECT_FALSE(SkinnyBf16Preferred(q, true));
+  q.trans_b = true;
+  q.m = kSkinnyBf16MaxRowsBesideOnednn + 1;
+  EXPECT_TRUE(SkinnyBf16Preferred(q, false));
+  EXPECT_FALSE(SkinnyBf16Preferred(q, true));
+  q.m = kSkinnyBf16MaxRows + 1;
+  EXPECT_FALSE(SkinnyBf16Preferred(q, false));
+  EXPECT_FALSE(SkinnyBf16Preferred(q, true));
 }
 
 }  // namespace

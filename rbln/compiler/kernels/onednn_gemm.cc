@@ -355,6 +355,14 @@ void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
   // re-laid out (and for f16 widened) by every call; one copy for every M.
   // Where the cache keeps none (a version's first use, no room) the call
   // packs a copy of its own: every call runs the same packed primitive.
+  // bf16 with few rows (a decode step's): B read as stored by the skinny
+  // kernel (SkinnyBf16Preferred), not widened to an f32 copy (twice the
+  // bytes) nor read from a packed one. Chosen by the whole problem, so
+  // every block of it takes it.
+  if (SkinnyBf16Preferred(p, onednn::HasBf16(d))) {
+    MultiplySkinny(thread, q, a_block, b_block, c_block, sides_block, p.n);
+    return;
+  }
   const std::optional<InputContent> weight = WeightContent(q, b_block);
   // f16 (oneDNN 2.6 has no f16 matmul), and bf16 where oneDNN has no bf16
   // kernels (HasBf16), run on f32 or bf16x3 copies below.
@@ -377,13 +385,6 @@ void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
     }
     Multiply(d, thread, dense, PrimitiveFor(d, dense), a_block, b_block,
              c_block, q.ldc, sides_block, p.n);
-    return;
-  }
-  // bf16 with few rows (a decode step's) without bf16 kernels: B read as
-  // stored by the skinny kernel, not widened (half the bytes of an f32
-  // copy). Chosen by the problem's rows, so every block of it takes it.
-  if (p.type == GemmOperandType::kBF16 && SkinnyBf16Applies(p)) {
-    MultiplySkinny(thread, q, a_block, b_block, c_block, sides_block, p.n);
     return;
   }
   // f16 (F16GemmRoute): split into K-tripled bf16 operands, or widened to

@@ -5,9 +5,11 @@
 // with avx512_bf16 (f32 accumulation) at about twice the f32 rate, and f32
 // ones at least as fast as OpenBLAS (docs/benchmarks.md, "GEMM library").
 // Below avx512_core (AVX2 CPUs) oneDNN 2.6 has no bf16 kernels
-// (onednn::HasBf16): bf16 blocks run on f32 copies, those of problems of up
-// to kSkinnyBf16MaxRows rows (decode steps) on bf16_skinny_gemm.h's kernel,
-// which reads B as stored.
+// (onednn::HasBf16): bf16 blocks run on f32 copies. bf16 problems of up to
+// kSkinnyBf16MaxRows rows (decode steps) run on bf16_skinny_gemm.h's
+// kernel, which reads B as stored, below avx512_core and, for B stored
+// [n, k] (a Linear weight), on CPUs with AVX-512 BF16
+// (SkinnyBf16Preferred).
 //
 // Kernels call rbln_gemm (kOnednnGemmSymbol), which the JIT resolves to this
 // library's function. One call computes one block of a GEMM problem: the
@@ -74,9 +76,9 @@ void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
 // "brg:avx512_core_bf16", with "+ epilogue after" when the post-ops are
 // applied separately; for kF16 prefixed by the route, "f16->f32 (<isa>) + "
 // or "f16->bf16x3 (<isa>) + " (finite operands). bf16 where oneDNN has no
-// bf16 kernels: "bf16->f32 + ..." (widened to f32), or for up to
-// kSkinnyBf16MaxRows rows "bf16 skinny (<isa>)" (bf16_skinny_gemm.h: B read
-// as stored, no oneDNN call).
+// bf16 kernels: "bf16->f32 + ..." (widened to f32); where
+// SkinnyBf16Preferred, "bf16 skinny (<isa>)" (bf16_skinny_gemm.h: B read as
+// stored, no oneDNN call).
 std::string GemmImplementation(const GemmProblem& p);
 
 }  // namespace rbln::compiler

@@ -383,7 +383,7 @@ std::string GemmImplementation(const GemmProblem& p) {
   const bool f16 = p.type == GemmOperandType::kF16;
   const bool widened_bf16 =
       p.type == GemmOperandType::kBF16 && !onednn::HasBf16(d);
-  if (widened_bf16 && SkinnyBf16Applies(p)) {
+  if (SkinnyBf16Preferred(p, onednn::HasBf16(d))) {
     return absl::StrFormat("bf16 skinny (%s)%s", SkinnyIsaName(BestSkinnyIsa()),
                            p.epilogue.IsPlain() ? "" : " + epilogue after");
   }
