@@ -334,16 +334,11 @@ RBLN_AVX512_BF16 inline __attribute__((always_inline)) void DotChunk512(
   }
 }
 
-// Lanes 0..15 added in a fixed tree.
+// Lanes 0..15 added in a fixed tree (halves, then HorizontalSum's).
 RBLN_AVX512_BF16 inline float HorizontalSum512(__m512 v) {
-  const __m256 half = _mm256_add_ps(_mm512_castps512_ps256(v),
-                                    _mm256_castpd_ps(_mm512_extractf64x4_pd(
-                                        _mm512_castps_pd(v), 1)));
-  __m128 x = _mm_add_ps(_mm256_castps256_ps128(half),
-                        _mm256_extractf128_ps(half, 1));
-  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-  x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
-  return _mm_cvtss_f32(x);
+  return HorizontalSum(_mm256_add_ps(
+      _mm512_castps512_ps256(v),
+      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
 }
 
 // Rows [0, R) x columns [0, C) of C at `c` (row stride ldc).
