@@ -307,7 +307,8 @@ def cpu_description():
 def run_model(name, args, bandwidth):
     """Warm prefill and decode rows of every variant of one model."""
     model, config = build(name, args.layers, args.tiny)
-    batches = sorted(set(args.batch))
+    # Prefill runs at batch 1: its cache exists even when no decode does.
+    batches = sorted(set(args.batch) | ({1} if args.prefill else set()))
     max_len = args.max_cache_len
     wbytes = weight_bytes(model)
     result = {"model": name, "description": describe(name, config, args.tiny),
@@ -364,7 +365,7 @@ def run_model(name, args, bandwidth):
                                if samples[v.label] else {"error": v.error}) for v in variants}
 
     # Decode at each batch after a DECODE_PREFILL-token prefill.
-    for batch in batches:
+    for batch in sorted(set(args.batch)):
         key = f"decode b{batch}"
         ids = prompt(config, batch, args.decode_prefill, seed=2)
         step_bytes = wbytes + kv_bytes(config, batch, max_len)
