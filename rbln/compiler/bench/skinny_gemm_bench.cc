@@ -1,6 +1,7 @@
 // Decode-step GEMMs (a few rows of A against a linear layer's weight, B
-// stored [n, k]) on CPUs without native bf16: the skinny bf16 kernel
-// (kernels/bf16_skinny_gemm.h, B read as stored) against oneDNN's f32 matmul
+// stored [n, k]): the skinny bf16 kernel (kernels/bf16_skinny_gemm.h, B
+// read as stored; --isa picks a lower instruction set) against oneDNN's f32
+// matmul
 // on an f32 copy of the weight (what the widened route runs at best: a
 // weight input, packed once where oneDNN packs), on 1
 // worker and on every core (columns split over the chiplet team). Several
@@ -161,7 +162,8 @@ int main(int argc, char** argv) {
           t32 = seconds(Time(packed, reps));
         }
         // The bf16 GEMM as compiled programs run it (RunGemmBlock): the
-        // skinny kernel up to kSkinnyBf16MaxRows rows, then f32 copies.
+        // skinny kernel where SkinnyBf16Preferred, else oneDNN (on f32
+        // copies below avx512_core).
         double route = 0;
         if (onednn) {
           auto bf16 = [&] {

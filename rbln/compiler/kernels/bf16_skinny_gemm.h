@@ -5,9 +5,10 @@
 // such a GEMM streams B from memory, so reading its 2 bytes per element
 // instead of a widened f32 copy's 4 halves the time of a memory-bound step.
 // With AVX-512 BF16 (AMD Zen 4, Intel from Cooper Lake) a Linear weight
-// (B stored [n, k]) is read as stored by vdpbf16ps: on Zen 4 a decode step
-// streams its weights at ~90% of the read bandwidth this way against ~60%
-// through oneDNN 2.6's brgemm on its packed copies (docs/benchmarks.md).
+// (B stored [n, k]) is read as stored by vdpbf16ps: on Zen 4 a batch-1
+// decode step streamed its weights at 74% of the read bandwidth this way
+// against 60% through oneDNN 2.6's brgemm on its packed copies
+// (docs/benchmarks.md).
 //
 // Every element of C is a sum over k in an order fixed by k alone (not by
 // n, the column it is in, or the range of columns a call computes): a

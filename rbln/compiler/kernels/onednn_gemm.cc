@@ -350,11 +350,6 @@ void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
   const char* b_block = static_cast<const char*>(b) + part.offset_b * in_bytes;
   char* c_block = static_cast<char*>(c) + part.offset_c * out_bytes;
   const float* sides_block = sides ? sides + part.column : nullptr;
-  // A weight (B read from an input that keeps its bytes) is packed into
-  // the layout oneDNN's brgemm reads once per version of its bytes, not
-  // re-laid out (and for f16 widened) by every call; one copy for every M.
-  // Where the cache keeps none (a version's first use, no room) the call
-  // packs a copy of its own: every call runs the same packed primitive.
   // bf16 with few rows (a decode step's): B read as stored by the skinny
   // kernel (SkinnyBf16Preferred), not widened to an f32 copy (twice the
   // bytes) nor read from a packed one. Chosen by the whole problem, so
@@ -363,6 +358,11 @@ void RunGemmBlock(const GemmProblem& p, const void* a, const void* b, void* c,
     MultiplySkinny(thread, q, a_block, b_block, c_block, sides_block, p.n);
     return;
   }
+  // A weight (B read from an input that keeps its bytes) is packed into
+  // the layout oneDNN's brgemm reads once per version of its bytes, not
+  // re-laid out (and for f16 widened) by every call; one copy for every M.
+  // Where the cache keeps none (a version's first use, no room) the call
+  // packs a copy of its own: every call runs the same packed primitive.
   const std::optional<InputContent> weight = WeightContent(q, b_block);
   // f16 (oneDNN 2.6 has no f16 matmul), and bf16 where oneDNN has no bf16
   // kernels (HasBf16), run on f32 or bf16x3 copies below.

@@ -5,11 +5,11 @@
 // with avx512_bf16 (f32 accumulation) at about twice the f32 rate, and f32
 // ones at least as fast as OpenBLAS (docs/benchmarks.md, "GEMM library").
 // Below avx512_core (AVX2 CPUs) oneDNN 2.6 has no bf16 kernels
-// (onednn::HasBf16): bf16 blocks run on f32 copies. bf16 problems of up to
-// kSkinnyBf16MaxRows rows (decode steps) run on bf16_skinny_gemm.h's
-// kernel, which reads B as stored, below avx512_core and, for B stored
-// [n, k] (a Linear weight), on CPUs with AVX-512 BF16
-// (SkinnyBf16Preferred).
+// (onednn::HasBf16): bf16 blocks run on f32 copies. bf16 problems of few
+// rows (decode steps) run on bf16_skinny_gemm.h's kernel, which reads B as
+// stored: below avx512_core up to kSkinnyBf16MaxRows rows, and on CPUs with
+// AVX-512 BF16 a Linear weight (B stored [n, k]) times up to
+// kSkinnyBf16MaxRowsBesideOnednn rows (SkinnyBf16Preferred).
 //
 // Kernels call rbln_gemm (kOnednnGemmSymbol), which the JIT resolves to this
 // library's function. One call computes one block of a GEMM problem: the
