@@ -46,6 +46,15 @@ inline constexpr char kPagedAttentionAttr[] = "rbln.paged_attention";
 // another): the generic's loops would compute it ~100x slower. The rewrite
 // removes the attribute.
 inline constexpr char kPagedAttentionCountAttr[] = "rbln.paged_attention_count";
+// On the linalg.generic the frontend emits for scaled dot-product attention
+// (frontend/ops/masked_attention_ops.h): a dictionary with scale (f32),
+// causal and mask (bool: whether the body reads a mask); the masked
+// attention rewrite replaces it with kMaskedAttentionSymbol calls.
+inline constexpr char kMaskedAttentionAttr[] = "rbln.masked_attention";
+// On the key loop (scf.for) in that generic's body: a key loop whose
+// generic lost kMaskedAttentionAttr (merged into another op) fails the
+// rewrite instead of running ~100x slower.
+inline constexpr char kMaskedAttentionKeysAttr[] = "rbln.masked_attention_keys";
 // On an argument of @kernel that is a graph input the graph updates
 // (graph.proto's Update): the index of the result whose value is written
 // into it. Set by the graph importer, read by the output binding pass
@@ -73,6 +82,9 @@ inline constexpr char kGroupedGemmMxfp4Symbol[] = "rbln_grouped_gemm_mxfp4";
 // Paged attention over a KV cache read in place, one request x kv head a
 // work item (kernels/paged_attention.h).
 inline constexpr char kPagedAttentionSymbol[] = "rbln_paged_attention";
+// Attention over dense keys and values with a mask, visiting only the keys
+// a query sees (kernels/masked_attention.h).
+inline constexpr char kMaskedAttentionSymbol[] = "rbln_masked_attention";
 // OpenBLAS's GEMM (kernels/blas_loader.h).
 inline constexpr char kSgemmName[] = "cblas_sgemm";
 

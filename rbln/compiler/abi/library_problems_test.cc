@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "rbln/compiler/abi/attention_problem.h"
 #include "rbln/compiler/abi/conv_problem.h"
 #include "rbln/compiler/abi/gemm_problem.h"
 #include "rbln/compiler/abi/library_epilogue.h"
@@ -123,6 +124,35 @@ TEST(BlockRangeTest, CoversTheExtentInOrder) {
   }
   EXPECT_EQ(next, 10);
   EXPECT_EQ(BlockRange(2, 1, 3), (std::pair<int64_t, int64_t>{2, 0}));
+}
+
+// Every field survives the words, the scale bit for bit.
+TEST(MaskedAttentionProblemTest, DecodesWhatItEncodes) {
+  MaskedAttentionProblem p;
+  p.query_type = GemmOperandType::kBF16;
+  p.kv_type = GemmOperandType::kF16;
+  p.out_type = GemmOperandType::kF32;
+  p.mask_type = AttentionMaskType::kBF16;
+  p.causal = true;
+  p.batch = 2, p.heads = 32, p.kv_heads = 8, p.q_len = 128, p.kv_len = 1024;
+  p.head_dim = 64, p.value_dim = 48;
+  p.scale = 0.125f + 1e-7f;
+  for (int i = 0; i < 3; ++i) {
+    p.query_strides[i] = 100 + i, p.key_strides[i] = 200 + i, p.value_strides[i] = 300 + i;
+    p.out_strides[i] = 400 + i;
+  }
+  for (int i = 0; i < 4; ++i) p.mask_strides[i] = i == 1 ? 0 : 500 + i;
+  const std::vector<int64_t> words = p.Encode();
+  ASSERT_EQ(words.size(), static_cast<size_t>(MaskedAttentionProblem::kWords));
+  const MaskedAttentionProblem q = MaskedAttentionProblem::Decode(words.data());
+  EXPECT_EQ(q.Encode(), words);
+  EXPECT_EQ(q.scale, p.scale);
+  EXPECT_EQ(q.kv_type, GemmOperandType::kF16);
+  EXPECT_EQ(q.mask_type, AttentionMaskType::kBF16);
+  EXPECT_TRUE(q.causal);
+  EXPECT_EQ(q.value_dim, 48);
+  EXPECT_EQ(q.mask_strides[1], 0);
+  EXPECT_EQ(q.out_strides[2], 402);
 }
 
 }  // namespace

@@ -33,6 +33,7 @@
 #include "rbln/compiler/kernels/mxfp4_grouped_gemm.h"
 #include "rbln/compiler/kernels/onednn_conv.h"
 #include "rbln/compiler/kernels/grouped_gemm.h"
+#include "rbln/compiler/kernels/masked_attention.h"
 #include "rbln/compiler/kernels/paged_attention.h"
 #include "rbln/compiler/kernels/onednn_gemm.h"
 #include "rbln/compiler/kernels/special_math.h"
@@ -142,6 +143,8 @@ llvm::orc::SymbolMap RuntimeSymbols(llvm::orc::MangleAndInterner interner) {
       compat::ExportedSymbol(&rbln_grouped_gemm_mxfp4);
   symbols[interner(kPagedAttentionSymbol)] =
       compat::ExportedSymbol(&rbln_paged_attention);
+  symbols[interner(kMaskedAttentionSymbol)] =
+      compat::ExportedSymbol(&rbln_masked_attention);
   symbols[interner(kMemrefCopySymbol)] =
       compat::ExportedSymbol(&rbln_memref_copy);
   return symbols;

@@ -172,6 +172,7 @@ std::vector<Stage> FullPipeline(PartitionOptions partition) {
   if (std::optional<Stage> blas = BlasStage()) all.push_back(*std::move(blas));
   // Paged attention's kernel is ours (no library to load): always.
   all.push_back(Stage{"paged-attention", "", nullptr, &CreatePagedAttentionRewritePass});
+  all.push_back(Stage{"masked-attention", "", nullptr, &CreateMaskedAttentionRewritePass});
   // After the BLAS rewrite: a cblas_sgemm call stays whole on chiplet 0
   // (OpenBLAS picks different kernels for a row slice than for the whole
   // matrix, so sliced GEMMs differ in the last bit); oneDNN GEMM blocks,

@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "rbln/compiler/frontend/graph_importer.h"
+#include "rbln/compiler/frontend/ops/masked_attention_ops.h"
 #include "rbln/compiler/frontend/ops/op_families.h"
 #include "rbln/compiler/ir/graph_util.h"
 
@@ -225,6 +227,22 @@ absl::Status ConvertAttention(GraphImporter& im, const ir::Node& node) {
   const double scale =
       FloatAttr(node, "scale", 1.0 / std::sqrt(static_cast<double>(E)));
   const bool causal = BoolAttr(node, "is_causal", false);
+  // The kernel path (masked_attention_ops.h) where it applies; the flash
+  // op's logsumexp (only training reads it) still comes from the steps
+  // below, whose output chain is then dead.
+  std::optional<Value> kernel_out;
+  const MaskedAttentionOperands kernel_ops{
+      node.inputs(0), node.inputs(1), node.inputs(2),
+      node.inputs_size() == 4 ? node.inputs(3) : "", causal, scale, out_dtype};
+  if (MaskedAttentionApplies(im, kernel_ops)) {
+    absl::StatusOr<Value> out = EmitMaskedAttention(im, kernel_ops);
+    if (!out.ok()) return out.status();
+    if (!flash) {
+      im.Define(node.outputs(0), *out);
+      return absl::OkStatus();
+    }
+    kernel_out = *out;
+  }
   Steps steps(im, node);
 
   std::string q_in = node.inputs(0);
@@ -436,6 +454,7 @@ absl::Status ConvertAttention(GraphImporter& im, const ir::Node& node) {
     *add.mutable_outputs(0) = node.outputs(1);
     if (absl::Status s = im.EmitNode(add); !s.ok()) return s;
   }
+  if (kernel_out) im.Define(node.outputs(0), *kernel_out);
   return absl::OkStatus();
 }
 

@@ -36,6 +36,7 @@
 #include "mlir/Pass/PassRegistry.h"
 #include "rbln/compiler/abi/gemm_problem.h"
 #include "rbln/compiler/abi/kernel_abi.h"
+#include "rbln/compiler/transforms/library/attention_buffers.h"
 #include "rbln/compiler/transforms/library/gemm_lowering.h"
 #include "rbln/compiler/transforms/library/library_calls.h"
 #include "rbln/compiler/transforms/library/passes.h"
@@ -45,50 +46,6 @@ namespace {
 
 using ::mlir::OpBuilder;
 using ::mlir::Value;
-
-// One buffer the call reads or writes: its address (Matrix: the memref,
-// static offset if known, element size) and strides in elements.
-struct Buffer {
-  Matrix base;
-  llvm::SmallVector<int64_t> strides;
-};
-
-// `v` as a Buffer if its strides are static and its last one is 1 (or
-// `contiguous`: the strides of a row-major array of its shape).
-std::optional<Buffer> AsBuffer(Value v, bool contiguous) {
-  auto type = v.getType().dyn_cast<mlir::MemRefType>();
-  if (!type || !type.hasStaticShape()) return std::nullopt;
-  Buffer b;
-  int64_t offset;
-  if (mlir::failed(mlir::getStridesAndOffset(type, b.strides, offset)) ||
-      llvm::any_of(b.strides, mlir::ShapedType::isDynamic)) {
-    return std::nullopt;
-  }
-  int64_t expected = 1;
-  for (int d = type.getRank() - 1; d >= 0; --d) {
-    const bool unit_last = d == type.getRank() - 1;
-    if ((contiguous || unit_last) && type.getDimSize(d) > 1 && b.strides[d] != expected) {
-      return std::nullopt;
-    }
-    expected *= type.getDimSize(d);
-  }
-  b.base.memref = v;
-  if (!mlir::ShapedType::isDynamic(offset)) b.base.offset = offset;
-  b.base.element_bytes = type.getElementTypeBitWidth() / 8;
-  return b;
-}
-
-// A block of work items takes at least this many multiply-adds (~50 us): a
-// call costs little next to it, unlike a GEMM's (LibraryCallBlocks), whose
-// threshold would leave a decode step's attention (16 requests x 128 keys,
-// 2 M) whole on one chiplet worker.
-constexpr int64_t kMinAttentionBlockWork = int64_t{1} << 18;
-
-// Blocks of `items` work items with `work` multiply-adds in all.
-int64_t AttentionBlocks(int64_t work, int64_t items) {
-  return std::max<int64_t>(
-      1, std::min({kMaxGemmBlocks, items, work / kMinAttentionBlockWork}));
-}
 
 // What one paged attention generic becomes.
 struct PagedAttention {

@@ -51,6 +51,15 @@ std::unique_ptr<mlir::Pass> CreatePagedAttentionRewritePass();
 // pipelines. Idempotent and thread-safe.
 void RegisterPagedAttentionRewritePass();
 
+// The frontend's masked attention generics (scaled dot-product attention)
+// to rbln_masked_attention calls (masked_attention_rewrite_pass.cc); its
+// name in textual pipelines (on builtin.module).
+inline constexpr char kMaskedAttentionRewritePassName[] = "rbln-masked-attention-rewrite";
+std::unique_ptr<mlir::Pass> CreateMaskedAttentionRewritePass();
+// Registers the pass under kMaskedAttentionRewritePassName. Idempotent and
+// thread-safe.
+void RegisterMaskedAttentionRewritePass();
+
 }  // namespace rbln::compiler
 
 #endif  // RBLN_COMPILER_TRANSFORMS_LIBRARY_PASSES_H_
