@@ -375,15 +375,37 @@ inline void SoftCap(float cap, float* scores, int64_t n) {
   for (int64_t j = 0; j < n; ++j) scores[j] = cap * std::tanh(scores[j] / cap);
 }
 
+// w[j] rounded to `type` (nearest even) and back, in place; weights are
+// finite and >= 0. The bf16 loop is branch-free (it vectorizes).
+inline void RoundWeights(GemmOperandType type, float* w, int64_t n) {
+  if (type == GemmOperandType::kBF16) {
+    for (int64_t j = 0; j < n; ++j) {
+      uint32_t u;
+      std::memcpy(&u, &w[j], 4);
+      u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+      std::memcpy(&w[j], &u, 4);
+    }
+  } else if (type == GemmOperandType::kF16) {
+    for (int64_t j = 0; j < n; ++j) {
+      const uint16_t h = RoundToHalf(w[j]);
+      HalfToFloat(&h, 1, 1, 1, &w[j], 1);
+    }
+  }
+}
+
 // Folds one block of `count` keys into a row's online softmax (`max`,
 // `sum`, `acc` of `d` floats): `scores` holds their scores (-inf: hidden)
 // and becomes their weights; `values` their `d`-float values. `hidden`
 // (null: none) flags keys whose weight must be exactly 0 (the vector exps
 // give a -inf score ~1e-38, which would reach acc through 1e-38 * value).
 // A NaN or +inf score makes the row's sum and acc NaN for good.
+// `weight_type` (bf16 or f16) rounds the weights to it before they meet
+// the values, the sum staying f32, as PyTorch's CPU flash attention does
+// for half inputs (its exp'd scores in the input type for the p @ v GEMM).
 template <typename Ops>
 void FoldScores(float* scores, const float* values, const uint8_t* hidden, int64_t count,
-                int64_t d, float& max, float& sum, float* acc) {
+                int64_t d, float& max, float& sum, float* acc,
+                GemmOperandType weight_type = GemmOperandType::kF32) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
   float block_max = -kInf;
   bool poisoned = false;
@@ -408,6 +430,7 @@ void FoldScores(float* scores, const float* values, const uint8_t* hidden, int64
     max = new_max;
   }
   sum += Ops::ExpSum(scores, count, new_max);
+  RoundWeights(weight_type, scores, count);
   if (hidden != nullptr) {
     for (int64_t j = 0; j < count; ++j) {
       if (hidden[j]) scores[j] = 0.0f;

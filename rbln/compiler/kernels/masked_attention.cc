@@ -210,7 +210,7 @@ void RunItem(const MaskedAttentionProblem& p, const char* query, const char* key
         }
       }
       FoldScores<Ops>(scores, v + (from - begin) * dv, any_hidden ? s.hidden.data() : nullptr,
-                      to - from, dv, s.max[r], s.sum[r], &s.acc[r * dv]);
+                      to - from, dv, s.max[r], s.sum[r], &s.acc[r * dv], p.kv_type);
     }
   }
   const int64_t obytes = ElementBytes(p.out_type);

@@ -9,7 +9,9 @@
 // positions, a float mask is added to the scores (-inf hides). `causal`
 // hides key j from query i when j > i (top-left aligned, as PyTorch's
 // is_causal). A score is q.k * scale in f32 (half inputs widened exactly),
-// the softmax f32 and online, the output rounded once to its type.
+// the softmax f32 and online, the output rounded once to its type. With
+// half keys and values each weight is rounded to their type before it
+// meets its value (the sums stay f32), as PyTorch's CPU flash attention.
 //
 // Each query row first finds the range [first, last] of keys its mask and
 // causality leave visible (a static KV cache's empty slots past the last

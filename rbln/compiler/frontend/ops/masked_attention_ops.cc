@@ -98,8 +98,13 @@ Value Element(GraphImporter& im, const MaskedAttentionOperands& ops, OpBuilder& 
             kb.create<mlir::math::ExpOp>(kl, kb.create<arith::SubFOp>(kl, score, max)));
         Value sum = kb.create<arith::AddFOp>(
             kl, kb.create<arith::MulFOp>(kl, it[1], correction), weight);
+        // The weight meets the value rounded to the values' type (as
+        // PyTorch's CPU flash attention for half inputs); the sum keeps it f32.
+        Value rounded = kv_dtype == ir::FLOAT32
+                            ? weight
+                            : im.ToCompute(kb, im.FromCompute(kb, weight, kv_dtype), kv_dtype);
         Value acc = kb.create<arith::AddFOp>(kl, kb.create<arith::MulFOp>(kl, it[2], correction),
-                                             kb.create<arith::MulFOp>(kl, weight, vd));
+                                             kb.create<arith::MulFOp>(kl, rounded, vd));
         kb.create<mlir::scf::YieldOp>(kl, ValueRange{max, sum, acc});
       });
   keys->setAttr(kMaskedAttentionKeysAttr, b.getUnitAttr());
