@@ -22,8 +22,12 @@ using attention_ops::PortableOps;
 using attention_ops::Widen;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-// Keys a block widens and scores at a time.
-constexpr int64_t kKeyBlock = 32;
+// Keys a block widens and scores at a time, blocks aligned to multiples of
+// it: PyTorch's CPU flash attention's kv split (512), so a half weight is
+// rounded relative to the same running max as there (its exp(s - max)
+// in the input type), which keeps bf16 greedy decoding on PyTorch's
+// tokens through near ties.
+constexpr int64_t kKeyBlock = 512;
 
 // The mask element at `at` as a bias in f32: -inf hides (bool false hides).
 float MaskBias(AttentionMaskType type, const char* at) {
@@ -168,8 +172,8 @@ void RunItem(const MaskedAttentionProblem& p, const char* query, const char* key
   const char* key_base = keys + (b * p.key_strides[0] + kv_head * p.key_strides[1]) * kvbytes;
   const char* value_base =
       values + (b * p.value_strides[0] + kv_head * p.value_strides[1]) * kvbytes;
-  for (int64_t begin = lo; begin < hi; begin += kKeyBlock) {
-    const int64_t end = std::min(hi, begin + kKeyBlock);
+  for (int64_t block = lo / kKeyBlock * kKeyBlock; block < hi; block += kKeyBlock) {
+    const int64_t begin = std::max(lo, block), end = std::min(hi, block + kKeyBlock);
     // The block's keys and values widened to f32 once for all the item's
     // rows (an f32 block of contiguous rows is read in place).
     const float *k, *v;

@@ -36,6 +36,7 @@ struct Case {
   bool causal = false;
   int64_t batch = 2, heads = 4, kv_heads = 2, q_len = 5, kv_len = 70, dim = 64, value_dim = 64;
   int64_t query_row_stride = 0;  // 0: contiguous
+  int64_t first_position = 20;   // query 0's position in the cache
 };
 
 struct Data {
@@ -60,7 +61,7 @@ Data Make(const Case& c, std::mt19937& rng) {
     const int64_t j = x % c.kv_len, i = x / c.kv_len % c.q_len;
     const int64_t h = x / (c.kv_len * c.q_len) % d.mask_heads, b = x / (c.kv_len * c.q_len * d.mask_heads);
     // Batch 1's queries start later in the cache; head 1 sees fewer keys.
-    const int64_t position = 20 + 9 * b + i - (h == 1 ? 3 : 0);
+    const int64_t position = c.first_position + 9 * b + i - (h == 1 ? 3 : 0);
     double m = j <= position ? 0.0 : -INFINITY;
     if (c.mask == MaskKind::kBiases && m == 0.0) {
       // Finite biases (exact in bf16) and holes inside the range.
@@ -202,6 +203,13 @@ std::vector<Case> Cases() {
   decode.q_len = 1, decode.heads = 16, decode.kv_heads = 2, decode.query_row_stride = 80;
   decode.value_dim = 40;
   cases.push_back(decode);
+  // Rows whose keys span the kernel's 512-key blocks (the running max
+  // rescales what the first block summed).
+  Case long_cache{"long_cache_biases_bf16", true, GemmOperandType::kBF16,
+                  AttentionMaskType::kBF16, MaskKind::kBiases};
+  long_cache.kv_len = 1100, long_cache.q_len = 3, long_cache.first_position = 700;
+  long_cache.dim = long_cache.value_dim = 16;
+  cases.push_back(long_cache);
   return cases;
 }
 
@@ -235,7 +243,7 @@ TEST_P(MaskedAttentionTest, MatchesReference) {
   }
   EXPECT_EQ(outs[0], outs[1]) << "the result depends on the blocks (SPEC A2)";
   EXPECT_EQ(lses[0], lses[1]);
-  // f32 sums over <= 70 keys of 64 products (2e-5), the output's one
+  // f32 sums over <= ~720 keys of <= 64 products (2e-5), the output's one
   // rounding (bf16 2^-8, f16 2^-11 relative) and, with bf16 values, each
   // weight's (2^-8 of sum p |v|; bounds with a factor 2 of margin).
   const double out_u = c.out_type == GemmOperandType::kBF16  ? 0x1p-8
