@@ -179,6 +179,24 @@ TEST(AttentionOpsTest, AFullyMaskedRowGivesZeros) {
   }
 }
 
+// A float mask constant along the keys ([L, 1]: one bias per query row)
+// broadcasts like any other; the kernel path reads mask rows over the keys,
+// so this one takes the composed lowering, with the same values.
+TEST(AttentionOpsTest, AMaskConstantAlongTheKeysBroadcasts) {
+  HostTensor q = Random(ir::FLOAT32, {1, 2, 4, 8}, 12), k = Random(ir::FLOAT32, {1, 2, 5, 8}, 13),
+             v = Random(ir::FLOAT32, {1, 2, 5, 8}, 14);
+  HostTensor mask = Random(ir::FLOAT32, {4, 1}, 15, -1, 1);
+  ir::Graph g = OneOpGraph("scaled_dot_product_attention",
+                           {q.type(), k.type(), v.type(), mask.type()},
+                           {Type(ir::FLOAT32, {1, 2, 4, 8})}, {{"is_causal", BoolA(false)}});
+  absl::StatusOr<std::vector<HostTensor>> out = CompileAndRun(g, {q, k, v, mask});
+  ASSERT_TRUE(out.ok()) << out.status();
+  HostTensor full{ir::FLOAT32, {4, 5}, {}};
+  for (int64_t i = 0; i < 4; ++i) full.values.insert(full.values.end(), 5, mask.values[i]);
+  Reference want = Attention(q, k, v, {1, 2}, false, 1.0 / std::sqrt(8.0), &full);
+  ExpectClose((*out)[0], want.out, OutTolerance(ir::FLOAT32, want), ir::ToText(g));
+}
+
 TEST(AttentionOpsTest, FlashAttentionForCpuReturnsLogSumExp) {
   for (ir::DType dtype : {ir::FLOAT32, ir::FLOAT16}) {
     HostTensor q = Random(dtype, {1, 2, 3, 4}, 5), k = Random(dtype, {1, 2, 6, 4}, 6),

@@ -22,6 +22,10 @@ using ::mlir::Value;
 using ::mlir::ValueRange;
 using ::mlir::utils::IteratorType;
 
+// Query rows a kv head may have (group x L) for attention without a mask
+// or causality to take the kernel: decode-sized problems.
+constexpr int64_t kMaxUnmaskedRowsPerItem = 32;
+
 bool KernelFloat(ir::DType d) {
   return d == ir::FLOAT32 || d == ir::BFLOAT16 || d == ir::FLOAT16;
 }
@@ -85,9 +89,10 @@ Value Element(GraphImporter& im, const MaskedAttentionOperands& ops, OpBuilder& 
         Value vd = im.ToCompute(
             kb, kb.create<mlir::tensor::ExtractOp>(kl, value, ValueRange{bi, kv, j, e}),
             kv_dtype);
-        // While every key so far is hidden (max -inf), nothing accumulates.
+        // While every key so far is hidden (max -inf), nothing accumulates;
+        // a NaN score becomes the max (UGT), so the row turns NaN.
         Value max = kb.create<arith::SelectOp>(
-            kl, kb.create<arith::CmpFOp>(kl, arith::CmpFPredicate::OGT, score, it[0]), score,
+            kl, kb.create<arith::CmpFOp>(kl, arith::CmpFPredicate::UGT, score, it[0]), score,
             it[0]);
         Value none = kb.create<arith::CmpFOp>(kl, arith::CmpFPredicate::OEQ, max, neg_inf);
         Value correction = kb.create<arith::SelectOp>(
@@ -98,8 +103,10 @@ Value Element(GraphImporter& im, const MaskedAttentionOperands& ops, OpBuilder& 
             kb.create<mlir::math::ExpOp>(kl, kb.create<arith::SubFOp>(kl, score, max)));
         Value sum = kb.create<arith::AddFOp>(
             kl, kb.create<arith::MulFOp>(kl, it[1], correction), weight);
-        // The weight meets the value rounded to the values' type (as
-        // PyTorch's CPU flash attention for half inputs); the sum keeps it f32.
+        // The weight meets the value rounded to the values' type, the sum
+        // keeping it f32, as the kernel does (there relative to a 512-key
+        // block's running max, here to the running max at this key: the
+        // roundings differ in the last bit).
         Value rounded = kv_dtype == ir::FLOAT32
                             ? weight
                             : im.ToCompute(kb, im.FromCompute(kb, weight, kv_dtype), kv_dtype);
@@ -127,13 +134,23 @@ bool MaskedAttentionApplies(GraphImporter& im, const MaskedAttentionOperands& op
     return false;
   }
   if (k[0] != q[0] || v[0] != q[0] || v[1] != k[1] || v[2] != k[2] || k[3] != q[3] ||
-      k[1] <= 0 || q[1] % k[1] != 0) {
+      k[1] <= 0 || q[1] % k[1] != 0 || k[2] <= 0 || q[3] <= 0 || v[3] <= 0) {
     return false;
   }
-  if (ops.mask.empty()) return true;
+  if (ops.mask.empty()) {
+    // Without a mask nothing can be skipped: many query rows against all
+    // keys (an encoder's attention) run faster as the composition's GEMMs
+    // than as the kernel's per-row products.
+    return ops.causal || (q[1] / k[1]) * q[2] <= kMaxUnmaskedRowsPerItem;
+  }
   const ir::TensorType& mt = im.TypeOf(ops.mask);
   const Shape m = ShapeOf(mt);
-  if (m.size() > 4 || !(mt.dtype() == ir::BOOL || KernelFloat(mt.dtype()))) return false;
+  // A mask constant along the keys (last dim 1, or a scalar) stays with the
+  // composition: the kernel reads a mask row per query.
+  if (m.empty() || m.size() > 4 || m.back() != k[2] ||
+      !(mt.dtype() == ir::BOOL || KernelFloat(mt.dtype()))) {
+    return false;
+  }
   const int64_t full[4] = {q[0], q[1], q[2], k[2]};
   for (size_t t = 0; t < m.size(); ++t) {
     if (m[t] != 1 && m[t] != full[4 - m.size() + t]) return false;

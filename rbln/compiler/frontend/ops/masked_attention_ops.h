@@ -34,7 +34,10 @@ struct MaskedAttentionOperands {
 
 // Whether the kernel takes these operands: rank-4 query, keys and values
 // with equal batch, H a multiple of Hkv, f32/bf16/f16 (keys and values of
-// one type), a bool or float mask of rank <= 4 that broadcasts.
+// one type), a bool or float mask of rank 1-4 over the keys (last dim S)
+// that broadcasts -- or causal, or without either for at most 32 query
+// rows per kv head (with many rows and nothing to skip, the composition's
+// GEMMs are faster).
 bool MaskedAttentionApplies(GraphImporter& im, const MaskedAttentionOperands& ops);
 
 // The attention's output [B, H, L, Ev] in out_dtype (the marked generic).

@@ -136,6 +136,24 @@ TEST(MaskedAttentionRewritePassTest, CallsComputeTheGenericsValues) {
   }
 }
 
+// A NaN in a query row makes that row NaN in both lowerings (as PyTorch's
+// softmax), also where the row's first keys are hidden; other rows agree.
+TEST(MaskedAttentionRewritePassTest, ANanQueryRowIsNanInBothLowerings) {
+  const Case c = Cases()[0];
+  ir::Graph graph;
+  std::vector<HostTensor> inputs = Inputs(c, graph);
+  inputs[0].values[3] = NAN;  // batch 0, head 0, query 0
+  auto run = RunWithoutAndWithRewrite(graph, MaskedAttentionStage(), inputs,
+                                      [](mlir::ModuleOp, bool) {});
+  ASSERT_TRUE(run.ok()) << run.status();
+  for (bool rewritten : {false, true}) {
+    const std::vector<double>& out = (*run)[rewritten];
+    for (int64_t i = 0; i < static_cast<int64_t>(out.size()); ++i) {
+      EXPECT_EQ(std::isnan(out[i]), i < c.dim) << "rewritten " << rewritten << " element " << i;
+    }
+  }
+}
+
 // A decode step over a long cache is cut into blocks of (batch x kv head)
 // items; the whole pipeline takes the kernel (its items counter moves).
 TEST(MaskedAttentionRewritePassTest, LargeProblemsAreBlockedAndTheFullPipelineRunsTheKernel) {
