@@ -12,6 +12,12 @@
    GB/s (3 inputs + 1 output) and the share of the STREAM triad bandwidth
    (acceptance: >= 60%).
 
+4. Attention, bf16 sdpa over [1, 12, L, 64] compiled on rbln, against
+   PyTorch CPU eager and Inductor: dense (no mask: the composition's GEMMs;
+   an all-zero mask: the masked attention kernel, which visits every key)
+   and a static KV cache's prefill (L queries over 1024 slots, keys past
+   each query's position masked: the kernel skips them).
+
 Every variant is warmed up first; times are medians of --iters calls (rbln
 calls end with torch.rbln.synchronize()). Measure on an idle machine: no
 builds or other benchmarks at the same time.
@@ -158,12 +164,47 @@ def fused_chain(elements, iters, stream_gbs):
     print(f"  rbln result bit-identical to PyTorch CPU float16 eager: {exact}")
 
 
+def attention(lengths, iters, slots=1024):
+    def sdpa(q, k, v, mask=None):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    print(f"\nattention, bf16 sdpa over [1, 12, L, 64]; median of {iters} calls")
+    print(f"  {'case':<40} {'rbln ms':>9} {'eager ms':>9} {'inductor ms':>12} {'/eager':>7} "
+          f"{'/inductor':>9}")
+    gen = torch.Generator().manual_seed(2)
+    for length in lengths:
+        q = torch.randn(1, 12, length, 64, generator=gen).to(torch.bfloat16)
+        dense = torch.randn(2, 1, 12, length, 64, generator=gen).to(torch.bfloat16)
+        cache = torch.randn(2, 1, 12, slots, 64, generator=gen).to(torch.bfloat16)
+        filled = torch.arange(slots).view(1, slots) <= torch.arange(length).view(length, 1)
+        static = torch.where(filled, 0.0, float("-inf")).to(torch.bfloat16).view(1, 1, length, slots)
+        zero = torch.zeros(1, 1, length, length, dtype=torch.bfloat16)
+        cases = [(f"dense L={length}, no mask (GEMMs)", (q, dense[0], dense[1]), None),
+                 (f"dense L={length}, zero mask (kernel)", (q, dense[0], dense[1]), zero),
+                 (f"static cache L={length}, S={slots} (kernel)", (q, cache[0], cache[1]), static)]
+        for name, (a, b, c), mask in cases:
+            extra = () if mask is None else (mask,)
+            with torch.inference_mode():
+                eager = median_s(sdpa, (a, b, c) + extra, iters)[0]
+                torch._dynamo.reset()
+                ind = median_s(torch.compile(sdpa, backend="inductor", dynamic=False),
+                               (a, b, c) + extra, iters)[0]
+                torch._dynamo.reset()
+                on_rbln = tuple(x.to("rbln") for x in (a, b, c) + extra)
+                rb = median_s(torch.compile(sdpa, backend="rbln", dynamic=False), on_rbln, iters,
+                              sync=rbln_sync)[0]
+            print(f"  {name:<40} {rb * 1e3:9.2f} {eager * 1e3:9.2f} {ind * 1e3:12.2f} "
+                  f"{eager / rb:6.2f}x {ind / rb:8.2f}x")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--n", type=int, default=1024, help="matmul size")
     p.add_argument("--elements", type=int, default=4 << 20)
     p.add_argument("--stream-floats", type=int, default=32 << 20)
+    p.add_argument("--attention-lengths", type=lambda v: [int(x) for x in v.split(",") if x],
+                   default=[128, 512], help="query lengths of the attention rows")
     p.add_argument("--stream-bench", default=None,
                    help="path of //rbln/compiler/bench:stream_bench (default: runfiles)")
     args = p.parse_args()
@@ -179,6 +220,7 @@ def main():
         triad = stream(path, args.stream_floats).get("triad")
     matmul(args.n, args.iters)
     fused_chain(args.elements, args.iters, triad)
+    attention(args.attention_lengths, args.iters)
 
 
 if __name__ == "__main__":
