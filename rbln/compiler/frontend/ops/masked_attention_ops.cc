@@ -30,10 +30,6 @@ bool KernelFloat(ir::DType d) {
   return d == ir::FLOAT32 || d == ir::BFLOAT16 || d == ir::FLOAT16;
 }
 
-Value Index(OpBuilder& b, Location l, int64_t v) {
-  return b.create<arith::ConstantIndexOp>(l, v);
-}
-
 // Output element (b, h, i, e): the online softmax over all keys j, a key
 // with score -inf (masked, or causally hidden) weighing exactly 0.
 Value Element(GraphImporter& im, const MaskedAttentionOperands& ops, OpBuilder& b, Location l) {
@@ -43,16 +39,17 @@ Value Element(GraphImporter& im, const MaskedAttentionOperands& ops, OpBuilder& 
   Value query = im.ValueOf(ops.query), key = im.ValueOf(ops.key), value = im.ValueOf(ops.value);
   Value bi = nn::LoopIndex(b, l, 0), h = nn::LoopIndex(b, l, 1), i = nn::LoopIndex(b, l, 2),
         e = nn::LoopIndex(b, l, 3);
-  Value kv = b.create<arith::DivUIOp>(l, h, Index(b, l, group));
+  Value kv = b.create<arith::DivUIOp>(l, h, nn::IndexConst(b, l, group));
   Value f32_zero = nn::F32Const(b, l, 0.0), f32_one = nn::F32Const(b, l, 1.0);
   Value neg_inf = nn::F32Const(b, l, -std::numeric_limits<double>::infinity());
   Value scale = nn::F32Const(b, l, ops.scale);
   auto keys = b.create<mlir::scf::ForOp>(
-      l, Index(b, l, 0), Index(b, l, kv_len), Index(b, l, 1),
+      l, nn::IndexConst(b, l, 0), nn::IndexConst(b, l, kv_len), nn::IndexConst(b, l, 1),
       ValueRange{neg_inf, f32_zero, f32_zero},
       [&](OpBuilder& kb, Location kl, Value j, ValueRange it) {
         auto dot = kb.create<mlir::scf::ForOp>(
-            kl, Index(kb, kl, 0), Index(kb, kl, dim), Index(kb, kl, 1), ValueRange{f32_zero},
+            kl, nn::IndexConst(kb, kl, 0), nn::IndexConst(kb, kl, dim), nn::IndexConst(kb, kl, 1),
+            ValueRange{f32_zero},
             [&](OpBuilder& db, Location dl, Value d, ValueRange sum) {
               Value qd = im.ToCompute(
                   db, db.create<mlir::tensor::ExtractOp>(dl, query, ValueRange{bi, h, i, d}),
@@ -71,7 +68,7 @@ Value Element(GraphImporter& im, const MaskedAttentionOperands& ops, OpBuilder& 
           const Value full[4] = {bi, h, i, j};
           llvm::SmallVector<Value> at;
           for (size_t t = 0; t < m.size(); ++t) {
-            at.push_back(m[t] == 1 ? Index(kb, kl, 0) : full[4 - m.size() + t]);
+            at.push_back(m[t] == 1 ? nn::IndexConst(kb, kl, 0) : full[4 - m.size() + t]);
           }
           Value x = kb.create<mlir::tensor::ExtractOp>(kl, im.ValueOf(ops.mask), at);
           if (mt.dtype() == ir::BOOL) {
