@@ -46,8 +46,9 @@ bool SkinnyBf16Applies(const GemmProblem& q);
 
 // Where oneDNN has bf16 kernels, the most rows the kernel takes from it (B
 // stored [n, k], AVX-512 BF16): on Zen 4 it streams a weight at 1.4-2x
-// oneDNN's rate up to 4 rows; at 8 oneDNN's brgemm on its packed copy is as
-// fast (docs/benchmarks.md, "Skinny bf16 GEMM").
+// oneDNN's rate up to 4 rows; at 8 oneDNN's brgemm on its packed copy is
+// ~15% faster (its packed panels stream as one sequence, the kernel's rows
+// as many short ones; docs/benchmarks.md, "Skinny bf16 GEMM").
 constexpr int64_t kSkinnyBf16MaxRowsBesideOnednn = 4;
 
 // Whether a GEMM that SkinnyBf16Applies to should take the kernel rather
