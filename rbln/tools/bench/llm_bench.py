@@ -14,7 +14,12 @@ transformers' StaticCache (`logits_to_keep=1`) and the argmax of the last
 logits, so the next token stays where the model runs -- compiled with
 torch.compile(dynamic=False, fullgraph=True) for rbln and Inductor, as is for
 CPU eager. Per model it reports:
-  - prefill of 128 and 512 tokens (batch 1, empty cache): ms, tokens/s;
+  - prefill of 128 and 512 tokens (batch 1, empty cache): ms, tokens/s,
+    GFLOP/s (the multiply-adds counted from the config) against the vector
+    units' peak measured at the start of the run
+    (//rbln/compiler/bench:compute_peak_bench) and PyTorch CPU's own bf16
+    GEMM rate at the prefill's rows, and the most any implementation of that
+    arithmetic can gain on CPU eager (eager's time over the peak's);
   - greedy decode at batch 1 and 8 after a 128-token prefill: ms per step,
     tokens/s, and the GB/s the step achieves (weights + the KV cache the
     attention reads, over the step's time) against the machine's read
@@ -56,6 +61,8 @@ import time
 import torch
 
 import compile_phases
+import roofline
+from roofline import head_dim
 
 VARIANTS = ("rbln bf16", "cpu eager bf16", "inductor bf16")
 SHORT = {"rbln": "rbln bf16", "eager": "cpu eager bf16", "inductor": "inductor bf16"}
@@ -105,10 +112,6 @@ def describe(name, config, tiny):
             f"hidden {c.hidden_size}, intermediate {c.intermediate_size}, "
             f"{c.num_attention_heads}/{c.num_key_value_heads} heads x {head_dim(c)}, "
             f"vocab {c.vocab_size}, tied embeddings, bf16")
-
-
-def head_dim(config):
-    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
 
 def build(name, layers=None, tiny=False, seed=0):
@@ -241,28 +244,10 @@ def rbln_compiles():
 
 # -- read bandwidth ---------------------------------------------------------------
 
-def stream_bench_path(explicit=None):
-    """//rbln/compiler/bench:stream_bench: --stream-bench, Bazel runfiles, or the
-    source tree's bazel-bin; None if not built."""
-    if explicit:
-        return explicit
-    here = os.path.dirname(os.path.abspath(__file__))
-    roots = [os.environ.get("RUNFILES_DIR"), os.environ.get("PYTHON_RUNFILES"),
-             os.path.join(here, "..", "..", ".."),
-             os.path.join(here, "..", "..", "..", "bazel-bin")]
-    for root in filter(None, roots):
-        for rel in (("torch_rbln", "rbln", "compiler", "bench", "stream_bench"),
-                    ("rbln", "compiler", "bench", "stream_bench")):
-            path = os.path.join(root, *rel)
-            if os.path.isfile(path) and os.access(path, os.X_OK):
-                return path
-    return None
-
-
 def read_bandwidth(stream_bench=None, mib=512):
     """{source: best GB/s} of read-only streams over all cores."""
     out = {}
-    path = stream_bench_path(stream_bench)
+    path = roofline.binary_path("stream_bench", stream_bench)
     if path:
         try:
             text = subprocess.run([path, "--floats", str(mib << 18), "--reps", "8"], check=True,
@@ -304,7 +289,7 @@ def cpu_description():
 
 # -- warm runs --------------------------------------------------------------------
 
-def run_model(name, args, bandwidth):
+def run_model(name, args, bandwidth, peak=None):
     """Warm prefill and decode rows of every variant of one model."""
     model, config = build(name, args.layers, args.tiny)
     # Prefill runs at batch 1: its cache exists even when no decode does.
@@ -313,6 +298,8 @@ def run_model(name, args, bandwidth):
     wbytes = weight_bytes(model)
     result = {"model": name, "description": describe(name, config, args.tiny),
               "weight_bytes": wbytes, "max_cache_len": max_len, "rows": {}, "notes": []}
+    # Before any variant exists (nothing else allocating or running).
+    gemm_rates = {length: roofline.torch_gemm_rate(length, config) for length in args.prefill}
     variants = []
     for label in args.variants:
         v = None
@@ -363,6 +350,8 @@ def run_model(name, args, bandwidth):
         rows[key] = {v.label: ({"ms": statistics.median(samples[v.label]),
                                 "tokens_per_s": length * 1e3 / statistics.median(samples[v.label])}
                                if samples[v.label] else {"error": v.error}) for v in variants}
+        rows[key]["_flops"] = roofline.prefill_flops(config, length)
+        rows[key]["_torch_gemm_gflops"] = gemm_rates[length]
 
     # Decode at each batch after a DECODE_PREFILL-token prefill.
     for batch in sorted(set(args.batch)):
@@ -430,6 +419,7 @@ def run_model(name, args, bandwidth):
                 "compiler/packed_weights/bytes", 0),
         }
     result["bandwidth"] = bandwidth
+    result["peak"] = peak
     del variants, rb
     torch._dynamo.reset()
     if hasattr(torch, "rbln"):
@@ -506,6 +496,26 @@ def ratio(a, b):
     return f"{a / b:5.2f}x" if a and b else "    -"
 
 
+def compute_lines(row, labels, peak):
+    """A prefill row's arithmetic: GFLOP/s per variant (and the share of
+    the peak), PyTorch's own GEMM rate, and the most any implementation of
+    the same arithmetic can gain on CPU eager."""
+    gflop = row["_flops"] / 1e9
+    rates = {l: gflop / (row[l]["ms"] / 1e3) for l in labels if "ms" in row.get(l, {})}
+    share = (lambda g: f" ({100 * g / peak[1]:.0f}%)") if peak else (lambda g: "")
+    lines = [f"{gflop:.1f} GFLOP a call: " + ", ".join(
+        f"{l.split()[0] if l != SHORT['eager'] else 'eager'} {g:.0f} GFLOP/s{share(g)}"
+        for l, g in rates.items())
+        + f"; PyTorch CPU bf16 GEMM {row['_torch_gemm_gflops']:.0f} GFLOP/s"
+        + share(row["_torch_gemm_gflops"])]
+    eager = row.get(SHORT["eager"], {}).get("ms")
+    if peak and eager:
+        floor = gflop / peak[1] * 1e3
+        lines.append(f"at the {peak[0]} peak ({peak[1]:.0f} GFLOP/s) a call takes >= "
+                     f"{floor:.0f} ms: at most {eager / floor:.2f}x CPU eager")
+    return lines
+
+
 def print_model(r, args):
     print(f"\n== {r['description']}")
     print(f"  weights {r['weight_bytes'] / 1e9:.3f} GB; static cache {r['max_cache_len']} tokens")
@@ -553,6 +563,9 @@ def print_model(r, args):
                 same = sum(1 for a, b in zip(ref[0], mine[0]) if a == b)
                 notes.append(f"rbln tokens = eager bf16 tokens: {same}/{len(ref[0])} (row 0)")
             print(f"  {'':<14}" + "; ".join(notes))
+        elif "_flops" in row:
+            for line in compute_lines(row, labels, r.get("peak")):
+                print(f"  {'':<14}" + line)
     for l, err in r.get("errors", {}).items():
         print(f"  {l}: {err}")
     m = r.get("memory")
@@ -608,6 +621,8 @@ def main(argv=None):
     p.add_argument("--max-cache-len", type=int, default=1024)
     p.add_argument("--no-first-call", action="store_true")
     p.add_argument("--stream-bench", default=None, help="path of //rbln/compiler/bench:stream_bench")
+    p.add_argument("--compute-peak-bench", default=None,
+                   help="path of //rbln/compiler/bench:compute_peak_bench")
     p.add_argument("--timeout", type=int, default=1800, help="per first-call process, s")
     p.add_argument("--json", help="also write the results here")
     p.add_argument("--regions", action="store_true",
@@ -644,12 +659,16 @@ def main(argv=None):
     bandwidth = read_bandwidth(args.stream_bench)
     print("read bandwidth (best GB/s): " + ", ".join(f"{k} {v:.1f}" for k, v in bandwidth.items())
           + f"; the reference is the larger, {max(bandwidth.values()):.1f} GB/s")
+    peak = roofline.compute_peak(args.compute_peak_bench)
+    print("arithmetic peak (best GFLOP/s, every core): " + (
+        f"{peak[0]} {peak[1]:.1f}" if peak else "not measured (compute_peak_bench not built)")
+        + ("; AMX tiles not measured" if "amx_bf16" in cpu_description() else ""))
     print(f"prefill: batch 1, median of {args.iters}; decode: median of {args.decode_tokens} steps "
           f"after a {args.decode_prefill}-token prefill; static cache of {args.max_cache_len} tokens; "
           "ratios >= 1: rbln faster")
     results = []
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
-        r = run_model(name, args, bandwidth)
+        r = run_model(name, args, bandwidth, peak)
         if not args.no_first_call and SHORT["rbln"] in args.variants:
             layers = args.layers or config_for(name).num_hidden_layers
             r["first_call"] = [first_call(name, layers, args)]

@@ -35,6 +35,8 @@ def check_rows(r, variants):
             tokens = row["rbln bf16"]["tokens"]
             assert len(tokens) == batch and len(tokens[0]) == 4, tokens
     assert max(r["bandwidth"].values()) > 0
+    assert r["peak"] and r["peak"][1] > 0, r["peak"]
+    assert r["rows"]["prefill 8"]["_flops"] > 0 and r["rows"]["prefill 8"]["_torch_gemm_gflops"] > 0
     m = r["memory"]
     assert m["device_peak_bytes"] >= r["weight_bytes"] + m["kv_bytes"], m
 
