@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "rbln/compiler/abi/gemm_problem.h"
 #include "rbln/compiler/abi/library_epilogue.h"
@@ -165,6 +166,37 @@ struct Avx512Ops : PerKeyOps<Avx512Ops> {
                                     _mm512_maskz_loadu_ps(m, y + i)));
     }
   }
+  // acc += w[j] * values[j] for j in order, 64 floats of acc held in
+  // registers over all `count` keys (each element's sum in key order, the
+  // same arithmetic as Axpy per key, without acc's loads and stores).
+  RBLN_ATTENTION_AVX512 static void Accumulate(const float* w, const float* values,
+                                               int64_t count, int64_t d, float* acc) {
+    int64_t i = 0;
+    for (; i + 64 <= d; i += 64) {
+      __m512 a0 = _mm512_loadu_ps(acc + i), a1 = _mm512_loadu_ps(acc + i + 16);
+      __m512 a2 = _mm512_loadu_ps(acc + i + 32), a3 = _mm512_loadu_ps(acc + i + 48);
+      for (int64_t j = 0; j < count; ++j) {
+        const __m512 wj = _mm512_set1_ps(w[j]);
+        const float* v = values + j * d + i;
+        a0 = _mm512_fmadd_ps(wj, _mm512_loadu_ps(v), a0);
+        a1 = _mm512_fmadd_ps(wj, _mm512_loadu_ps(v + 16), a1);
+        a2 = _mm512_fmadd_ps(wj, _mm512_loadu_ps(v + 32), a2);
+        a3 = _mm512_fmadd_ps(wj, _mm512_loadu_ps(v + 48), a3);
+      }
+      _mm512_storeu_ps(acc + i, a0);
+      _mm512_storeu_ps(acc + i + 16, a1);
+      _mm512_storeu_ps(acc + i + 32, a2);
+      _mm512_storeu_ps(acc + i + 48, a3);
+    }
+    for (; i < d; i += 16) {
+      const __mmask16 m = Tail(d - i);
+      __m512 a = _mm512_maskz_loadu_ps(m, acc + i);
+      for (int64_t j = 0; j < count; ++j) {
+        a = _mm512_fmadd_ps(_mm512_set1_ps(w[j]), _mm512_maskz_loadu_ps(m, values + j * d + i), a);
+      }
+      _mm512_mask_storeu_ps(acc + i, m, a);
+    }
+  }
   RBLN_ATTENTION_AVX512 static void WidenBf16(const uint16_t* src, int64_t n, float* dst) {
     for (int64_t i = 0; i < n; i += 16) {
       const __mmask16 m = Tail(n - i);
@@ -192,6 +224,20 @@ struct Avx512Ops : PerKeyOps<Avx512Ops> {
       sum = _mm512_mask_add_ps(sum, m, sum, e);
     }
     return _mm512_reduce_add_ps(sum);
+  }
+  // The largest of s[0, n), and in `poisoned` whether any is NaN or +inf.
+  RBLN_ATTENTION_AVX512 static float BlockMax(const float* s, int64_t n, bool& poisoned) {
+    const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    const __m512 pos_inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+    __m512 best = neg_inf;
+    __mmask16 bad = 0;
+    for (int64_t i = 0; i < n; i += 16) {
+      const __m512 x = _mm512_mask_loadu_ps(neg_inf, Tail(n - i), s + i);
+      bad |= _mm512_cmp_ps_mask(x, pos_inf, _CMP_NLT_UQ);  // NaN or +inf
+      best = _mm512_max_ps(best, x);
+    }
+    poisoned = bad != 0;
+    return _mm512_reduce_max_ps(best);
   }
   RBLN_ATTENTION_AVX512 static void Scale(float alpha, float* y, int64_t n) {
     const __m512 a = _mm512_set1_ps(alpha);
@@ -409,9 +455,13 @@ void FoldScores(float* scores, const float* values, const uint8_t* hidden, int64
   constexpr float kInf = std::numeric_limits<float>::infinity();
   float block_max = -kInf;
   bool poisoned = false;
-  for (int64_t j = 0; j < count; ++j) {
-    block_max = std::max(block_max, scores[j]);
-    poisoned |= !(scores[j] < kInf) && scores[j] != -kInf;  // NaN or +inf
+  if constexpr (std::is_same_v<Ops, Avx512Ops>) {
+    block_max = Avx512Ops::BlockMax(scores, count, poisoned);
+  } else {
+    for (int64_t j = 0; j < count; ++j) {
+      block_max = std::max(block_max, scores[j]);
+      poisoned |= !(scores[j] < kInf) && scores[j] != -kInf;  // NaN or +inf
+    }
   }
   if (poisoned) {
     // As PyTorch's softmax: a NaN score, or +inf (exp(inf - inf)), makes

@@ -1,11 +1,15 @@
 #include "rbln/compiler/kernels/masked_attention.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
+#include "rbln/compiler/kernels/attention_score_tiles.h"
 #include "rbln/compiler/kernels/attention_vector_ops.h"
 #include "rbln/compiler/kernels/half_convert.h"
 #include "rbln/core/counters.h"
@@ -20,6 +24,11 @@ using attention_ops::FoldScores;
 using attention_ops::Narrow;
 using attention_ops::PortableOps;
 using attention_ops::Widen;
+
+// Query rows of an item from which the AVX-512 path scores tiles of rows
+// against transposed keys (attention_score_tiles.h): the transposition of
+// a block costs about what 4 rows' scores do one key at a time.
+constexpr int64_t kMinTiledRows = 16;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // Keys a block widens and scores at a time, blocks aligned to multiples of
@@ -124,11 +133,85 @@ RowRange VisibleRange(const MaskedAttentionProblem& p, const char* mask, int64_t
   return {first, limit};
 }
 
+// Adds mask row `m`'s biases over keys [from, to) to `scores`, -inf where
+// a key is hidden (flagged in `hidden`); returns whether any is. One loop
+// per mask type (ApplyMask picks it once per row, not per key).
+template <typename T, typename Bias>
+bool AddBiases(const char* m, int64_t stride, int64_t from, int64_t to, Bias bias,
+               float* scores, uint8_t* hidden) {
+  const T* at = reinterpret_cast<const T*>(m);
+  bool any_hidden = false;
+  for (int64_t j = from; j < to; ++j) {
+    const float b = bias(at[j * stride]);
+    const bool hide = b == kNegInf;
+    hidden[j - from] = hide;
+    any_hidden |= hide;
+    scores[j - from] = hide ? kNegInf : scores[j - from] + b;
+  }
+  return any_hidden;
+}
+
+// AddBiases of a contiguous bf16 mask row, 16 keys a step (HF's masks for
+// bf16 models: 0 and -inf).
+__attribute__((target("avx512f,avx512bw,avx512vl"))) bool AddBf16BiasesAvx512(
+    const uint16_t* m, int64_t n, float* scores, uint8_t* hidden) {
+  const __m512 neg_inf = _mm512_set1_ps(kNegInf);
+  __mmask16 any = 0;
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 tail = n - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - j)) - 1);
+    const __m512 bias = _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(tail, m + j)), 16));
+    const __mmask16 hide = _mm512_mask_cmp_ps_mask(tail, bias, neg_inf, _CMP_EQ_OQ);
+    const __m512 sum = _mm512_add_ps(_mm512_maskz_loadu_ps(tail, scores + j), bias);
+    _mm512_mask_storeu_ps(scores + j, tail, _mm512_mask_blend_ps(hide, sum, neg_inf));
+    _mm_mask_storeu_epi8(hidden + j, tail, _mm_movm_epi8(hide));
+    any |= hide;
+  }
+  return any != 0;
+}
+
+// AddBiases for mask row `m` of `type` (element stride `stride`); `avx512`:
+// the CPU has it (the AVX-512 path's caller).
+bool ApplyMask(AttentionMaskType type, const char* m, int64_t stride, int64_t from, int64_t to,
+               float* scores, uint8_t* hidden, bool avx512) {
+  if (avx512 && type == AttentionMaskType::kBF16 && stride == 1) {
+    return AddBf16BiasesAvx512(reinterpret_cast<const uint16_t*>(m) + from, to - from, scores,
+                               hidden);
+  }
+  auto widen = [](uint32_t high) {
+    float v;
+    std::memcpy(&v, &high, 4);
+    return v;
+  };
+  switch (type) {
+    case AttentionMaskType::kBool:
+      return AddBiases<uint8_t>(m, stride, from, to,
+                                [](uint8_t b) { return b != 0 ? 0.0f : kNegInf; }, scores,
+                                hidden);
+    case AttentionMaskType::kF32:
+      return AddBiases<float>(m, stride, from, to, [](float b) { return b; }, scores, hidden);
+    case AttentionMaskType::kBF16:
+      return AddBiases<uint16_t>(
+          m, stride, from, to,
+          [&](uint16_t b) { return widen(static_cast<uint32_t>(b) << 16); }, scores, hidden);
+    case AttentionMaskType::kF16:
+      return AddBiases<uint16_t>(m, stride, from, to, [](uint16_t b) { return HalfToFloat(b); },
+                                 scores, hidden);
+    case AttentionMaskType::kNone:
+      return false;
+  }
+  return false;
+}
+
 // Per-item buffers, reused across items.
 struct Scratch {
-  std::vector<float> q, acc, max, sum, scores, keys, values;
+  std::vector<float> q, acc, max, sum, scores, keys, values, keys_t;
   std::vector<uint8_t> hidden;
   std::vector<RowRange> ranges;
+  // The batch index `ranges` holds rows of when the mask is the same for
+  // every head (its rows then depend on the batch and query only): the
+  // items of one batch reuse them. -1: none.
+  int64_t ranges_batch = -1;
 };
 
 template <typename Ops>
@@ -144,8 +227,15 @@ void RunItem(const MaskedAttentionProblem& p, const char* query, const char* key
   s.acc.assign(rows * dv, 0.0f);
   s.max.assign(rows, kNegInf);
   s.sum.assign(rows, 0.0f);
+  const bool shared_mask = p.mask_strides[1] == 0;
+  const bool ranges_known = shared_mask && s.ranges_batch == b;
   s.ranges.resize(rows);
-  s.scores.resize(kKeyBlock);
+  s.ranges_batch = shared_mask ? b : -1;
+  // The AVX-512 path scores tiles of rows when an item has many (a prefill).
+  constexpr bool kAvx512 = std::is_same_v<Ops, Avx512Ops>;
+  const bool tiled = kAvx512 && rows >= kMinTiledRows;
+  s.scores.resize(kKeyBlock * (tiled ? attention_ops::kScoreTileRows : 1));
+  if (tiled) s.keys_t.resize(kKeyBlock * d);
   s.hidden.resize(kKeyBlock);
   s.keys.resize(kKeyBlock * d);
   s.values.resize(kKeyBlock * dv);
@@ -161,9 +251,12 @@ void RunItem(const MaskedAttentionProblem& p, const char* query, const char* key
                query + (b * p.query_strides[0] + head * p.query_strides[1] +
                         i * p.query_strides[2]) * qbytes,
                d, &s.q[r * d]);
-    // A mask the heads share (stride 0) gives every group the same ranges.
-    s.ranges[r] = r >= p.q_len && p.mask_strides[1] == 0 ? s.ranges[i]
-                                                         : VisibleRange(p, mask_row(head, i), i);
+    // A mask the heads share (stride 0) gives every group, and every item
+    // of the batch, the same ranges.
+    if (!ranges_known) {
+      s.ranges[r] = r >= p.q_len && shared_mask ? s.ranges[i]
+                                                : VisibleRange(p, mask_row(head, i), i);
+    }
     if (s.ranges[r].first < s.ranges[r].limit) {
       lo = std::min(lo, s.ranges[r].first);
       hi = std::max(hi, s.ranges[r].limit);
@@ -195,26 +288,54 @@ void RunItem(const MaskedAttentionProblem& p, const char* query, const char* key
       }
       v = s.values.data();
     }
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t from = std::max(begin, s.ranges[r].first);
-      const int64_t to = std::min(end, s.ranges[r].limit);
-      if (from >= to) continue;
+    // Row r's scores over its visible keys [from, to) of this block (at
+    // `scores`, key from first): its mask's biases added, then folded in.
+    auto fold = [&](int64_t r, int64_t from, int64_t to, float* scores) {
       const int64_t head = kv_head * group + r / p.q_len, i = r % p.q_len;
-      float* scores = s.scores.data();
-      Ops::Scores(&s.q[r * d], k + (from - begin) * d, to - from, d, p.scale, scores);
       const char* m = mask_row(head, i);
-      bool any_hidden = false;
-      if (m != nullptr) {
-        for (int64_t j = from; j < to; ++j) {
-          const float bias = MaskBias(p.mask_type, m + j * p.mask_strides[3] * mbytes);
-          const bool hide = bias == kNegInf;
-          s.hidden[j - from] = hide;
-          any_hidden |= hide;
-          scores[j - from] = hide ? kNegInf : scores[j - from] + bias;
-        }
-      }
+      const bool any_hidden =
+          m != nullptr && ApplyMask(p.mask_type, m, p.mask_strides[3], from, to, scores,
+                                    s.hidden.data(), kAvx512);
       FoldScores<Ops>(scores, v + (from - begin) * dv, any_hidden ? s.hidden.data() : nullptr,
                       to - from, dv, s.max[r], s.sum[r], &s.acc[r * dv], p.kv_type);
+    };
+    auto visible = [&](int64_t r) {
+      return RowRange{std::max(begin, s.ranges[r].first), std::min(end, s.ranges[r].limit)};
+    };
+    if (!tiled) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const RowRange vis = visible(r);
+        if (vis.first >= vis.limit) continue;
+        Ops::Scores(&s.q[r * d], k + (vis.first - begin) * d, vis.limit - vis.first, d,
+                    p.scale, s.scores.data());
+        fold(r, vis.first, vis.limit, s.scores.data());
+      }
+      continue;
+    }
+    // Tiles of rows: each row's scores over the 16-key groups spanning the
+    // tile's visible keys (row t of the tile at s.scores + t * kKeyBlock,
+    // key `begin` first).
+    attention_ops::TransposeKeys16(k, end - begin, d, s.keys_t.data());
+    for (int64_t r0 = 0; r0 < rows; r0 += attention_ops::kScoreTileRows) {
+      const int tile = static_cast<int>(std::min<int64_t>(attention_ops::kScoreTileRows,
+                                                          rows - r0));
+      int64_t from = end, to = begin;
+      for (int t = 0; t < tile; ++t) {
+        const RowRange vis = visible(r0 + t);
+        if (vis.first >= vis.limit) continue;
+        from = std::min(from, vis.first);
+        to = std::max(to, vis.limit);
+      }
+      if (from >= to) continue;
+      const int64_t g0 = (from - begin) / 16, g1 = (to - begin + 15) / 16;
+      attention_ops::ScoreRowsUpTo4(tile, &s.q[r0 * d], d, s.keys_t.data() + g0 * d * 16,
+                                    g1 - g0, d, p.scale, s.scores.data() + g0 * 16, kKeyBlock);
+      for (int t = 0; t < tile; ++t) {
+        const RowRange vis = visible(r0 + t);
+        if (vis.first >= vis.limit) continue;
+        fold(r0 + t, vis.first, vis.limit,
+             s.scores.data() + t * kKeyBlock + (vis.first - begin));
+      }
     }
   }
   const int64_t obytes = ElementBytes(p.out_type);

@@ -210,6 +210,24 @@ std::vector<Case> Cases() {
   long_cache.kv_len = 1100, long_cache.q_len = 3, long_cache.first_position = 700;
   long_cache.dim = long_cache.value_dim = 16;
   cases.push_back(long_cache);
+  // Items of >= 16 query rows (a prefill): the AVX-512 path scores tiles of
+  // 4 rows against keys transposed in groups of 16 -- a last tile of 2
+  // rows, rows of one tile with different ranges, a head dim and key count
+  // off the 16 lanes, a value dim past the 64 floats held in registers.
+  Case tiles{"prefill_tiles_bf16_causal", true, GemmOperandType::kBF16,
+             AttentionMaskType::kBF16, MaskKind::kStaticCache, false, true};
+  tiles.heads = 4, tiles.kv_heads = 2, tiles.q_len = 15, tiles.first_position = 0;
+  tiles.dim = 24, tiles.value_dim = 80;
+  cases.push_back(tiles);
+  Case tile_holes{"prefill_tiles_biases_per_head", false, GemmOperandType::kF32,
+                  AttentionMaskType::kF32, MaskKind::kBiases, true};
+  tile_holes.heads = 4, tile_holes.kv_heads = 1, tile_holes.q_len = 5;
+  cases.push_back(tile_holes);
+  Case tile_blocks{"prefill_tiles_long_cache_bf16", true, GemmOperandType::kBF16,
+                   AttentionMaskType::kBF16, MaskKind::kBiases};
+  tile_blocks.kv_len = 1100, tile_blocks.heads = 8, tile_blocks.q_len = 6;
+  tile_blocks.first_position = 700, tile_blocks.dim = tile_blocks.value_dim = 16;
+  cases.push_back(tile_blocks);
   return cases;
 }
 
