@@ -3,6 +3,8 @@ with the model's own linear layers, and the arithmetic peak is measured
 (compute_peak_bench runs and its output is read)."""
 # spec: J1
 
+import sys
+
 import torch
 
 import llm_bench
@@ -53,3 +55,9 @@ def test_compute_peak_is_measured():
 def test_torch_gemm_rate_is_positive():
     _, config = llm_bench.build("llama", layers=1, tiny=True)
     assert roofline.torch_gemm_rate(8, config, iters=3) > 0
+
+
+if __name__ == "__main__":
+    import pytest
+
+    sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))
