@@ -18,7 +18,9 @@
 // filled position are never read); keys inside the range it does not see
 // get weight exactly 0. A row that sees no key gives zeros (PyTorch's safe
 // softmax), and logsumexp -inf. Arithmetic does not depend on how items are
-// cut into blocks (SPEC A2); the ISA paths differ by f32 rounding only.
+// cut into blocks (SPEC A2); the ISA paths differ by f32 rounding only (the
+// AVX-512 path scores items of >= 16 query rows 4 rows at a time against
+// keys transposed in groups of 16, attention_score_tiles.h).
 #ifndef RBLN_COMPILER_KERNELS_MASKED_ATTENTION_H_
 #define RBLN_COMPILER_KERNELS_MASKED_ATTENTION_H_
 
