@@ -1,7 +1,7 @@
 """The ceilings llm_bench measures a prefill against: the flop count agrees
 with the model's own linear layers, and the arithmetic peak is measured
 (compute_peak_bench runs and its output is read)."""
-# spec: J1
+# spec: none (benchmark tooling: issue 29 item 1, the LLM benchmark)
 
 import sys
 
