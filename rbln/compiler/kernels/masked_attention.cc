@@ -39,7 +39,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int64_t kKeyBlock = 512;
 
 // The mask element at `at` as a bias in f32: -inf hides (bool false hides).
-float MaskBias(AttentionMaskType type, const char* at) {
+inline float MaskBias(AttentionMaskType type, const char* at) {
   switch (type) {
     case AttentionMaskType::kNone:
       return 0.0f;
@@ -69,7 +69,7 @@ float MaskBias(AttentionMaskType type, const char* at) {
   return 0.0f;
 }
 
-int64_t MaskBytes(AttentionMaskType type) {
+inline int64_t MaskBytes(AttentionMaskType type) {
   switch (type) {
     case AttentionMaskType::kNone:
     case AttentionMaskType::kBool:
@@ -135,14 +135,15 @@ RowRange VisibleRange(const MaskedAttentionProblem& p, const char* mask, int64_t
 
 // Adds mask row `m`'s biases over keys [from, to) to `scores`, -inf where
 // a key is hidden (flagged in `hidden`); returns whether any is. One loop
-// per mask type (ApplyMask picks it once per row, not per key).
-template <typename T, typename Bias>
-bool AddBiases(const char* m, int64_t stride, int64_t from, int64_t to, Bias bias,
-               float* scores, uint8_t* hidden) {
-  const T* at = reinterpret_cast<const T*>(m);
+// per mask type (MaskBias's switch folded away; ApplyMask picks the loop
+// once per row, not per key).
+template <AttentionMaskType kType>
+bool AddBiases(const char* m, int64_t stride, int64_t from, int64_t to, float* scores,
+               uint8_t* hidden) {
+  const int64_t step = stride * MaskBytes(kType);
   bool any_hidden = false;
   for (int64_t j = from; j < to; ++j) {
-    const float b = bias(at[j * stride]);
+    const float b = MaskBias(kType, m + j * step);
     const bool hide = b == kNegInf;
     hidden[j - from] = hide;
     any_hidden |= hide;
@@ -178,25 +179,15 @@ bool ApplyMask(AttentionMaskType type, const char* m, int64_t stride, int64_t fr
     return AddBf16BiasesAvx512(reinterpret_cast<const uint16_t*>(m) + from, to - from, scores,
                                hidden);
   }
-  auto widen = [](uint32_t high) {
-    float v;
-    std::memcpy(&v, &high, 4);
-    return v;
-  };
   switch (type) {
     case AttentionMaskType::kBool:
-      return AddBiases<uint8_t>(m, stride, from, to,
-                                [](uint8_t b) { return b != 0 ? 0.0f : kNegInf; }, scores,
-                                hidden);
+      return AddBiases<AttentionMaskType::kBool>(m, stride, from, to, scores, hidden);
     case AttentionMaskType::kF32:
-      return AddBiases<float>(m, stride, from, to, [](float b) { return b; }, scores, hidden);
+      return AddBiases<AttentionMaskType::kF32>(m, stride, from, to, scores, hidden);
     case AttentionMaskType::kBF16:
-      return AddBiases<uint16_t>(
-          m, stride, from, to,
-          [&](uint16_t b) { return widen(static_cast<uint32_t>(b) << 16); }, scores, hidden);
+      return AddBiases<AttentionMaskType::kBF16>(m, stride, from, to, scores, hidden);
     case AttentionMaskType::kF16:
-      return AddBiases<uint16_t>(m, stride, from, to, [](uint16_t b) { return HalfToFloat(b); },
-                                 scores, hidden);
+      return AddBiases<AttentionMaskType::kF16>(m, stride, from, to, scores, hidden);
     case AttentionMaskType::kNone:
       return false;
   }
