@@ -38,6 +38,8 @@ import torch._dynamo
 
 import torch_rbln  # noqa: F401
 
+import roofline
+
 
 def median_s(fn, args, iters, sync=None):
     out = fn(*args)  # warm-up (compiles)
@@ -51,21 +53,6 @@ def median_s(fn, args, iters, sync=None):
             sync()
         times.append(time.perf_counter() - start)
     return statistics.median(times), out
-
-
-def stream_bench_path():
-    """The stream_bench binary in this target's runfiles, or None."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    candidates = []
-    for root in (os.environ.get("RUNFILES_DIR"), os.environ.get("PYTHON_RUNFILES"),
-                 os.path.join(here, "..", "..", "..")):
-        if root:
-            candidates.append(os.path.join(root, "torch_rbln", "rbln", "compiler", "bench", "stream_bench"))
-            candidates.append(os.path.join(root, "rbln", "compiler", "bench", "stream_bench"))
-    for path in candidates:
-        if os.access(path, os.X_OK):
-            return path
-    return None
 
 
 def stream(path, floats):
@@ -211,7 +198,7 @@ def main():
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s), "
           f"rbln profile {torch.rbln.get_device_profile()['name']}, "
           f"load average {os.getloadavg()[0]:.1f}")
-    path = args.stream_bench or stream_bench_path()
+    path = roofline.binary_path("stream_bench", args.stream_bench)
     triad = None
     if path is None:
         print("stream_bench not found (bazel run //rbln/tools/bench:kernel_bench, or --stream-bench)",
