@@ -187,6 +187,86 @@ def test_rbln_training_through_regions_matches_cpu_gradients():
         torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-4, atol=1e-4, msg=name)
 
 
+class KwBlock(torch.nn.Module):
+    """Called the way transformers calls a decoder layer: keyword arguments,
+    a tuple of tensors (the RoPE cos/sin), None, a bool, and sometimes an
+    object (a KV cache)."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.proj = torch.nn.Linear(width, width)
+
+    def forward(self, x, mask=None, position_embeddings=None, use_cache=False, state=None):
+        cos, sin = position_embeddings
+        y = self.proj(x * cos + x.flip(-1) * sin)
+        if mask is not None:
+            y = y + mask
+        if state is not None:
+            y = y * state.scale
+        return x + (y if not use_cache else 2 * y)
+
+
+class KwStack(torch.nn.Module):
+    def __init__(self, width=8, layers=LAYERS):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(KwBlock(width) for _ in range(layers))
+
+    def forward(self, x, state=None):
+        rope = (x.cos(), x.sin())
+        for layer in self.layers:
+            x = layer(x, mask=None, position_embeddings=rope, use_cache=False, state=state)
+        return x
+
+
+class Scale:
+    scale = 0.5
+
+
+def test_a_call_of_leaves_reaches_the_region_flat_and_round_trips():
+    t, u = torch.ones(1), torch.zeros(1)
+    flat = nested_regions._flatten_call((t, [u, 3]), {"mask": None, "rope": (t, u), "on": True})
+    assert flat == ["-,-+2,mask,rope*2,on", t, u, 3, None, t, u, True]
+    args, kwargs = nested_regions._unflatten_call(flat[0], flat[1:])
+    assert args == [t, [u, 3]] and kwargs == {"mask": None, "rope": (t, u), "on": True}
+    assert nested_regions._unflatten_call("", []) == ([], {})
+    # An object (a KV cache), also inside a tuple: the call is not flattened.
+    assert nested_regions._flatten_call((t,), {"cache": Scale()}) is None
+    assert nested_regions._flatten_call(((t, Scale()),), {}) is None
+
+
+def test_rbln_regions_called_with_keywords_skip_dynamos_pytree_fingerprint(monkeypatch):
+    """Dynamo traces a pytree flatten of a region's inputs at every call
+    unless they are flat leaves without keywords; the marked forward passes
+    them flat, and the results equal the CPU's. A call with an object falls
+    back to the plain marked region, still right."""
+    from torch._dynamo.variables import invoke_subgraph
+
+    pytree_calls = []
+    original = invoke_subgraph.build_fingerprint_with_pytree
+
+    def counting(*args, **kwargs):
+        pytree_calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(invoke_subgraph, "build_fingerprint_with_pytree", counting)
+    torch.manual_seed(0)
+    model = KwStack()
+    x = torch.randn(3, 8)
+    dev = KwStack().to(DEV)
+    dev.load_state_dict(model.state_dict())
+    torch.rbln.mark_repeated_layers(dev)
+    step = torch.compile(dev, backend="rbln", fullgraph=True)
+    torch.testing.assert_close(step(x.to(DEV)).cpu(), model(x), rtol=1e-4, atol=1e-4)
+    assert LAYERS - 1 <= torch.rbln.compiled_programs()[-1].inlined_regions <= LAYERS
+    assert not pytree_calls
+    # Eager calls of a marked layer run its own forward.
+    torch.testing.assert_close(dev(x.to(DEV)).cpu(), model(x), rtol=1e-4, atol=1e-4)
+
+    torch.testing.assert_close(step(x.to(DEV), Scale()).cpu(), model(x, Scale()),
+                               rtol=1e-4, atol=1e-4)
+    assert pytree_calls
+
+
 class ViewWriter(torch.nn.Module):
     def forward(self, x, buf):
         buf[:, :2].add_(x)
