@@ -58,7 +58,9 @@ class PackedWeightCache {
   // Get(), except that where Get() gives null, a copy `pack` fills for the
   // caller alone (not kept): every call of a GEMM reads the weight in the
   // same layout with the same primitive, the first one included, so it
-  // computes the same bits.
+  // computes the same bits. The copy for one call is in a buffer of the
+  // calling thread's (up to 64 MiB, kept for the thread's life) that the
+  // next such copy reuses once the result is released.
   std::shared_ptr<const void> GetOrPackOnce(
       const InputContent& content, absl::Span<const int64_t> layout,
       uint64_t bytes, absl::FunctionRef<void(void* out)> pack);

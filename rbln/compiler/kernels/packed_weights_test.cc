@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -154,6 +155,40 @@ TEST(PackedWeightCacheTest, GetOrPackOnceAlwaysGivesAPackedCopy) {
   EXPECT_EQ(stats.packs, 1);
   EXPECT_EQ(stats.hits, 1);
   EXPECT_EQ(stats.bytes, 64u);
+}
+
+TEST(PackedWeightCacheTest, CopiesForOneCallReuseTheThreadsBufferOnceReleased) {
+  PackedWeightCache cache(1 << 20);
+  auto pack_with = [](char value) {
+    return [value](void* out) { std::memset(out, value, 4096); };
+  };
+  const void* buffer = nullptr;
+  {
+    std::shared_ptr<const void> a = cache.GetOrPackOnce({0x1000, 1}, {}, 4096, pack_with(1));
+    buffer = a.get();
+    // Held: another weight's copy is packed elsewhere, a's bytes stay.
+    std::shared_ptr<const void> b = cache.GetOrPackOnce({0x2000, 1}, {}, 4096, pack_with(2));
+    EXPECT_NE(b.get(), buffer);
+    EXPECT_EQ(static_cast<const char*>(a.get())[4095], 1);
+    EXPECT_EQ(static_cast<const char*>(b.get())[0], 2);
+  }
+  // Released: the next copy for one call reuses the buffer.
+  std::shared_ptr<const void> c = cache.GetOrPackOnce({0x3000, 1}, {}, 4096, pack_with(3));
+  EXPECT_EQ(c.get(), buffer);
+  EXPECT_EQ(static_cast<const char*>(c.get())[0], 3);
+  // A kept copy (second use) is never the thread's buffer.
+  c.reset();
+  std::shared_ptr<const void> kept = cache.GetOrPackOnce({0x3000, 1}, {}, 4096, pack_with(4));
+  EXPECT_NE(kept.get(), buffer);
+  std::shared_ptr<const void> d = cache.GetOrPackOnce({0x4000, 1}, {}, 4096, pack_with(5));
+  EXPECT_EQ(d.get(), buffer);
+  EXPECT_EQ(static_cast<const char*>(kept.get())[0], 4);
+  // On another thread, another buffer.
+  const void* other = nullptr;
+  std::thread([&] {
+    other = cache.GetOrPackOnce({0x5000, 1}, {}, 4096, pack_with(6)).get();
+  }).join();
+  EXPECT_NE(other, buffer);
 }
 
 TEST(PackedWeightCacheTest, CapacityFromTheEnvironment) {
