@@ -22,9 +22,15 @@ using ::mlir::Value;
 using ::mlir::ValueRange;
 using ::mlir::utils::IteratorType;
 
-// Query rows a kv head may have (group x L) for attention without a mask
-// or causality to take the kernel: decode-sized problems.
+// Attention without a mask or causality takes the kernel for decode-sized
+// problems (a kv head's query rows, group x L, up to this many) ...
 constexpr int64_t kMaxUnmaskedRowsPerItem = 32;
+// ... and from this many keys on: below, the composition's GEMMs are
+// faster (its score matrices fit the caches); from here the kernel, which
+// never writes them (bf16, 64-dim heads, one Zen 4 core pair: 12 heads x
+// 448 / 512 / 1024 rows and keys 6.1 vs 6.3, 10.1 vs 8.1, 65.2 vs 31.3
+// ms; 32 heads x 384 / 512: 11.6 vs 12.5, 26.6 vs 21.5 ms).
+constexpr int64_t kMinUnmaskedKeysForKernel = 512;
 
 bool KernelFloat(ir::DType d) {
   return d == ir::FLOAT32 || d == ir::BFLOAT16 || d == ir::FLOAT16;
@@ -135,11 +141,11 @@ bool MaskedAttentionApplies(GraphImporter& im, const MaskedAttentionOperands& op
     return false;
   }
   if (ops.mask.empty()) {
-    // Without a mask nothing can be skipped: many query rows against all
-    // keys (an encoder's attention) run faster as the composition's GEMMs
-    // than as the kernel's per-row products (12 bf16 heads x 128 / 512
-    // rows on a Zen 4: 0.70 vs 2.81 ms, 10.8 vs 35.6 ms).
-    return ops.causal || (q[1] / k[1]) * q[2] <= kMaxUnmaskedRowsPerItem;
+    // Without a mask nothing can be skipped: many query rows against a
+    // few hundred keys (an encoder's attention) run faster as the
+    // composition's GEMMs.
+    return ops.causal || (q[1] / k[1]) * q[2] <= kMaxUnmaskedRowsPerItem ||
+           k[2] >= kMinUnmaskedKeysForKernel;
   }
   const ir::TensorType& mt = im.TypeOf(ops.mask);
   const Shape m = ShapeOf(mt);

@@ -136,6 +136,29 @@ TEST(MaskedAttentionRewritePassTest, CallsComputeTheGenericsValues) {
   }
 }
 
+// Attention without a mask (an encoder's) takes the kernel for decode-sized
+// rows or from 512 keys on, and stays the composition's GEMMs for many rows
+// against fewer keys; either way the values are the composition's.
+TEST(MaskedAttentionRewritePassTest, UnmaskedAttentionTakesTheKernelFromLongKeys) {
+  for (int64_t kv_len : {448, 512}) {
+    Case c{"unmasked_" + std::to_string(kv_len), ir::BFLOAT16, 1, 2, 2, 40, kv_len, 16};
+    c.mask = "";
+    ir::Graph graph;
+    const std::vector<HostTensor> inputs = Inputs(c, graph);
+    const bool kernel = kv_len >= 512;
+    auto run = RunWithoutAndWithRewrite(
+        graph, MaskedAttentionStage(), inputs, [&](mlir::ModuleOp module, bool rewritten) {
+          EXPECT_EQ(Count(module).calls, kernel && rewritten ? 1 : 0) << c.name;
+          EXPECT_EQ(Count(module).generics, kernel && !rewritten ? 1 : 0) << c.name;
+        });
+    ASSERT_TRUE(run.ok()) << c.name << ": " << run.status();
+    const auto& results = *run;
+    for (size_t i = 0; i < results[0].size(); ++i) {
+      ASSERT_NEAR(results[1][i], results[0][i], 8e-3) << c.name << " element " << i;
+    }
+  }
+}
+
 // A NaN in a query row makes that row NaN in both lowerings (as PyTorch's
 // softmax), also where the row's first keys are hidden; other rows agree.
 TEST(MaskedAttentionRewritePassTest, ANanQueryRowIsNanInBothLowerings) {
