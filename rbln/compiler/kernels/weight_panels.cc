@@ -62,7 +62,8 @@ void PackPanel(const WeightPanels& p, const char* from, int64_t rows,
   // tail unit by unit (an odd k's last bf16, the padding).
   const int64_t full = p.k * p.element_bytes / 4 / kTileUnits * kTileUnits;
   // 16 rows of B at a time, each read front to back: 16 streams the
-  // hardware prefetcher follows; the panel (<= 64 * 16 KB) stays in L2.
+  // hardware prefetcher follows, while the panel (W rows of B: 256 KB for
+  // Llama-3.2-1B's k = 2048) stays in L2 for the next 16.
   for (int64_t c0 = 0; c0 < p.width; c0 += kTileUnits) {
     for (int64_t j0 = 0; j0 < full; j0 += kTileUnits) {
       PackTile(p, from, rows, c0, j0, out);
