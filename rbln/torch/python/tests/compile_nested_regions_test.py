@@ -232,6 +232,8 @@ def test_a_call_of_leaves_reaches_the_region_flat_and_round_trips():
     # An object (a KV cache), also inside a tuple: the call is not flattened.
     assert nested_regions._flatten_call((t,), {"cache": Scale()}) is None
     assert nested_regions._flatten_call(((t, Scale()),), {}) is None
+    # A keyword no identifier names (passed as **{...}): not flattened.
+    assert nested_regions._flatten_call((t,), {"a,b": t}) is None
 
 
 def test_rbln_regions_called_with_keywords_skip_dynamos_pytree_fingerprint(monkeypatch):

@@ -313,6 +313,8 @@ def _flatten_call(args, kwargs):
     list)."""
     names, leaves = [], []
     for key, value in [("-", a) for a in args] + list(kwargs.items()):
+        if key != "-" and not key.isidentifier():
+            return None  # a **{...} key the structure string could not name
         if isinstance(value, (tuple, list)):
             for v in value:
                 if not _is_leaf(v):
