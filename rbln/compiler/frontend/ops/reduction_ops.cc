@@ -51,6 +51,7 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/AffineMap.h"
 #include "rbln/compiler/frontend/graph_importer.h"
+#include "rbln/compiler/frontend/ops/nn_builders.h"
 #include "rbln/compiler/frontend/ops/op_families.h"
 #include "rbln/compiler/frontend/ops/reduction_util.h"
 #include "rbln/compiler/ir/graph_util.h"
@@ -203,8 +204,123 @@ absl::Status ConvertReduce(GraphImporter& im, const ir::Node& node,
 
 // --- argmax, argmin, max/min with indices. ---------------------------------
 
+// Lanes of the partial results an innermost-dim arg reduction keeps (a
+// vector of f32): element i of a row goes to lane i % kArgLanes.
+constexpr int64_t kArgLanes = 16;
+// Rows shorter than this reduce in one pass.
+constexpr int64_t kMinArgLaneElements = 256;
+
+// Whether x (index `index`) beats the accumulated (acc, acc_index) of an
+// arg reduction: the first index of the max (min); NaN counts as the max
+// (min), as in PyTorch. Ties go to the lower index explicitly, so the
+// result does not depend on the order the elements are combined in.
+Value ArgBeats(OpBuilder& b, Location l, ir::DType dtype, bool max, Value x,
+               Value index, Value acc, Value acc_index) {
+  Value earlier = b.create<mlir::arith::CmpIOp>(l, CmpIPredicate::slt, index,
+                                                acc_index);
+  if (!IsFloat(dtype)) {
+    Value gt = b.create<mlir::arith::CmpIOp>(
+        l, max ? CmpIPredicate::sgt : CmpIPredicate::slt, x, acc);
+    Value eq = b.create<mlir::arith::CmpIOp>(l, CmpIPredicate::eq, x, acc);
+    return b.create<mlir::arith::OrIOp>(
+        l, gt, b.create<mlir::arith::AndIOp>(l, eq, earlier));
+  }
+  Value gt = b.create<mlir::arith::CmpFOp>(
+      l, max ? CmpFPredicate::OGT : CmpFPredicate::OLT, x, acc);
+  Value eq = b.create<mlir::arith::CmpFOp>(l, CmpFPredicate::OEQ, x, acc);
+  Value x_nan = IsNan(b, l, x), acc_nan = IsNan(b, l, acc);
+  Value t = b.create<mlir::arith::ConstantIntOp>(l, 1, 1);
+  // NaN beats numbers; among NaNs the first wins.
+  Value nan_wins = b.create<mlir::arith::AndIOp>(
+      l, x_nan,
+      b.create<mlir::arith::OrIOp>(
+          l, b.create<mlir::arith::XOrIOp>(l, acc_nan, t), earlier));
+  Value number_wins = b.create<mlir::arith::OrIOp>(
+      l, gt, b.create<mlir::arith::AndIOp>(l, eq, earlier));
+  return b.create<mlir::arith::OrIOp>(l, nan_wins, number_wins);
+}
+
+// The (value, index) a combining step yields.
+llvm::SmallVector<Value> ArgCombine(OpBuilder& b, Location l, ir::DType dtype,
+                                    bool max, Value x, Value index, Value acc,
+                                    Value acc_index) {
+  Value better = ArgBeats(b, l, dtype, max, x, index, acc, acc_index);
+  return {b.create<mlir::arith::SelectOp>(l, better, x, acc),
+          b.create<mlir::arith::SelectOp>(l, better, index, acc_index)};
+}
+
+// An arg reduction over the innermost dim only, of a row long enough and a
+// multiple of kArgLanes: the row's element i goes to lane i % kArgLanes
+// of a [rows..., kArgLanes] partial result -- the lanes are the innermost
+// loop, independent, so the loop vectorizes instead of carrying one
+// (value, index) pair through a chain of compares -- and a second generic
+// reduces the lanes. ArgBeats does not depend on the order, so the result
+// is the one-pass one.
+bool ArgLanesApply(const Shape& in_shape, const std::vector<bool>& reduced) {
+  const int rank = in_shape.size();
+  if (rank == 0 || !reduced[rank - 1]) return false;
+  for (int d = 0; d + 1 < rank; ++d) {
+    if (reduced[d]) return false;
+  }
+  const int64_t n = in_shape[rank - 1];
+  return n >= kMinArgLaneElements && n % kArgLanes == 0;
+}
+
+// ConvertArgReduce's (values, indices) by ArgLanesApply's two generics.
+mlir::ResultRange ArgReduceByLanes(GraphImporter& im, Value input,
+                                   ir::DType dtype, bool max,
+                                   const Shape& in_shape,
+                                   const std::vector<bool>& reduced,
+                                   bool keepdim) {
+  OpBuilder& builder = im.builder();
+  const int rank = in_shape.size();
+  const int64_t n = in_shape[rank - 1];
+  Shape lanes_shape(in_shape.begin(), in_shape.end() - 1);
+  lanes_shape.push_back(kArgLanes);
+  // Loops (rows..., j, lane): element j * kArgLanes + lane of the row.
+  Value split = nn::ExpandDim(im, input, rank - 1, {n / kArgLanes, kArgLanes});
+  std::vector<bool> split_reduced(rank + 1, false);
+  split_reduced[rank - 1] = true;
+  std::vector<int> lane_dims;
+  for (int d = 0; d <= rank; ++d) {
+    if (d != rank - 1) lane_dims.push_back(d);
+  }
+  AffineMap lane_map = nn::DimsMap(im, rank + 1, lane_dims);
+  Value lane_values = Filled(im, lanes_shape, MaxOrMinInit(im, dtype, max));
+  Value lane_indices =
+      Filled(im, lanes_shape, builder.getI64IntegerAttr(INT64_MAX));
+  mlir::ResultRange lanes = Generic(
+      im, split, {lane_values, lane_indices},
+      {Identity(im, rank + 1), lane_map, lane_map}, Iterators(split_reduced),
+      [&](OpBuilder& b, Location l, ValueRange args) {
+        auto index_of = [&](int d) {
+          return b.create<mlir::arith::IndexCastOp>(
+              l, b.getI64Type(), b.create<mlir::linalg::IndexOp>(l, d));
+        };
+        Value index = b.create<mlir::arith::AddIOp>(
+            l,
+            b.create<mlir::arith::MulIOp>(
+                l, index_of(rank - 1),
+                b.create<mlir::arith::ConstantIntOp>(l, kArgLanes, 64)),
+            index_of(rank));
+        return ArgCombine(b, l, dtype, max, im.ToCompute(b, args[0], dtype),
+                          index, args[1], args[2]);
+      });
+  const Shape out_shape = ReducedShape(in_shape, reduced, keepdim);
+  AffineMap out_map = ReducedMap(im, reduced, keepdim);
+  Value values = Filled(im, out_shape, MaxOrMinInit(im, dtype, max));
+  Value indices = Filled(im, out_shape, builder.getI64IntegerAttr(INT64_MAX));
+  return Generic(im, {lanes[0], lanes[1]}, {values, indices},
+                 {Identity(im, rank), Identity(im, rank), out_map, out_map},
+                 Iterators(reduced),
+                 [&](OpBuilder& b, Location l, ValueRange args) {
+                   return ArgCombine(b, l, dtype, max, args[0], args[1],
+                                     args[2], args[3]);
+                 });
+}
+
 // The first index of the max (min); NaN counts as the max (min), as in
-// PyTorch. Ties go to the lower index explicitly, not by loop order.
+// PyTorch (ArgBeats).
 absl::Status ConvertArgReduce(GraphImporter& im, const ir::Node& node, bool max,
                               bool with_values) {
   if (absl::Status s = CheckArity(node, 1, with_values ? 2 : 1); !s.ok()) {
@@ -239,13 +355,24 @@ absl::Status ConvertArgReduce(GraphImporter& im, const ir::Node& node, bool max,
     return s;
   }
 
+  const ir::DType dtype = in.dtype();
+  auto define = [&](mlir::ResultRange results) {
+    if (with_values) {
+      im.Define(node.outputs(0), Finalize(im, node, 0, results[0]));
+    }
+    im.Define(node.outputs(index_output), results[1]);
+    return absl::OkStatus();
+  };
+  if (ArgLanesApply(in_shape, *reduced)) {
+    return define(ArgReduceByLanes(im, im.ValueOf(node.inputs(0)), dtype, max,
+                                   in_shape, *reduced, keepdim));
+  }
   OpBuilder& builder = im.builder();
-  Value values = Filled(im, out_shape, MaxOrMinInit(im, in.dtype(), max));
+  Value values = Filled(im, out_shape, MaxOrMinInit(im, dtype, max));
   // Any real index wins over the initial one.
   Value indices = Filled(im, out_shape, builder.getI64IntegerAttr(INT64_MAX));
   AffineMap out_map = ReducedMap(im, *reduced, keepdim);
-  const ir::DType dtype = in.dtype();
-  mlir::ResultRange results = Generic(
+  return define(Generic(
       im, im.ValueOf(node.inputs(0)), {values, indices},
       {Identity(im, rank), out_map, out_map}, Iterators(*reduced),
       [&](OpBuilder& b, Location l, ValueRange args) {
@@ -260,42 +387,9 @@ absl::Status ConvertArgReduce(GraphImporter& im, const ir::Node& node, bool max,
           index = b.create<mlir::arith::AddIOp>(
               l, b.create<mlir::arith::MulIOp>(l, index, extent), i);
         }
-        Value x = im.ToCompute(b, args[0], dtype);
-        Value acc = args[1], acc_index = args[2];
-        Value earlier = b.create<mlir::arith::CmpIOp>(l, CmpIPredicate::slt,
-                                                      index, acc_index);
-        Value better;
-        if (IsFloat(dtype)) {
-          Value gt = b.create<mlir::arith::CmpFOp>(
-              l, max ? CmpFPredicate::OGT : CmpFPredicate::OLT, x, acc);
-          Value eq =
-              b.create<mlir::arith::CmpFOp>(l, CmpFPredicate::OEQ, x, acc);
-          Value x_nan = IsNan(b, l, x), acc_nan = IsNan(b, l, acc);
-          Value t = b.create<mlir::arith::ConstantIntOp>(l, 1, 1);
-          // NaN beats numbers; among NaNs the first wins.
-          Value nan_wins = b.create<mlir::arith::AndIOp>(
-              l, x_nan,
-              b.create<mlir::arith::OrIOp>(
-                  l, b.create<mlir::arith::XOrIOp>(l, acc_nan, t), earlier));
-          Value number_wins = b.create<mlir::arith::OrIOp>(
-              l, gt, b.create<mlir::arith::AndIOp>(l, eq, earlier));
-          better = b.create<mlir::arith::OrIOp>(l, nan_wins, number_wins);
-        } else {
-          Value gt = b.create<mlir::arith::CmpIOp>(
-              l, max ? CmpIPredicate::sgt : CmpIPredicate::slt, x, acc);
-          Value eq =
-              b.create<mlir::arith::CmpIOp>(l, CmpIPredicate::eq, x, acc);
-          better = b.create<mlir::arith::OrIOp>(
-              l, gt, b.create<mlir::arith::AndIOp>(l, eq, earlier));
-        }
-        return llvm::SmallVector<Value>{
-            b.create<mlir::arith::SelectOp>(l, better, x, acc),
-            b.create<mlir::arith::SelectOp>(l, better, index, acc_index)};
-      });
-  if (with_values)
-    im.Define(node.outputs(0), Finalize(im, node, 0, results[0]));
-  im.Define(node.outputs(index_output), results[1]);
-  return absl::OkStatus();
+        return ArgCombine(b, l, dtype, max, im.ToCompute(b, args[0], dtype),
+                          index, args[1], args[2]);
+      }));
 }
 
 // max/min: amax/amin with one output, (values, indices) with two.

@@ -396,6 +396,59 @@ TEST(ReductionOpsTest, ArgmaxTakesTheFirstIndexAndNanWins) {
   }
 }
 
+// Rows of >= 256 elements, a multiple of 16, reduce over 16 lanes first
+// (element i in lane i % 16) and then across the lanes: ties, NaNs and
+// infinities put in different lanes still give PyTorch's index.
+TEST(ReductionOpsTest, ArgReductionOfLongRowsKeepsTheFirstIndex) {
+  const int64_t n = 512;
+  for (ir::DType dtype : {ir::FLOAT32, ir::FLOAT16, ir::BFLOAT16, ir::INT32}) {
+    const bool is_float = dtype != ir::INT32;
+    // Few distinct values: ties in every row, across lanes and within one.
+    HostTensor x = Random(dtype, {6, n}, 5, -3, 3);
+    for (double& v : x.values) v = std::floor(v);
+    auto set = [&](int64_t row, int64_t i, double v) { x.values[row * n + i] = v; };
+    for (int64_t i : {37, 21, 400}) set(0, i, 9);    // the max's tie: 21 (lane 5)
+    for (int64_t i : {20, 5, 511}) set(1, i, -9);    // the min's tie: 5 (lane 5, not 4)
+    if (is_float) {
+      for (int64_t i : {300, 17}) set(2, i, kNan);  // NaN: 17
+      set(2, 33, 9);
+      for (int64_t i = 0; i < n; ++i) set(3, i, -kInf);  // all -inf: 0
+      set(4, 499, kInf);  // +inf: 499
+    }
+    for (bool max : {true, false}) {
+      for (bool keepdim : {false, true}) {
+        const std::string op = max ? "argmax" : "argmin";
+        const ReduceCase c{{6, n}, {-1}, keepdim};
+        const std::vector<bool> reduced = Mask(c.shape, c.dims);
+        auto out = CompileAndRun(
+            OneOpGraph(op, {x.type()},
+                       {Type(ir::INT64, Reduced(c.shape, reduced, keepdim))},
+                       ReduceAttrs(c)),
+            {x});
+        ASSERT_TRUE(out.ok()) << Describe(op, dtype, c) << out.status();
+        ExpectExact((*out)[0], RefArg(x, reduced, max), Describe(op, dtype, c));
+      }
+      auto both = CompileAndRun(
+          OneOpGraph(max ? "max" : "min", {x.type()},
+                     {Type(dtype, {6}), Type(ir::INT64, {6})}, {{"dim", IntA(1)}}),
+          {x});
+      ASSERT_TRUE(both.ok()) << both.status();
+      std::vector<double> values;
+      const std::vector<double> index = RefArg(x, Mask(x.shape, {1}), max, &values);
+      ExpectExact((*both)[0], values, "values of long rows");
+      ExpectExact((*both)[1], index, "indices of long rows");
+    }
+  }
+  // One row, as a greedy decode step's argmax over its logits.
+  const HostTensor logits = Random(ir::BFLOAT16, {1, 1, 4096}, 9, -8, 8);
+  auto out = CompileAndRun(
+      OneOpGraph("argmax", {logits.type()}, {Type(ir::INT64, {1, 1})},
+                 {{"dim", IntA(-1)}}),
+      {logits});
+  ASSERT_TRUE(out.ok()) << out.status();
+  ExpectExact((*out)[0], RefArg(logits, Mask(logits.shape, {-1}), true), "one row");
+}
+
 TEST(ReductionOpsTest, MaxWithTwoOutputsReturnsValuesAndIndices) {
   for (ir::DType dtype : kFloatTypes) {
     HostTensor x = Random(dtype, {3, 5, 2}, 11);
