@@ -440,18 +440,20 @@ inline void RoundWeights(GemmOperandType type, float* w, int64_t n) {
 }
 
 // Folds one block of `count` keys into a row's online softmax (`max`,
-// `sum`, `acc` of `d` floats): `scores` holds their scores (-inf: hidden)
-// and becomes their weights; `values` their `d`-float values. `hidden`
-// (null: none) flags keys whose weight must be exactly 0 (the vector exps
-// give a -inf score ~1e-38, which would reach acc through 1e-38 * value).
-// A NaN or +inf score makes the row's sum and acc NaN for good.
-// `weight_type` (bf16 or f16) rounds the weights to it before they meet
-// the values, the sum staying f32, as PyTorch's CPU flash attention does
-// for half inputs (its exp'd scores in the input type for the p @ v GEMM).
+// `sum`, `acc` of `d` floats) up to the values: `scores` holds their
+// scores (-inf: hidden) and becomes their weights. `hidden` (null: none)
+// flags keys whose weight must be exactly 0 (the vector exps give a -inf
+// score ~1e-38, which would reach acc through 1e-38 * value). A NaN or
+// +inf score makes the row's sum and acc NaN for good. `weight_type`
+// (bf16 or f16) rounds the weights to it before they meet the values, the
+// sum staying f32, as PyTorch's CPU flash attention does for half inputs
+// (its exp'd scores in the input type for the p @ v GEMM). Returns whether
+// the weights are still to be added to acc (acc += w[j] * value j, keys in
+// order): not for a NaN row, nor a block that hides every key.
 template <typename Ops>
-void FoldScores(float* scores, const float* values, const uint8_t* hidden, int64_t count,
-                int64_t d, float& max, float& sum, float* acc,
-                GemmOperandType weight_type = GemmOperandType::kF32) {
+bool PrepareWeights(float* scores, const uint8_t* hidden, int64_t count, int64_t d, float& max,
+                    float& sum, float* acc,
+                    GemmOperandType weight_type = GemmOperandType::kF32) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
   float block_max = -kInf;
   bool poisoned = false;
@@ -468,9 +470,9 @@ void FoldScores(float* scores, const float* values, const uint8_t* hidden, int64
     // the row NaN.
     sum = std::numeric_limits<float>::quiet_NaN();
     std::fill(acc, acc + d, sum);
-    return;
+    return false;
   }
-  if (block_max == -kInf) return;  // all hidden
+  if (block_max == -kInf) return false;  // all hidden
   const float new_max = std::max(max, block_max);
   if (new_max > max) {
     // exp(-inf) = 0 on the first block: nothing to rescale.
@@ -486,7 +488,17 @@ void FoldScores(float* scores, const float* values, const uint8_t* hidden, int64
       if (hidden[j]) scores[j] = 0.0f;
     }
   }
-  Ops::Accumulate(scores, values, count, d, acc);
+  return true;
+}
+
+// PrepareWeights, then the weights' sum over `values` (`d` floats a key).
+template <typename Ops>
+void FoldScores(float* scores, const float* values, const uint8_t* hidden, int64_t count,
+                int64_t d, float& max, float& sum, float* acc,
+                GemmOperandType weight_type = GemmOperandType::kF32) {
+  if (PrepareWeights<Ops>(scores, hidden, count, d, max, sum, acc, weight_type)) {
+    Ops::Accumulate(scores, values, count, d, acc);
+  }
 }
 
 #undef RBLN_ATTENTION_AVX512

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "rbln/compiler/kernels/attention_bf16_rows.h"
 #include "rbln/compiler/kernels/attention_score_tiles.h"
 #include "rbln/compiler/kernels/attention_vector_ops.h"
 #include "rbln/compiler/kernels/half_convert.h"
@@ -20,8 +21,8 @@ namespace {
 using attention_ops::Avx2Ops;
 using attention_ops::Avx512Ops;
 using attention_ops::ElementBytes;
-using attention_ops::FoldScores;
 using attention_ops::Narrow;
+using attention_ops::PrepareWeights;
 using attention_ops::PortableOps;
 using attention_ops::Widen;
 
@@ -225,11 +226,18 @@ void RunItem(const MaskedAttentionProblem& p, const char* query, const char* key
   // The AVX-512 path scores tiles of rows when an item has many (a prefill).
   constexpr bool kAvx512 = std::is_same_v<Ops, Avx512Ops>;
   const bool tiled = kAvx512 && rows >= kMinTiledRows;
-  s.scores.resize(kKeyBlock * (tiled ? attention_ops::kScoreTileRows : 1));
+  // Fewer rows with bf16 keys and values: those read in place, a group of
+  // rows at a time (attention_bf16_rows.h), not widened into copies.
+  const bool in_place = kAvx512 && !tiled && p.kv_type == GemmOperandType::kBF16;
+  s.scores.resize(kKeyBlock * (tiled      ? attention_ops::kScoreTileRows
+                               : in_place ? attention_ops::kBf16Rows
+                                          : 1));
   if (tiled) s.keys_t.resize(kKeyBlock * d);
   s.hidden.resize(kKeyBlock);
-  s.keys.resize(kKeyBlock * d);
-  s.values.resize(kKeyBlock * dv);
+  if (!in_place) {
+    s.keys.resize(kKeyBlock * d);
+    s.values.resize(kKeyBlock * dv);
+  }
   auto mask_row = [&](int64_t head, int64_t i) -> const char* {
     if (mask == nullptr) return nullptr;
     return mask + (b * p.mask_strides[0] + head * p.mask_strides[1] + i * p.mask_strides[2]) *
@@ -258,6 +266,57 @@ void RunItem(const MaskedAttentionProblem& p, const char* query, const char* key
       values + (b * p.value_strides[0] + kv_head * p.value_strides[1]) * kvbytes;
   for (int64_t block = lo / kKeyBlock * kKeyBlock; block < hi; block += kKeyBlock) {
     const int64_t begin = std::max(lo, block), end = std::min(hi, block + kKeyBlock);
+    // Row r's scores over its visible keys [from, to) of this block (at
+    // `scores`, key from first) with its mask's biases added, as weights;
+    // whether they are to be summed over the values (PrepareWeights).
+    auto prepare = [&](int64_t r, int64_t from, int64_t to, float* scores) {
+      const int64_t head = kv_head * group + r / p.q_len, i = r % p.q_len;
+      const char* m = mask_row(head, i);
+      const bool any_hidden =
+          m != nullptr && ApplyMask(p.mask_type, m, p.mask_strides[3], from, to, scores,
+                                    s.hidden.data(), kAvx512);
+      return PrepareWeights<Ops>(scores, any_hidden ? s.hidden.data() : nullptr, to - from,
+                                 dv, s.max[r], s.sum[r], &s.acc[r * dv], p.kv_type);
+    };
+    auto visible = [&](int64_t r) {
+      return RowRange{std::max(begin, s.ranges[r].first), std::min(end, s.ranges[r].limit)};
+    };
+    if (in_place) {
+      // Consecutive rows that see the same keys of this block, up to
+      // kBf16Rows at a time (a decode step's query heads of this kv head).
+      const uint16_t* k = reinterpret_cast<const uint16_t*>(key_base);
+      const uint16_t* v = reinterpret_cast<const uint16_t*>(value_base);
+      for (int64_t r0 = 0; r0 < rows;) {
+        const RowRange vis = visible(r0);
+        int count = 1;
+        while (count < attention_ops::kBf16Rows && r0 + count < rows &&
+               visible(r0 + count).first == vis.first && visible(r0 + count).limit == vis.limit) {
+          ++count;
+        }
+        if (vis.first < vis.limit) {
+          const int64_t n = vis.limit - vis.first;
+          attention_ops::ScoreRowsBf16UpTo4(count, &s.q[r0 * d], d,
+                                            k + vis.first * p.key_strides[2], p.key_strides[2],
+                                            n, d, p.scale, s.scores.data(), kKeyBlock);
+          const float* weights[attention_ops::kBf16Rows];
+          float* sums[attention_ops::kBf16Rows];
+          int live = 0;
+          for (int t = 0; t < count; ++t) {
+            float* w = s.scores.data() + t * kKeyBlock;
+            if (!prepare(r0 + t, vis.first, vis.limit, w)) continue;
+            weights[live] = w;
+            sums[live++] = &s.acc[(r0 + t) * dv];
+          }
+          if (live > 0) {
+            attention_ops::AccumulateRowsBf16UpTo4(live, weights,
+                                                   v + vis.first * p.value_strides[2],
+                                                   p.value_strides[2], n, dv, sums);
+          }
+        }
+        r0 += count;
+      }
+      continue;
+    }
     // The block's keys and values widened to f32 once for all the item's
     // rows (an f32 block of contiguous rows is read in place).
     const float *k, *v;
@@ -279,19 +338,11 @@ void RunItem(const MaskedAttentionProblem& p, const char* query, const char* key
       }
       v = s.values.data();
     }
-    // Row r's scores over its visible keys [from, to) of this block (at
-    // `scores`, key from first): its mask's biases added, then folded in.
+    // prepare, then the weights summed over the widened values.
     auto fold = [&](int64_t r, int64_t from, int64_t to, float* scores) {
-      const int64_t head = kv_head * group + r / p.q_len, i = r % p.q_len;
-      const char* m = mask_row(head, i);
-      const bool any_hidden =
-          m != nullptr && ApplyMask(p.mask_type, m, p.mask_strides[3], from, to, scores,
-                                    s.hidden.data(), kAvx512);
-      FoldScores<Ops>(scores, v + (from - begin) * dv, any_hidden ? s.hidden.data() : nullptr,
-                      to - from, dv, s.max[r], s.sum[r], &s.acc[r * dv], p.kv_type);
-    };
-    auto visible = [&](int64_t r) {
-      return RowRange{std::max(begin, s.ranges[r].first), std::min(end, s.ranges[r].limit)};
+      if (prepare(r, from, to, scores)) {
+        Ops::Accumulate(scores, v + (from - begin) * dv, to - from, dv, &s.acc[r * dv]);
+      }
     };
     if (!tiled) {
       for (int64_t r = 0; r < rows; ++r) {

@@ -203,6 +203,20 @@ std::vector<Case> Cases() {
   decode.q_len = 1, decode.heads = 16, decode.kv_heads = 2, decode.query_row_stride = 80;
   decode.value_dim = 40;
   cases.push_back(decode);
+  // Decode rows read bf16 keys and values in place on the AVX-512 path,
+  // up to 4 rows that see the same keys at a time: groups of 4 and 2 over
+  // several 512-key blocks with holes, a value dim off the 64 floats held
+  // in registers; rows of one kv head with different ranges (per head).
+  Case decode_blocks{"decode_gqa6_long_cache_biases", true, GemmOperandType::kBF16,
+                     AttentionMaskType::kBF16, MaskKind::kBiases};
+  decode_blocks.q_len = 1, decode_blocks.heads = 12, decode_blocks.kv_heads = 2;
+  decode_blocks.kv_len = 1100, decode_blocks.first_position = 700;
+  decode_blocks.value_dim = 72;
+  cases.push_back(decode_blocks);
+  Case decode_heads{"decode_per_head_mask_bf16", true, GemmOperandType::kF32,
+                    AttentionMaskType::kF32, MaskKind::kStaticCache, true};
+  decode_heads.q_len = 1, decode_heads.heads = 8, decode_heads.kv_heads = 2;
+  cases.push_back(decode_heads);
   // Rows whose keys span the kernel's 512-key blocks (the running max
   // rescales what the first block summed).
   Case long_cache{"long_cache_biases_bf16", true, GemmOperandType::kBF16,
