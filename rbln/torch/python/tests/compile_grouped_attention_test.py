@@ -1,6 +1,9 @@
 """Grouped-query attention compiled: attention over transformers' repeat_kv'd
 keys and values reads them unrepeated (fx_to_ir hands the attention op the
-key/value heads with enable_gqa), against PyTorch on the CPU (issue 29)."""
+key/value heads with enable_gqa), and sdpa(enable_gqa=True) with fewer
+key/value heads (transformers' call without a mask) takes the same path
+instead of PyTorch's math decomposition, against PyTorch on the CPU (issue
+29)."""
 # spec: J1, J6, H4
 
 import sys
@@ -72,6 +75,62 @@ def test_grouped_attention_compiled_matches_cpu(dtype, batch, length):
         got = f(*(t.to(DEV) for t in (q, k, v, mask))).cpu()
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(got, expected, atol=tol, rtol=tol)
+
+
+def kernel_items():
+    return torch.rbln.counters().get("compiler/masked_attention/items", 0)
+
+
+def gqa_attention(q, k, v, mask=None):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
+                                          enable_gqa=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("masked", [False, True])
+def test_sdpa_enable_gqa_takes_the_attention_kernel(dtype, masked):
+    q, k, v, mask = inputs(2, 8, 2, 6, 6 if not masked else 11, dtype, seed=3)
+    mask = mask if masked else None
+    expected = gqa_attention(q, k, v, mask)
+    torch._dynamo.reset()
+    f = torch.compile(gqa_attention, backend="rbln", dynamic=False, fullgraph=True)
+    before = kernel_items()
+    with torch.no_grad():
+        got = f(*(t.to(DEV) for t in (q, k, v)), None if mask is None else mask.to(DEV)).cpu()
+    # One work item per batch x key/value head: the kernel, not the math
+    # decomposition's repeat_interleave and softmax.
+    assert kernel_items() - before == 2 * 2
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got, expected, atol=tol, rtol=tol)
+
+
+def test_sdpa_enable_gqa_in_a_nested_region_and_with_gradients():
+    q, k, v, _ = inputs(1, 8, 2, 5, 5, torch.float32, seed=4)
+
+    @torch.compiler.nested_compile_region
+    def layer(q, k, v):
+        return gqa_attention(q, k, v) * 2
+
+    def twice(q, k, v):
+        return layer(layer(q, k, v), k, v)
+
+    torch._dynamo.reset()
+    f = torch.compile(twice, backend="rbln", dynamic=False, fullgraph=True)
+    before = kernel_items()
+    with torch.no_grad():
+        got = f(*(t.to(DEV) for t in (q, k, v))).cpu()
+    assert kernel_items() - before == 2 * 2  # two calls of 1 x 2 items
+    torch.testing.assert_close(got, twice(q, k, v), atol=1e-5, rtol=1e-5)
+    # Training: the math path over k and v repeated, gradients summed back
+    # to the key/value heads.
+    cpu = [t.clone().requires_grad_() for t in (q, k, v)]
+    dev = [t.to(DEV).requires_grad_() for t in (q, k, v)]
+    torch._dynamo.reset()
+    g = torch.compile(gqa_attention, backend="rbln", dynamic=False)
+    gqa_attention(*cpu).square().sum().backward()
+    g(*dev).square().sum().backward()
+    for a, b in zip(dev, cpu):
+        torch.testing.assert_close(a.grad.cpu(), b.grad, atol=1e-4, rtol=1e-4)
 
 
 if __name__ == "__main__":

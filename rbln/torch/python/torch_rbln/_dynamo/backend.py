@@ -52,6 +52,7 @@ from .capture import decompositions, dynamo_capture_seconds, inline_python_custo
 from .compiled_graph import CompiledGraph, clear_program_cache
 from .constant_folding import fold_constants
 from .cpu_fallback import CompiledFunction, CompileFailure, clear_compile_failures
+from .grouped_attention import expand_grouped_sdpa
 from .nested_regions import RegionInlineError, inline_nested_regions
 from .options import Options
 from .options import log_info as _log_info
@@ -151,6 +152,7 @@ def rbln_backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=No
         keep_inference_input_mutations=True,
     )
     inline_python_custom_ops(gm)
+    expand_grouped_sdpa(gm)
     try:
         with _cyclic_gc_paused():
             compiled = aot(gm, example_inputs)

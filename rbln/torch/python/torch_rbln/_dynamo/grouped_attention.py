@@ -63,3 +63,71 @@ def ungrouped_kv(node):
     if k is None or v is None or k[1] != v[1] or k[1] == 1:
         return None
     return k[0], v[0]
+
+
+_SDPA = torch._C._nn.scaled_dot_product_attention
+_ENABLE_GQA = 7  # its position among sdpa's arguments
+
+
+def _static_shape(node):
+    val = node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
+    if not isinstance(val, torch.Tensor) or not all(type(s) is int for s in val.shape):
+        return None
+    return tuple(val.shape)
+
+
+def expand_grouped_sdpa(gm: torch.fx.GraphModule) -> int:
+    """Dynamo graph pass (before aot_autograd): sdpa(q, k, v, ...,
+    enable_gqa=True) over fewer key/value heads than query heads becomes sdpa
+    over k and v repeated as transformers' repeat_kv does (unsqueeze, expand,
+    reshape). ATen has no fused CPU-style backend for unequal heads, so the
+    call would decompose into the math path (f32 copies, repeat_interleave,
+    softmax); with equal heads it stays one flash op, whose repeated k and v
+    fx_to_ir hands the attention unrepeated (ungrouped_kv). transformers
+    passes enable_gqa when there is no mask (a plain causal forward). Also
+    inside nested compile regions' subgraphs. Returns how many calls it
+    rewrote."""
+    rewritten = 0
+    for module in gm.modules():
+        if isinstance(module, torch.fx.GraphModule):
+            rewritten += _expand_in(module)
+    return rewritten
+
+
+def _expand_in(gm: torch.fx.GraphModule) -> int:
+    graph = gm.graph
+    rewritten = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not _SDPA or len(node.args) < 3:
+            continue
+        args, kwargs = list(node.args), dict(node.kwargs)
+        gqa = args[_ENABLE_GQA] if len(args) > _ENABLE_GQA else kwargs.get("enable_gqa", False)
+        if gqa is not True:
+            continue
+        q, k, v = (_static_shape(a) for a in args[:3])
+        if q is None or k is None or v is None or len(q) < 3 or len(k) != len(q):
+            continue
+        heads, kv_heads = q[-3], k[-3]
+        if v[-3] != kv_heads or kv_heads == heads or heads % kv_heads or len(v) != len(k):
+            continue
+        group = heads // kv_heads
+
+        def repeat(x, shape):
+            rank = len(shape)
+            expanded = shape[:rank - 2] + (group,) + shape[rank - 2:]
+            flat = shape[:rank - 3] + (heads,) + shape[rank - 2:]
+            u = graph.call_function(torch.unsqueeze, (x, rank - 2))
+            e = graph.call_method("expand", (u, *expanded))
+            return graph.call_method("reshape", (e, *flat))
+
+        with graph.inserting_before(node):
+            args[1], args[2] = repeat(args[1], k), repeat(args[2], v)
+        if len(args) > _ENABLE_GQA:
+            args[_ENABLE_GQA] = False
+        else:
+            kwargs.pop("enable_gqa")
+        node.args, node.kwargs = tuple(args), kwargs
+        rewritten += 1
+    if rewritten:
+        gm.recompile()
+    return rewritten
