@@ -190,7 +190,8 @@ def test_one_adamw_step_matches_cpu(spec):
 
 @pytest.mark.parametrize("kernels", [{}, {"foreach": True}, {"fused": True}])
 def test_gpt2_compiled_training_step_runs_adamw_on_rbln(kernels):
-    """GPT-2 (the suite's config, float32) with a compiled forward/backward:
+    """GPT-2 (the suite's config, float32, dropout on) with a compiled
+    forward/backward that runs on rbln (no graph falls back to the CPU):
     AdamW's step runs no op on the CPU (dispatch/cpu_fallback stays), and
     after two steps the parameters equal AdamW's on the CPU applied to the
     same gradients (issue 29 item 5's acceptance)."""
@@ -204,6 +205,7 @@ def test_gpt2_compiled_training_step_runs_adamw_on_rbln(kernels):
                                 foreach=not kernels.get("fused"))
     compiled = torch.compile(model, backend="rbln")
     batch = {k: v.to(DEV) for k, v in spec.example().items()}
+    graphs_on_cpu = counters().get("graph/cpu_fallback", 0)
     for i in range(2):
         opt.zero_grad()
         compiled(**batch, labels=batch["input_ids"]).loss.backward()
@@ -214,6 +216,9 @@ def test_gpt2_compiled_training_step_runs_adamw_on_rbln(kernels):
         ran_on_cpu = fallback_ops(before, counters())
         assert not ran_on_cpu, f"AdamW {kernels} step {i} ran ops on the CPU: {ran_on_cpu}"
         cpu_opt.step()
+    # The forward and backward ran as rbln programs, dropout (p = 0.1,
+    # training) included: its random ops are host ops of the artifact.
+    assert counters().get("graph/cpu_fallback", 0) == graphs_on_cpu
     for c, p in zip(cpu_params, params):
         torch.testing.assert_close(p.detach().cpu(), c.detach(), rtol=1e-5, atol=1e-5)
 

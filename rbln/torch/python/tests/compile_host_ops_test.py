@@ -191,6 +191,45 @@ def test_disabled_host_ops_fail_with_the_not_implemented_error():
                       options={"host_ops": "sometimes"})(x.to(DEV))
 
 
+def dropped(x):
+    y = torch.nn.functional.dropout(x.sin(), 0.3, training=True)
+    return y * 2 + 1, torch.rand_like(x) + x
+
+
+def test_random_ops_are_host_ops_that_draw_from_the_rbln_generator():
+    # spec: J6 -- device programs have no generator: dropout's native_dropout
+    # and rand_like run as the eager rbln ops on the device tensors, so after
+    # the same torch.rbln.manual_seed a compiled call draws what an eager
+    # call draws (the masks, the uniform numbers), and the rest runs on the
+    # device.
+    x = torch.randn(64, 33).to(DEV)
+    torch.rbln.manual_seed(5)
+    eager = [t.cpu() for t in dropped(x)]
+    f = torch.compile(dropped, backend="rbln", dynamic=False)
+    torch.rbln.manual_seed(5)
+    c0 = counters()
+    got = [t.cpu() for t in f(x)]
+    c1 = counters()
+    assert delta(c0, c1, "graph/cpu_fallback") == 0
+    assert delta(c0, c1, "graph/host_ops") == 2
+    assert torch.equal(got[0] == 1, eager[0] == 1)  # the same dropout mask
+    assert 0.2 < (got[0] == 1).float().mean() < 0.4
+    torch.testing.assert_close(got[0], eager[0])
+    torch.testing.assert_close(got[1], eager[1])
+    (info,) = [g.inspect() for g in torch.rbln.compiled_programs()[-1:]]
+    reasons = {h["op"]: h["host_op_reason"] for h in info["host_ops"]}
+    assert set(reasons) == {"native_dropout", "rand_like"}, reasons
+    assert all("device's generator" in r for r in reasons.values())
+    # The next call draws new numbers, as eager does.
+    assert not torch.equal(f(x)[0].cpu() == 1, got[0] == 1)
+    # host_ops="none": the random op fails the compile, saying why.
+    torch._dynamo.reset()
+    g = torch.compile(dropped, backend="rbln", dynamic=False, options={"host_ops": "none"})
+    g(x)
+    ((_, error),) = rbln_dynamo.compile_failures()
+    assert "random numbers have no device generator" in str(error), error
+
+
 def test_float64_ops_are_host_ops():
     # spec: J6 -- x * t.item() with captured scalar outputs: Dynamo keeps the
     # scalar as a float64 tensor, which the device cannot hold; the float64

@@ -10,6 +10,13 @@ program:
     boolean-mask indexing) and data-dependent scalars (`Tensor.item()`): the
     program's buffers are sized at compile time, these sizes exist only once
     the data does;
+  * random ops (`native_dropout` of a training step's dropout, `rand_like`,
+    `bernoulli`, `multinomial`: ATen's nondeterministic_seeded ops): device
+    programs have no random number generator; the op runs as the eager rbln
+    op on the device tensors (no download), which draws from the device's
+    generator with the CPU's algorithm -- so a compiled step draws what the
+    same step run eagerly on rbln draws after the same
+    `torch.rbln.manual_seed`;
   * with options={"host_ops": "unimplemented"}, ops the rbln compiler's
     frontend does not convert (e.g. `special.airy_ai`).
 Such an op becomes a *host op*: the graph is cut into device segments (one
@@ -57,6 +64,8 @@ DATA_DEPENDENT_SHAPE = "data-dependent output shape"
 DATA_DEPENDENT_SCALAR = "data-dependent scalar output (Tensor.item())"
 NOT_IMPLEMENTED = "not implemented by the rbln compiler: {op}"
 NO_DEVICE_DTYPE = "dtype {dtype} has no rbln device representation"
+RANDOM = ("random numbers: the eager rbln op draws them from the device's generator "
+          "(torch.rbln.manual_seed)")
 
 
 def parse_mode(value) -> str:
@@ -136,6 +145,9 @@ def classify(gm: torch.fx.GraphModule, folded: dict, mode: str, implemented_ops)
         if dtype is not None:
             kinds[node] = Classification(HOST, NO_DEVICE_DTYPE.format(dtype=dtype))
             continue
+        if torch.Tag.nondeterministic_seeded in target.tags:
+            kinds[node] = Classification(HOST, RANDOM)
+            continue
         op = _fx_to_ir.ir_op_name(target)
         if (mode == "unimplemented" and op not in implemented
                 and op not in _fx_to_ir.IDENTITY_OPS):
@@ -168,16 +180,19 @@ def has_host_ops(kinds: dict) -> bool:
 
 def disabled_host_ops_error(kinds: dict) -> NotImplementedError:
     """The J6 error for host ops that options={"host_ops": "none"} forbids."""
-    ops = []
+    ops, reasons = [], []
     for node, c in kinds.items():
         if c.kind == HOST:
             name = f"'{_fx_to_ir.ir_op_name(node.target)}'"
             if name not in ops:
                 ops.append(name)
+            why = ("random numbers have no device generator" if c.reason == RANDOM
+                   else "data-dependent results cannot be part of a static-shape program")
+            if why not in reasons:
+                reasons.append(why)
     return NotImplementedError(
-        f"The following operators are not implemented: [{', '.join(ops)}] (data-dependent "
-        "results cannot be part of a static-shape program; host ops are disabled by "
-        "options={'host_ops': 'none'})"
+        f"The following operators are not implemented: [{', '.join(ops)}] "
+        f"({'; '.join(reasons)}; host ops are disabled by options={{'host_ops': 'none'}})"
     )
 
 
@@ -375,7 +390,9 @@ class SegmentedGraph:
             (node,) = step.nodes
             fetch = (lambda n: env[n])
             read = [0]  # Device bytes read for this host op.
-            if step.kind == HOST:
+            # A random op runs as the eager op on the device's tensors.
+            on_device = step.reason == RANDOM and not compile_only
+            if step.kind == HOST and not on_device:
                 # Inputs downloaded (once per call; graph inputs such as
                 # parameters through copies kept while they are unchanged),
                 # run by ATen on the CPU.
@@ -391,7 +408,7 @@ class SegmentedGraph:
                     return host
             call_args = torch.fx.node.map_arg(node.args, fetch)
             call_kwargs = torch.fx.node.map_arg(node.kwargs, fetch)
-            if step.kind == HOST:
+            if step.kind == HOST and not on_device:
                 call_kwargs = {k: _to_meta(v) if compile_only else _to_cpu(v, downloads)
                                for k, v in call_kwargs.items()}
             start = time.perf_counter()
