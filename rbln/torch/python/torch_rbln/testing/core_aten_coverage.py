@@ -40,8 +40,8 @@ HOST_OP = "host op"
 MISSING = "missing"
 STATUSES = (COMPILED, DECOMPOSED, GLUE, HOST_OP, MISSING)
 
-_RNG = ("RNG: random values from the device generator are not part of a "
-        "compiled program (rbln's and the CPU's streams differ anyway)")
+_RNG = ("RNG: device programs have no generator; the eager rbln op draws from "
+        "the device's generator, as an eager step does")
 _DATA_DEPENDENT = "data-dependent output shape: buffers are sized at compile time"
 _COMPLEX = "complex results: the device has no complex types"
 _LAPACK = ("iterative/pivoting linear algebra (LAPACK-style, data-dependent "
