@@ -29,8 +29,6 @@ namespace {
 using rbln::compiler::AttentionMaskType;
 using rbln::compiler::GemmOperandType;
 using rbln::compiler::MaskedAttentionProblem;
-using rbln::compiler::bench::ThreadCpuSeconds;
-using rbln::compiler::bench::WallSeconds;
 
 constexpr int64_t kHeads = 32, kKvHeads = 8, kHeadSize = 64, kSlots = 1024;
 constexpr uint16_t kBf16Zero = 0x0000, kBf16NegInf = 0xff80;
@@ -81,17 +79,8 @@ void Run(int64_t batch, int64_t q_len, int64_t filled, int reps) {
                                             mask.data(), out.data(), /*logsumexp=*/nullptr,
                                             0, 1);
   };
-  call();  // warm-up
-  std::vector<double> cpu, wall;
-  for (int r = 0; r < reps; ++r) {
-    const double c = ThreadCpuSeconds(), w = WallSeconds();
-    call();
-    cpu.push_back(ThreadCpuSeconds() - c);
-    wall.push_back(WallSeconds() - w);
-  }
-  std::sort(cpu.begin(), cpu.end());
-  std::sort(wall.begin(), wall.end());
-  const double best = cpu.front() * 1e6, median = wall[wall.size() / 2] * 1e6;
+  const auto [best_s, median_s] = rbln::compiler::bench::Time(call, reps);
+  const double best = best_s * 1e6, median = median_s * 1e6;
   std::printf("%5lld %5lld %7lld %10.1f %10.1f %10.1f\n", static_cast<long long>(batch),
               static_cast<long long>(q_len), static_cast<long long>(filled), best, median,
               pairs / best);
