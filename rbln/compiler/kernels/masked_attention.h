@@ -20,7 +20,9 @@
 // softmax), and logsumexp -inf. Arithmetic does not depend on how items are
 // cut into blocks (SPEC A2); the ISA paths differ by f32 rounding only (the
 // AVX-512 path scores items of >= 16 query rows 4 rows at a time against
-// keys transposed in groups of 16, attention_score_tiles.h).
+// keys transposed in groups of 16, attention_score_tiles.h, and reads the
+// bf16 keys and values of items of fewer rows in place, up to 4 rows that
+// see the same keys at a time, attention_bf16_rows.h).
 #ifndef RBLN_COMPILER_KERNELS_MASKED_ATTENTION_H_
 #define RBLN_COMPILER_KERNELS_MASKED_ATTENTION_H_
 
