@@ -222,6 +222,16 @@ def test_random_ops_are_host_ops_that_draw_from_the_rbln_generator():
     assert all("device's generator" in r for r in reasons.values())
     # The next call draws new numbers, as eager does.
     assert not torch.equal(f(x)[0].cpu() == 1, got[0] == 1)
+    # Ops random only through dropout draw nothing without it: sdpa's flash
+    # op (tagged nondeterministic_seeded for its dropout_p) stays on the
+    # device.
+    q = torch.randn(1, 2, 8, 16).to(DEV)
+    sdpa = torch.compile(torch.nn.functional.scaled_dot_product_attention, backend="rbln",
+                         dynamic=False)
+    c0 = counters()
+    with torch.no_grad():
+        sdpa(q, q, q)
+    assert delta(c0, counters(), "graph/host_ops") == 0
     # host_ops="none": the random op fails the compile, saying why.
     torch._dynamo.reset()
     g = torch.compile(dropped, backend="rbln", dynamic=False, options={"host_ops": "none"})

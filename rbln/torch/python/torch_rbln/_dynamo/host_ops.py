@@ -145,7 +145,7 @@ def classify(gm: torch.fx.GraphModule, folded: dict, mode: str, implemented_ops)
         if dtype is not None:
             kinds[node] = Classification(HOST, NO_DEVICE_DTYPE.format(dtype=dtype))
             continue
-        if torch.Tag.nondeterministic_seeded in target.tags:
+        if _draws_random_numbers(node):
             kinds[node] = Classification(HOST, RANDOM)
             continue
         op = _fx_to_ir.ir_op_name(target)
@@ -155,6 +155,28 @@ def classify(gm: torch.fx.GraphModule, folded: dict, mode: str, implemented_ops)
             continue
         kinds[node] = Classification(DEVICE)
     return kinds
+
+
+def _draws_random_numbers(node) -> bool:
+    """Whether the op draws random numbers in this call: ATen tags the ops
+    that may (nondeterministic_seeded); those random only through dropout
+    (the fused attention ops' dropout_p, an RNN's dropout) or only in
+    training (native_dropout's train) draw nothing with 0 or train=False."""
+    target = node.target
+    if torch.Tag.nondeterministic_seeded not in target.tags:
+        return False
+
+    def value(arg, i):
+        if i < len(node.args):
+            return node.args[i]
+        return node.kwargs.get(arg.name, arg.default_value if arg.has_default_value() else None)
+
+    for i, arg in enumerate(target._schema.arguments):
+        if arg.name in ("dropout_p", "dropout") and value(arg, i) in (0, 0.0):
+            return False
+        if arg.name in ("train", "training") and value(arg, i) is False:
+            return False
+    return True
 
 
 def _unsupported_dtype(node):
