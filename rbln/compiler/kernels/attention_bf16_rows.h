@@ -16,22 +16,14 @@
 
 #include <cstdint>
 
+#include "rbln/compiler/kernels/attention_vector_ops.h"
+
 namespace rbln::compiler::attention_ops {
 
 #define RBLN_BF16_ROWS_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
 // Rows a call takes: 4 rows' sums of 64 values stay in 16 registers.
 constexpr int kBf16Rows = 4;
-
-RBLN_BF16_ROWS_AVX512 inline __mmask16 Bf16RowsTail(int64_t left) {
-  return left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
-}
-
-// 16 bf16 values at `p` (lanes off in `m` read as 0) as f32, exactly.
-RBLN_BF16_ROWS_AVX512 inline __m512 LoadBf16(const uint16_t* p, __mmask16 m) {
-  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
-}
 
 // out[r * ldo + j] = Dot(row r, key j) * scale for rows r < R (f32, `ldq`
 // apart at `q`) and the `count` keys of `d` bf16 values `key_stride`
@@ -47,7 +39,8 @@ RBLN_BF16_ROWS_AVX512 void ScoreRowsBf16(const float* q, int64_t ldq, const uint
     for (int r = 0; r < R; ++r) s0[r] = s1[r] = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 32 <= d; i += 32) {
-      const __m512 k0 = LoadBf16(k + i, 0xffff), k1 = LoadBf16(k + i + 16, 0xffff);
+      const __m512 k0 = Avx512Ops::LoadBf16(k + i, 0xffff);
+      const __m512 k1 = Avx512Ops::LoadBf16(k + i + 16, 0xffff);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         s0[r] = _mm512_fmadd_ps(_mm512_loadu_ps(q + r * ldq + i), k0, s0[r]);
@@ -55,8 +48,8 @@ RBLN_BF16_ROWS_AVX512 void ScoreRowsBf16(const float* q, int64_t ldq, const uint
       }
     }
     for (; i < d; i += 16) {
-      const __mmask16 m = Bf16RowsTail(d - i);
-      const __m512 k0 = LoadBf16(k + i, m);
+      const __mmask16 m = Avx512Ops::Tail(d - i);
+      const __m512 k0 = Avx512Ops::LoadBf16(k + i, m);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         s0[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + r * ldq + i), k0, s0[r]);
@@ -86,8 +79,10 @@ RBLN_BF16_ROWS_AVX512 void AccumulateRowsBf16(const float* const* w, const uint1
     }
     for (int64_t j = 0; j < count; ++j) {
       const uint16_t* v = values + j * value_stride + i;
-      const __m512 v0 = LoadBf16(v, 0xffff), v1 = LoadBf16(v + 16, 0xffff);
-      const __m512 v2 = LoadBf16(v + 32, 0xffff), v3 = LoadBf16(v + 48, 0xffff);
+      const __m512 v0 = Avx512Ops::LoadBf16(v, 0xffff);
+      const __m512 v1 = Avx512Ops::LoadBf16(v + 16, 0xffff);
+      const __m512 v2 = Avx512Ops::LoadBf16(v + 32, 0xffff);
+      const __m512 v3 = Avx512Ops::LoadBf16(v + 48, 0xffff);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const __m512 wj = _mm512_set1_ps(w[r][j]);
@@ -103,12 +98,12 @@ RBLN_BF16_ROWS_AVX512 void AccumulateRowsBf16(const float* const* w, const uint1
     }
   }
   for (; i < d; i += 16) {
-    const __mmask16 m = Bf16RowsTail(d - i);
+    const __mmask16 m = Avx512Ops::Tail(d - i);
     __m512 a[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) a[r] = _mm512_maskz_loadu_ps(m, acc[r] + i);
     for (int64_t j = 0; j < count; ++j) {
-      const __m512 v = LoadBf16(values + j * value_stride + i, m);
+      const __m512 v = Avx512Ops::LoadBf16(values + j * value_stride + i, m);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) a[r] = _mm512_fmadd_ps(_mm512_set1_ps(w[r][j]), v, a[r]);
     }

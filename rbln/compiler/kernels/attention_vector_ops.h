@@ -197,11 +197,15 @@ struct Avx512Ops : PerKeyOps<Avx512Ops> {
       _mm512_mask_storeu_ps(acc + i, m, a);
     }
   }
+  // 16 bf16 values at `p` (lanes off in `m` read as 0) as f32, exactly.
+  RBLN_ATTENTION_AVX512 static __m512 LoadBf16(const uint16_t* p, __mmask16 m) {
+    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+  }
   RBLN_ATTENTION_AVX512 static void WidenBf16(const uint16_t* src, int64_t n, float* dst) {
     for (int64_t i = 0; i < n; i += 16) {
       const __mmask16 m = Tail(n - i);
-      const __m512i wide = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src + i));
-      _mm512_mask_storeu_ps(dst + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16)));
+      _mm512_mask_storeu_ps(dst + i, m, LoadBf16(src + i, m));
     }
   }
   // ExpSum with ExpConstants' exp.

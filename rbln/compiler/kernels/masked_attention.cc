@@ -289,9 +289,9 @@ void RunItem(const MaskedAttentionProblem& p, const char* query, const char* key
       for (int64_t r0 = 0; r0 < rows;) {
         const RowRange vis = visible(r0);
         int count = 1;
-        while (count < attention_ops::kBf16Rows && r0 + count < rows &&
-               visible(r0 + count).first == vis.first && visible(r0 + count).limit == vis.limit) {
-          ++count;
+        for (; count < attention_ops::kBf16Rows && r0 + count < rows; ++count) {
+          const RowRange next = visible(r0 + count);
+          if (next.first != vis.first || next.limit != vis.limit) break;
         }
         if (vis.first < vis.limit) {
           const int64_t n = vis.limit - vis.first;
