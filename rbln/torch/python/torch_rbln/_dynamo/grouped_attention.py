@@ -20,8 +20,10 @@ ATTENTION_OPS = frozenset({
 _VIEWS = frozenset({aten.view.default, aten._unsafe_view.default, aten.reshape.default})
 
 
-def _shape(node):
-    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+def _shape(node, key="val"):
+    """The shape of `node`'s value in its meta[key] ("val" in ATen graphs,
+    "example_value" in Dynamo's), or None."""
+    val = node.meta.get(key) if isinstance(node, torch.fx.Node) else None
     return tuple(val.shape) if isinstance(val, torch.Tensor) else None
 
 
@@ -70,10 +72,8 @@ _ENABLE_GQA = 7  # its position among sdpa's arguments
 
 
 def _static_shape(node):
-    val = node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
-    if not isinstance(val, torch.Tensor) or not all(type(s) is int for s in val.shape):
-        return None
-    return tuple(val.shape)
+    shape = _shape(node, "example_value")
+    return shape if shape is not None and all(type(s) is int for s in shape) else None
 
 
 def expand_grouped_sdpa(gm: torch.fx.GraphModule) -> int:
