@@ -9,7 +9,8 @@ prefills a 32-token prompt and decodes 7 more tokens; the CPU runs the same
 weights in float32 eagerly. The 8 new tokens must be equal, and the decode
 steps after the first must compile nothing. Once more with the decoder
 layers marked as nested compile regions (torch.rbln.mark_repeated_layers):
-the same tokens from the inlined regions.
+the same tokens from the inlined regions, and Dynamo traced one layer per
+step and reused it for the other.
 
 bf16 random models have near ties: the prompt is one for which the CPU's
 top-1 logit leads the runner-up by at least MIN_MARGIN of the largest
@@ -25,6 +26,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 import torch._dynamo  # noqa: E402
 from torch._dynamo.utils import counters as dynamo_counters  # noqa: E402
+from torch._dynamo.variables import invoke_subgraph  # noqa: E402
 import transformers  # noqa: E402
 
 import llm_bench  # noqa: E402
@@ -64,7 +66,7 @@ def fresh_dynamo():
 
 
 @pytest.mark.parametrize("name,marked", [("llama", False), ("qwen", False), ("llama", True)])
-def test_bf16_greedy_tokens_equal_cpu_float32(name, marked):
+def test_bf16_greedy_tokens_equal_cpu_float32(name, marked, monkeypatch):
     weights_seed, prompt_seed = SEEDS[name]
     model, config = llm_bench.build(name, layers=2, seed=weights_seed)
     ids = llm_bench.prompt(config, 1, PROMPT, seed=prompt_seed)
@@ -76,6 +78,10 @@ def test_bf16_greedy_tokens_equal_cpu_float32(name, marked):
         f"{name}: the float32 reference has a near tie (top-1 leads by {min(margins):.4f} of the "
         f"largest |logit| at some step, under {MIN_MARGIN}); pick another prompt seed")
 
+    reused = []  # Dynamo's reuses of a region's trace (not traced again)
+    original = invoke_subgraph.stamp_out_subgraph
+    monkeypatch.setattr(invoke_subgraph, "stamp_out_subgraph",
+                        lambda *a, **k: reused.append(1) or original(*a, **k))
     step = torch.compile(llm_bench.Greedy(device_model), backend="rbln", dynamic=False,
                          fullgraph=True)
     cache = llm_bench.new_cache(config, 1, PROMPT + NEW_TOKENS, "rbln")
@@ -93,6 +99,15 @@ def test_bf16_greedy_tokens_equal_cpu_float32(name, marked):
     # The prefill and the first decode step compile; later steps reuse them.
     assert compiles[0][1] >= 1 and compiles[1][1] >= 1, compiles
     assert all(c == (0, 0) for c in compiles[2:]), f"{name}: compiles per step {compiles}"
+    # Marked, Dynamo traced one layer of the prefill and of the decode step
+    # and reused it for the other (the StaticCache reaches each region as
+    # its own layer's tensors).
+    assert len(reused) == (2 if marked else 0), reused
+    # ... and the compiler compiled one segment for both layers of each.
+    reports = [p["compile_report"] for g in torch.rbln.compiled_programs()
+               for p in g.inspect()["programs"] if "compile_report" in p]
+    assert len(reports) == 2 and all(r["unique_segments"] < r["segments"] for r in reports), [
+        (r["segments"], r["unique_segments"]) for r in reports]
     # The cache is the same device memory throughout (written in place).
     assert all(layer.keys.device.type == "rbln" for layer in cache.layers)
 

@@ -269,6 +269,51 @@ def test_rbln_regions_called_with_keywords_skip_dynamos_pytree_fingerprint(monke
     assert pytree_calls
 
 
+def test_a_static_cache_reaches_the_region_as_its_layers_tensors():
+    """A transformers StaticCache is flattened to layer `layer_idx`'s
+    tensors; the region's stand-in is that StaticLayer (the same attributes)
+    and its update writes what the cache's own update writes."""
+    import transformers
+
+    from torch_rbln._dynamo import static_cache
+
+    config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2,
+                                      vocab_size=64)
+    cache, want = (transformers.StaticCache(config=config, max_cache_len=8) for _ in range(2))
+    t = torch.ones(1)
+    # Not initialized yet (lazily, by its first update): passed as it is.
+    assert nested_regions._flatten_call((t,), {"cache": cache}, 1) is None
+    for c in (cache, want):
+        c.early_initialization(batch_size=1, num_heads=2, head_dim=8, dtype=torch.float32,
+                               device=torch.device("cpu"))
+    assert nested_regions._flatten_call((t,), {"cache": cache}, None) is None
+    real = cache.layers[1]
+    flat = nested_regions._flatten_call((t,), {"cache": cache, "on": True}, 1)
+    assert flat[0] == "-,cache@,on"
+    assert all(x is y for x, y in zip(flat[2:], (real.cumulative_length, real.keys, real.values)))
+    args, kwargs = nested_regions._unflatten_call(flat[0], flat[1:])
+    standin = kwargs["cache"]
+    assert args == [t] and kwargs["on"] is True and type(standin.layer) is type(real)
+    assert vars(standin.layer).keys() == vars(real).keys()
+    for name, value in vars(real).items():
+        assert getattr(standin.layer, name) is value or getattr(standin.layer, name) == value
+    k, v = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 3, 8)
+    for _ in range(2):  # the second call appends at the cumulative length
+        got = standin.update(k, v, 5)
+        ref = want.update(k, v, 1)
+        assert got[0] is real.keys and got[1] is real.values
+        torch.testing.assert_close(got, ref, rtol=0, atol=0)
+    assert standin.get_seq_length() == want.get_seq_length(1) == 6
+    assert not cache.layers[0].keys.any()  # other layers untouched
+    with pytest.raises(AttributeError, match="cache.layers.*without mark_repeated_layers"):
+        standin.layers  # another layer's state: not in a region's cache
+    # A layer's index: the one its modules agree on.
+    layer = transformers.models.llama.modeling_llama.LlamaDecoderLayer(config, 1)
+    assert static_cache.layer_index(layer) == 1
+    assert static_cache.layer_index(Block(4)) is None
+
+
 class ViewWriter(torch.nn.Module):
     def forward(self, x, buf):
         buf[:, :2].add_(x)

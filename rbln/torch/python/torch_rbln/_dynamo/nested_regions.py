@@ -19,6 +19,8 @@ import types
 
 import torch
 
+from . import static_cache
+
 _INVOKE_SUBGRAPH = torch.ops.higher_order.invoke_subgraph
 _AUTO_FUNCTIONALIZED_V2 = torch.ops.higher_order.auto_functionalized_v2
 
@@ -248,6 +250,9 @@ def mark_repeated_layers(model: torch.nn.Module, min_repeats: int = 2) -> int:
                 continue
             for child in children:
                 child.__class__ = _marked_class(cls)
+                # Read at each compiled call (a module walk there would be
+                # traced by Dynamo at every layer).
+                child._region_layer_idx = static_cache.layer_index(child)
                 marked += 1
     return marked
 
@@ -296,26 +301,33 @@ def _marked_forward(self, *args, **kwargs):
     and tuples of them reaches the region flat: the layer, a string naming
     the call's structure, the leaves. Dynamo then fingerprints the region's
     inputs without tracing a pytree flatten of the keyword arguments at
-    every layer (~15 ms of each of a 16-layer Llama's layers)."""
+    every layer (~15 ms of each of a 16-layer Llama's layers). A static KV
+    cache reaches it as this layer's tensors of it (static_cache.py), so
+    Dynamo reuses one trace for every layer of a generate step too."""
     marks = _MARKS[type(self)]
     if not torch.compiler.is_compiling():
         return marks.forward(self, *args, **kwargs)
-    flat = _flatten_call(args, kwargs)
+    flat = _flatten_call(args, kwargs, self._region_layer_idx)
     if flat is None:
         return marks.region(self, *args, **kwargs)
     return marks.flat_region(self, *flat)
 
 
-def _flatten_call(args, kwargs):
+def _flatten_call(args, kwargs, layer_idx=None):
     """[structure, *leaves] of a call whose values are leaves or tuples and
     lists of leaves, else None. The structure names each value in order,
     "-" for a positional one, with "*n" after it for a tuple of n ("+n" a
-    list)."""
+    list); "@" after it for a static cache, replaced by its `layer_idx`-th
+    layer's tensors."""
     names, leaves = [], []
     for key, value in [("-", a) for a in args] + list(kwargs.items()):
         if key != "-" and not key.isidentifier():
             return None  # a **{...} key the structure string could not name
-        if isinstance(value, (tuple, list)):
+        cache_tensors = static_cache.layer_tensors(value, layer_idx)
+        if cache_tensors is not None:
+            key += "@"
+            leaves.extend(cache_tensors)
+        elif isinstance(value, (tuple, list)):
             for v in value:
                 if not _is_leaf(v):
                     return None
@@ -337,18 +349,24 @@ def _unflatten_call(structure, leaves):
     """(args, kwargs) of _flatten_call's result."""
     args, kwargs, i = [], {}, 0
     for name in structure.split(",") if structure else []:
-        for sep, kind in (("*", tuple), ("+", list)):
-            if sep in name:
-                name, n = name.split(sep)
-                value, i = kind(leaves[i:i + int(n)]), i + int(n)
-                break
-        else:
-            value, i = leaves[i], i + 1
+        name, value, i = _unflatten_value(name, leaves, i)
         if name == "-":
             args.append(value)
         else:
             kwargs[name] = value
     return args, kwargs
+
+
+def _unflatten_value(name, leaves, i):
+    """(name, value, next leaf) of one entry of a structure string."""
+    if name.endswith("@"):
+        n = static_cache.LAYER_TENSORS
+        return name[:-1], static_cache.OneLayerCache(*leaves[i:i + n]), i + n
+    for sep, kind in (("*", tuple), ("+", list)):
+        if sep in name:
+            name, n = name.split(sep)
+            return name, kind(leaves[i:i + int(n)]), i + int(n)
+    return name, leaves[i], i + 1
 
 
 def _flat_call(layer, structure, *leaves):
