@@ -221,8 +221,10 @@ def mark_repeated_layers(model: torch.nn.Module, min_repeats: int = 2) -> int:
     nn.ModuleList that share one class, at least `min_repeats` of them -- as
     nested compile regions (torch.compiler.nested_compile_region), so that
     aot_autograd traces one of them (and Dynamo too, where the layer's
-    inputs let it reuse a trace: tensors, modules and constants, not a KV
-    cache object) instead of all. Returns how many layers it marked.
+    inputs let it reuse a trace: tensors, modules and constants, and a
+    transformers StaticCache, handed over as the layer's own tensors of it
+    by static_cache.py; not other KV cache objects) instead of all. Returns
+    how many layers it marked.
 
     Each marked layer's class becomes a subclass of its own whose forward is
     the marked one (same name; isinstance holds): other instances of the
