@@ -280,6 +280,7 @@ def test_a_static_cache_reaches_the_region_as_its_layers_tensors():
     config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                       num_attention_heads=4, num_key_value_heads=2,
                                       vocab_size=64)
+    static_cache.find_cache_types()  # as mark_repeated_layers does
     cache, want = (transformers.StaticCache(config=config, max_cache_len=8) for _ in range(2))
     t = torch.ones(1)
     # Not initialized yet (lazily, by its first update): passed as it is.

@@ -256,6 +256,7 @@ def mark_repeated_layers(model: torch.nn.Module, min_repeats: int = 2) -> int:
                 # traced by Dynamo at every layer).
                 child._region_layer_idx = static_cache.layer_index(child)
                 marked += 1
+    static_cache.find_cache_types()
     return marked
 
 
@@ -325,20 +326,21 @@ def _flatten_call(args, kwargs, layer_idx=None):
     for key, value in [("-", a) for a in args] + list(kwargs.items()):
         if key != "-" and not key.isidentifier():
             return None  # a **{...} key the structure string could not name
-        cache_tensors = static_cache.layer_tensors(value, layer_idx)
-        if cache_tensors is not None:
-            key += "@"
-            leaves.extend(cache_tensors)
+        # Dynamo traces this at every layer: the common cases first.
+        if _is_leaf(value):
+            leaves.append(value)
         elif isinstance(value, (tuple, list)):
             for v in value:
                 if not _is_leaf(v):
                     return None
             key += ("*" if isinstance(value, tuple) else "+") + str(len(value))
             leaves.extend(value)
-        elif _is_leaf(value):
-            leaves.append(value)
         else:
-            return None
+            cache_tensors = static_cache.layer_tensors(value, layer_idx)
+            if cache_tensors is None:
+                return None
+            key += "@"
+            leaves.extend(cache_tensors)
         names.append(key)
     return [",".join(names)] + leaves
 

@@ -21,12 +21,16 @@ import sys
 LAYER_TENSORS = 3
 
 
-def _cache_types():
-    """(StaticCache, StaticLayer) if transformers is loaded, else None."""
+# (StaticCache, StaticLayer) once transformers is loaded and layers are
+# marked (found then, not while Dynamo traces a call).
+_TYPES = None
+
+
+def find_cache_types():
+    global _TYPES
     module = sys.modules.get("transformers.cache_utils")
-    if module is None:
-        return None
-    return module.StaticCache, module.StaticLayer
+    if module is not None:
+        _TYPES = module.StaticCache, module.StaticLayer
 
 
 def layer_index(layer):
@@ -40,7 +44,7 @@ def layer_tensors(value, layer_idx):
     """(cumulative_length, keys, values) of `value`'s layer `layer_idx`
     when `value` is a StaticCache whose layers are all initialized
     StaticLayers (no sliding or hybrid layers), else None."""
-    types = _cache_types()
+    types = _TYPES
     if types is None or layer_idx is None or type(value) is not types[0]:
         return None
     if getattr(value, "offloading", False) or not 0 <= layer_idx < len(value.layers):
@@ -55,7 +59,7 @@ def layer_tensors(value, layer_idx):
 def _static_layer(cumulative_length, keys, values):
     """A StaticLayer over existing tensors: the attributes its
     lazy_initialization sets, taken from the tensors."""
-    cls = _cache_types()[1]
+    cls = _TYPES[1]
     layer = cls.__new__(cls)
     layer.max_cache_len = keys.shape[2]
     layer.device = keys.device
