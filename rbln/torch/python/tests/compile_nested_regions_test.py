@@ -315,6 +315,30 @@ def test_a_static_cache_reaches_the_region_as_its_layers_tensors():
     assert static_cache.layer_index(Block(4)) is None
 
 
+def test_rbln_marked_layers_writing_a_kv_cache_with_gradients_on():
+    """PyTorch's invoke_subgraph cannot differentiate a region that writes
+    its inputs: with gradients on, a marked layer given a KV cache is traced
+    inline instead (no error), with the tokens of the inference-mode run."""
+    import transformers
+
+    config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2,
+                                      vocab_size=64)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).to(DEV)
+    torch.rbln.mark_repeated_layers(model)
+    ids = torch.randint(0, 64, (1, 6)).to(DEV)
+    step = torch.compile(model, backend="rbln", fullgraph=True)
+    logits = []
+    for grad in (True, False):
+        cache = transformers.StaticCache(config=config, max_cache_len=8)
+        cache.early_initialization(batch_size=1, num_heads=2, head_dim=8, dtype=torch.float32,
+                                   device=torch.device(DEV))
+        with torch.set_grad_enabled(grad):
+            logits.append(step(input_ids=ids, cache=cache, use_cache=True).logits.cpu())
+    torch.testing.assert_close(logits[0].detach(), logits[1], rtol=1e-4, atol=1e-4)
+
+
 class ViewWriter(torch.nn.Module):
     def forward(self, x, buf):
         buf[:, :2].add_(x)

@@ -224,7 +224,9 @@ def mark_repeated_layers(model: torch.nn.Module, min_repeats: int = 2) -> int:
     inputs let it reuse a trace: tensors, modules and constants, and a
     transformers StaticCache, handed over as the layer's own tensors of it
     by static_cache.py; not other KV cache objects) instead of all. Returns
-    how many layers it marked.
+    how many layers it marked. With gradients on, a layer given a KV cache
+    is traced inline (PyTorch cannot differentiate a region that writes
+    its inputs).
 
     Each marked layer's class becomes a subclass of its own whose forward is
     the marked one (same name; isinstance holds): other instances of the
@@ -309,6 +311,12 @@ def _marked_forward(self, *args, **kwargs):
     Dynamo reuses one trace for every layer of a generate step too."""
     marks = _MARKS[type(self)]
     if not torch.compiler.is_compiling():
+        return marks.forward(self, *args, **kwargs)
+    if torch.is_grad_enabled() and static_cache.passes_a_cache(args, kwargs):
+        # PyTorch 2.13's invoke_subgraph cannot differentiate a region that
+        # writes its inputs, as a KV cache update does ("does not currently
+        # support training with in-place input or buffer mutations"): with
+        # gradients on, such a layer is traced inline, as if unmarked.
         return marks.forward(self, *args, **kwargs)
     flat = _flatten_call(args, kwargs, self._region_layer_idx)
     if flat is None:

@@ -21,8 +21,8 @@ import sys
 LAYER_TENSORS = 3
 
 
-# (StaticCache, StaticLayer) once transformers is loaded and layers are
-# marked (found then, not while Dynamo traces a call).
+# (StaticCache, StaticLayer, Cache) once transformers is loaded and layers
+# are marked (found then, not while Dynamo traces a call).
 _TYPES = None
 
 
@@ -30,7 +30,15 @@ def find_cache_types():
     global _TYPES
     module = sys.modules.get("transformers.cache_utils")
     if module is not None:
-        _TYPES = module.StaticCache, module.StaticLayer
+        _TYPES = module.StaticCache, module.StaticLayer, module.Cache
+
+
+def passes_a_cache(args, kwargs):
+    """Whether a call passes a transformers KV cache (which the layer
+    updates in place)."""
+    if _TYPES is None:
+        return False
+    return any(isinstance(v, _TYPES[2]) for v in args + tuple(kwargs.values()))
 
 
 def layer_index(layer):
