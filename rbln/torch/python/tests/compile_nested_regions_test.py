@@ -269,6 +269,13 @@ def test_rbln_regions_called_with_keywords_skip_dynamos_pytree_fingerprint(monke
     assert pytree_calls
 
 
+def _tiny_llama_config():
+    import transformers
+
+    return transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                    num_attention_heads=4, num_key_value_heads=2, vocab_size=64)
+
+
 def test_a_static_cache_reaches_the_region_as_its_layers_tensors():
     """A transformers StaticCache is flattened to layer `layer_idx`'s
     tensors; the region's stand-in is that StaticLayer (the same attributes)
@@ -277,9 +284,7 @@ def test_a_static_cache_reaches_the_region_as_its_layers_tensors():
 
     from torch_rbln._dynamo import static_cache
 
-    config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2,
-                                      vocab_size=64)
+    config = _tiny_llama_config()
     static_cache.find_cache_types()  # as mark_repeated_layers does
     cache, want = (transformers.StaticCache(config=config, max_cache_len=8) for _ in range(2))
     t = torch.ones(1)
@@ -318,12 +323,10 @@ def test_a_static_cache_reaches_the_region_as_its_layers_tensors():
 def test_rbln_marked_layers_writing_a_kv_cache_with_gradients_on():
     """PyTorch's invoke_subgraph cannot differentiate a region that writes
     its inputs: with gradients on, a marked layer given a KV cache is traced
-    inline instead (no error), with the tokens of the inference-mode run."""
+    inline instead (no error), with the logits of the inference-mode run."""
     import transformers
 
-    config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2,
-                                      vocab_size=64)
+    config = _tiny_llama_config()
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config).to(DEV)
     torch.rbln.mark_repeated_layers(model)
